@@ -1,0 +1,5 @@
+"""verl"""
+
+from verl.protocol import DataProto
+
+__all__ = ["DataProto"]
