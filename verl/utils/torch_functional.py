@@ -1,0 +1,172 @@
+"""Tensor helpers shared by the actor, critic, rollout and trainers.
+
+Log-prob and entropy helpers work in float32 over row chunks: the vocabulary dimension makes the logits the largest
+tensor of a step, and a full float32 copy of bf16 logits (or the exp temporary of logsumexp) would double the peak.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import torch
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+
+# Upstream keeps the masked reductions in this module; re-exported so `torch_functional.masked_mean` ports.
+from verl.utils.torch_masked import masked_mean, masked_sum, masked_var, masked_whiten
+
+__all__ = [
+    "logprobs_from_logits",
+    "entropy_from_logits",
+    "get_response_mask",
+    "pad_2d_list_to_length",
+    "compute_position_id_with_mask",
+    "get_cosine_schedule_with_warmup",
+    "get_constant_schedule_with_warmup",
+    "clip_grad_norm_",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+]
+
+# Elements (rows x vocab) handled at once; 2**24 float32 values = 64 MiB of temporaries per chunk.
+_CHUNK_ELEMENTS = 1 << 24
+
+
+def _row_chunks(num_rows: int, vocab: int) -> Iterable[slice]:
+    rows = max(1, _CHUNK_ELEMENTS // max(1, vocab))
+    for start in range(0, num_rows, rows):
+        yield slice(start, min(start + rows, num_rows))
+
+
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, inplace_backward: bool = True) -> torch.Tensor:
+    """log softmax(logits)[label] for every position: logits (..., V), labels (...) -> float32 (...).
+
+    Computed as ``logit[label] - logsumexp(logits)`` per row chunk, so no full (..., V) log-softmax is stored.
+    ``inplace_backward`` exists for signature compatibility with upstream (a flash-attn kernel option); unused.
+    """
+    del inplace_backward
+    if logits.shape[:-1] != labels.shape:
+        raise ValueError(f"logprobs_from_logits: logits {tuple(logits.shape)} need labels of shape "
+                         f"{tuple(logits.shape[:-1])}, got {tuple(labels.shape)}")
+    vocab = logits.shape[-1]
+    flat_logits = logits.reshape(-1, vocab)
+    flat_labels = labels.reshape(-1, 1).long()
+    parts = []
+    for rows in _row_chunks(flat_logits.shape[0], vocab):
+        chunk = flat_logits[rows].float()
+        picked = chunk.gather(-1, flat_labels[rows]).squeeze(-1)
+        parts.append(picked - torch.logsumexp(chunk, dim=-1))
+    if not parts:
+        return flat_logits.new_zeros(labels.shape, dtype=torch.float32)
+    return torch.cat(parts).reshape(labels.shape)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last dim: (..., V) -> float32 (...).
+
+    H = logsumexp(z) - sum(softmax(z) * z), which avoids log(0) on tokens with vanishing probability.
+    """
+    vocab = logits.shape[-1]
+    flat = logits.reshape(-1, vocab)
+    parts = []
+    for rows in _row_chunks(flat.shape[0], vocab):
+        chunk = flat[rows].float()
+        probs = torch.softmax(chunk, dim=-1)
+        parts.append(torch.logsumexp(chunk, dim=-1) - (probs * chunk).sum(dim=-1))
+    if not parts:
+        return flat.new_zeros(logits.shape[:-1], dtype=torch.float32)
+    return torch.cat(parts).reshape(logits.shape[:-1])
+
+
+def get_response_mask(response_id: torch.Tensor, eos_token: int | Sequence[int] = 2,
+                      dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """1 on every response token up to and including the first EOS, 0 after it.
+
+    response_id: (bs, R). ``eos_token`` may be one id or a list of ids (any of them ends the response).
+    A row without EOS is all ones (truncated at the response length).
+    """
+    eos_ids = [eos_token] if isinstance(eos_token, int) else list(eos_token)
+    if not eos_ids:
+        raise ValueError("get_response_mask: eos_token is an empty list; pass the tokenizer's eos_token_id")
+    is_eos = torch.isin(response_id, torch.tensor(eos_ids, device=response_id.device, dtype=response_id.dtype))
+    is_eos = is_eos.long()
+    # EOS tokens strictly before each position; the first EOS itself still counts as response.
+    eos_before = is_eos.cumsum(dim=-1) - is_eos
+    return (eos_before == 0).to(dtype)
+
+
+def pad_2d_list_to_length(response: Sequence[Sequence[int]], pad_token_id: int,
+                          max_length: int | None = None) -> torch.Tensor:
+    """Right-pad a list of id lists to max(longest row, max_length) and stack: -> LongTensor (bs, L)."""
+    longest = max((len(row) for row in response), default=0)
+    target = max(longest, max_length) if max_length is not None else longest
+    padded = [list(row) + [pad_token_id] * (target - len(row)) for row in response]
+    return torch.tensor(padded, dtype=torch.long).reshape(len(padded), target)
+
+
+def compute_position_id_with_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Position of each token among the real tokens of its row: clip(cumsum(mask) - 1, 0).
+
+    Left padding gets position 0, the first real token 0, and tokens after a masked tail repeat the last position.
+    """
+    return torch.clamp(torch.cumsum(mask, dim=-1) - 1, min=0)
+
+
+def get_cosine_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int, num_training_steps: int,
+                                    min_lr_ratio: float = 0.0, num_cycles: float = 0.5,
+                                    last_epoch: int = -1) -> LambdaLR:
+    """Linear warmup from ``min_lr_ratio``·lr to lr, then cosine decay to ``min_lr_ratio``·lr.
+
+    ``num_cycles=0.5`` is half a cosine wave (lr -> min once over the training steps); after
+    ``num_training_steps`` the lr stays where the wave ends.
+    """
+    if not 0.0 <= min_lr_ratio <= 1.0:
+        raise ValueError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
+    half_span = 0.5 * (1.0 - min_lr_ratio)
+    middle = 0.5 * (1.0 + min_lr_ratio)
+
+    def lr_lambda(step: int) -> float:
+        if step < num_warmup_steps:
+            return min_lr_ratio + (1.0 - min_lr_ratio) * step / max(1, num_warmup_steps)
+        # Clamped so steps past num_training_steps stay at the floor instead of climbing the next wave.
+        progress = min(1.0, (step - num_warmup_steps) / max(1, num_training_steps - num_warmup_steps))
+        wave = math.cos(math.pi * num_cycles * 2.0 * progress)
+        return max(min_lr_ratio, middle + half_span * wave)
+
+    return LambdaLR(optimizer, lr_lambda, last_epoch)
+
+
+def get_constant_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int, last_epoch: int = -1) -> LambdaLR:
+    """Linear warmup from 0 to lr over ``num_warmup_steps``, then constant."""
+
+    def lr_lambda(step: int) -> float:
+        if step < num_warmup_steps:
+            return step / max(1, num_warmup_steps)
+        return 1.0
+
+    return LambdaLR(optimizer, lr_lambda, last_epoch)
+
+
+def clip_grad_norm_(parameters: Iterable[torch.nn.Parameter] | torch.Tensor, max_norm: float | None,
+                    norm_type: float = 2.0) -> float:
+    """Total gradient norm as a float; grads are clipped to ``max_norm`` only when that norm is finite.
+
+    A non-finite norm is returned as is (inf / nan) with the grads left untouched, so the caller can skip the
+    optimizer step. ``max_norm`` None or <= 0 measures without clipping. Works with FSDP2 (DTensor) grads: the
+    per-shard norm is reduced across ranks before clipping, so every rank sees the same number.
+    """
+    params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    total = torch.nn.utils.get_total_norm(grads, norm_type=norm_type, error_if_nonfinite=False)
+    full_tensor = getattr(total, "full_tensor", None)
+    if full_tensor is not None:  # DTensor: sharded grads give a partial norm; reduce it over the mesh
+        total = full_tensor()
+    norm = float(total.item())
+    if math.isfinite(norm) and max_norm is not None and max_norm > 0:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    return norm

@@ -1,0 +1,211 @@
+"""The data-parallel PPO actor: log-probs of responses and the clipped policy update, on one rank.
+
+The module may be a plain ``nn.Module`` or an FSDP2 (``fully_shard``) one; nothing here depends on which.
+Every rank of the worker group calls the same method with its own shard of the batch, and every rank runs the
+same number of forwards/backwards (see ``verl.workers.micro_batching``).
+
+Batch sizes (as the worker hands them over, already normalised):
+- ``ppo_mini_batch_size``: responses per optimizer step *on this rank* — the worker multiplies the user's
+  prompt count by ``rollout.n`` and divides by the data-parallel size before constructing this class.
+- ``ppo_micro_batch_size_per_gpu``: rows per forward/backward (gradient accumulation within a mini-batch), or
+  with ``use_dynamic_bsz`` micro-batches of at most ``ppo_max_token_len_per_gpu`` real tokens.
+
+Micro-batch losses are weighted so the accumulated gradient is the gradient of the mini-batch loss as defined
+by ``loss_agg_mode`` (token-mean: each micro-batch's share of the mini-batch's response tokens), so results do
+not depend on the micro-batch size. The LR scheduler is stepped by the worker, not here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import torch
+from omegaconf import DictConfig
+from tensordict import TensorDict
+
+from verl.protocol import DataProto
+from verl.trainer.ppo import core_algos
+from verl.utils.metric import append_to_dict
+from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+from verl.workers.actor.base import BasePPOActor
+from verl.workers.micro_batching import (
+    NonFiniteLossError,
+    cfg_select,
+    clipped_optimizer_step,
+    iterate_mini_batches,
+    loss_share,
+    make_micro_batches,
+    module_device,
+    require_meta,
+    restore_order,
+    stop_on_nonfinite_loss,
+)
+
+__all__ = ["DataParallelPPOActor", "NonFiniteLossError"]
+
+_FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
+
+
+def accepts_logits_to_keep(module: torch.nn.Module) -> bool:
+    """Whether forward takes ``logits_to_keep`` (HF causal LMs do): then the LM head runs on R+1 positions only."""
+    try:
+        return "logits_to_keep" in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class DataParallelPPOActor(BasePPOActor):
+    def __init__(self, config: DictConfig, actor_module: torch.nn.Module,
+                 actor_optimizer: torch.optim.Optimizer | None = None) -> None:
+        super().__init__(config)
+        self.actor_module = actor_module
+        self.actor_optimizer = actor_optimizer
+        self._logits_to_keep = accepts_logits_to_keep(actor_module)
+        self._update_calls = 0  # varies the shuffle seed from one training step to the next
+
+    # -- forward -------------------------------------------------------------------------------------------------
+
+    def _forward_micro_batch(self, micro_batch: TensorDict, temperature: float,
+                             calculate_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (and entropies) of the response tokens: logits at positions P-1 .. P+R-2 predict them."""
+        responses = micro_batch["responses"]
+        response_length = responses.size(-1)
+        kwargs = {}
+        if self._logits_to_keep:
+            kwargs["logits_to_keep"] = response_length + 1
+        output = self.actor_module(input_ids=micro_batch["input_ids"], attention_mask=micro_batch["attention_mask"],
+                                   position_ids=micro_batch["position_ids"], use_cache=False, **kwargs)
+        logits = output.logits[:, -response_length - 1 : -1, :]
+        if temperature != 1.0:
+            logits = logits / temperature
+        log_probs = logprobs_from_logits(logits, responses)
+        entropy = entropy_from_logits(logits) if calculate_entropy else None
+        return log_probs, entropy
+
+    def compute_log_prob(self, data: DataProto, calculate_entropy: bool = False
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (bs, R) of ``responses`` under the current weights, without grad; entropies when asked.
+
+        meta_info: ``temperature``, ``micro_batch_size``, ``use_dynamic_bsz``, ``max_token_len``.
+        """
+        temperature = _check_temperature(require_meta(data, "temperature", "compute_log_prob"))
+        use_dynamic_bsz = bool(data.meta_info.get("use_dynamic_bsz", False))
+        micro_batch_size = data.meta_info.get("micro_batch_size")
+        max_token_len = data.meta_info.get("max_token_len")
+        if not use_dynamic_bsz:
+            micro_batch_size = require_meta(data, "micro_batch_size", "compute_log_prob")
+        batch = data.select(batch_keys=_FORWARD_KEYS).batch
+        micro_batches, indices = make_micro_batches(batch, micro_batch_size, use_dynamic_bsz, max_token_len,
+                                                    "meta_info micro_batch_size / max_token_len")
+        device = module_device(self.actor_module)
+        log_probs, entropys = [], []
+        with torch.no_grad():
+            for micro_batch in micro_batches:
+                log_prob, entropy = self._forward_micro_batch(micro_batch.to(device), temperature, calculate_entropy)
+                log_probs.append(log_prob)
+                if entropy is not None:
+                    entropys.append(entropy)
+        out_device = batch.device if batch.device is not None else batch["responses"].device
+        log_probs_out = restore_order(log_probs, indices).to(out_device)
+        entropys_out = restore_order(entropys, indices).to(out_device) if calculate_entropy else None
+        return log_probs_out, entropys_out
+
+    # -- update --------------------------------------------------------------------------------------------------
+
+    def _cfg(self, key: str, default=None):
+        return cfg_select(self.config, key, default)
+
+    def _micro_loss(self, micro_batch: TensorDict, temperature: float, loss_fn, loss_agg_mode: str
+                    ) -> tuple[torch.Tensor, dict]:
+        """The micro-batch's policy loss (before its share weighting) and its metrics."""
+        entropy_coeff = float(self._cfg("entropy_coeff", 0.0))
+        use_kl_loss = bool(self._cfg("use_kl_loss", False))
+        response_mask = micro_batch["response_mask"]
+        log_prob, entropy = self._forward_micro_batch(micro_batch, temperature, calculate_entropy=entropy_coeff != 0)
+        loss_kwargs = {}
+        if "rollout_is_weights" in micro_batch.keys():
+            loss_kwargs["rollout_is_weights"] = micro_batch["rollout_is_weights"]
+        pg_loss, pg_metrics = loss_fn(old_log_prob=micro_batch["old_log_probs"], log_prob=log_prob,
+                                      advantages=micro_batch["advantages"], response_mask=response_mask,
+                                      loss_agg_mode=loss_agg_mode, config=self.config, **loss_kwargs)
+        metrics = {"actor/pg_loss": pg_loss.detach().item()}
+        metrics.update({k if k.startswith("actor/") else f"actor/{k}": _as_float(v) for k, v in pg_metrics.items()})
+        agg_kwargs = {}
+        if self._cfg("loss_scale_factor") is not None:
+            agg_kwargs["loss_scale_factor"] = self._cfg("loss_scale_factor")
+        policy_loss = pg_loss
+        if entropy is not None:
+            entropy_loss = core_algos.agg_loss(entropy, response_mask, loss_agg_mode, **agg_kwargs)
+            policy_loss = policy_loss - entropy_coeff * entropy_loss
+            metrics["actor/entropy"] = entropy_loss.detach().item()
+        if use_kl_loss:
+            kl_coef = float(self._cfg("kl_loss_coef", 0.001))
+            kld = core_algos.kl_penalty(logprob=log_prob, ref_logprob=micro_batch["ref_log_prob"],
+                                        kl_penalty=self._cfg("kl_loss_type", "low_var_kl"))
+            kl_loss = core_algos.agg_loss(kld, response_mask, loss_agg_mode, **agg_kwargs)
+            policy_loss = policy_loss + kl_coef * kl_loss
+            metrics["actor/kl_loss"] = kl_loss.detach().item()
+            metrics["actor/kl_coef"] = kl_coef
+        return policy_loss, metrics
+
+    def update_policy(self, data: DataProto) -> dict[str, list[float]]:
+        """PPO epochs over mini-batches with gradient accumulation; returns metric lists (upstream names).
+
+        Raises NonFiniteLossError when a micro-batch loss is NaN/inf (grads zeroed, no step taken). A non-finite
+        grad norm alone skips that optimizer step and is recorded (actor/grad_norm, actor/grad_norm_nonfinite).
+        """
+        if self.actor_optimizer is None:
+            raise RuntimeError("update_policy: this actor was built without an optimizer (a reference policy?); "
+                               "pass actor_optimizer to DataParallelPPOActor")
+        self.actor_module.train()
+        temperature = _check_temperature(require_meta(data, "temperature", "update_policy"))
+        loss_agg_mode = self._cfg("loss_agg_mode", "token-mean")
+        loss_fn = core_algos.get_policy_loss_fn(self._cfg("policy_loss.loss_mode", "vanilla"))
+        select_keys = _FORWARD_KEYS + ["response_mask", "old_log_probs", "advantages"]
+        if self._cfg("use_kl_loss", False):
+            select_keys.append("ref_log_prob")
+        for optional in ("rollout_log_probs", "rollout_is_weights"):
+            if optional in data.batch.keys():
+                select_keys.append(optional)
+        data = data.select(batch_keys=select_keys)
+        device = module_device(self.actor_module)
+        metrics: dict[str, list] = {}
+        seed = int(self._cfg("data_loader_seed", 0)) + self._update_calls
+        self._update_calls += 1
+        for epoch, mini_idx, mini_batch in iterate_mini_batches(
+                data, self._cfg("ppo_mini_batch_size"), int(self._cfg("ppo_epochs", 1)),
+                bool(self._cfg("shuffle", False)), seed):
+            micro_batches, _ = make_micro_batches(
+                mini_batch.batch, self._cfg("ppo_micro_batch_size_per_gpu"), bool(self._cfg("use_dynamic_bsz", False)),
+                self._cfg("ppo_max_token_len_per_gpu"),
+                "actor.ppo_micro_batch_size_per_gpu / actor.ppo_max_token_len_per_gpu")
+            mini_mask = mini_batch.batch["response_mask"]
+            self.actor_optimizer.zero_grad()
+            for micro_idx, micro_batch in enumerate(micro_batches):
+                micro_batch = micro_batch.to(device)
+                share = loss_share(micro_batch["response_mask"], mini_mask, loss_agg_mode)
+                policy_loss, micro_metrics = self._micro_loss(micro_batch, temperature, loss_fn, loss_agg_mode)
+                loss = policy_loss * share
+                stop_on_nonfinite_loss(loss, self.actor_optimizer, "actor",
+                                       f"epoch {epoch}, mini-batch {mini_idx}, micro-batch {micro_idx}", micro_metrics)
+                loss.backward()
+                if share > 0:  # a micro-batch without response tokens adds nothing worth logging
+                    append_to_dict(metrics, micro_metrics)
+            grad_norm = clipped_optimizer_step(self.actor_module, self.actor_optimizer, self._cfg("grad_clip"), "actor")
+            append_to_dict(metrics, {"actor/grad_norm": grad_norm,
+                                     "actor/grad_norm_nonfinite": 0.0 if math.isfinite(grad_norm) else 1.0})
+        self.actor_optimizer.zero_grad()
+        return metrics
+
+
+def _check_temperature(temperature) -> float:
+    temperature = float(temperature)
+    if not temperature > 0:
+        raise ValueError(f"meta_info['temperature'] must be > 0 for log-probs (the rollout temperature), "
+                         f"got {temperature}")
+    return temperature
+
+
+def _as_float(value) -> float:
+    return value.detach().item() if isinstance(value, torch.Tensor) else float(value)

@@ -1,0 +1,172 @@
+"""Mini-/micro-batch plumbing shared by the actor and the critic.
+
+Rules that keep FSDP ranks in lockstep live here: every rank runs the same number of micro-batch forwards and
+backwards (a rank that skips one would leave the others waiting in an all-gather / reduce-scatter), and a
+decision that must be unanimous (abort on a NaN loss) is reduced over the world first.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf
+from tensordict import TensorDict
+
+from verl.protocol import DataProto
+from verl.utils.device import get_device_name
+from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
+from verl.utils.torch_functional import clip_grad_norm_
+
+__all__ = [
+    "NonFiniteLossError",
+    "stop_on_nonfinite_loss",
+    "clipped_optimizer_step",
+    "iterate_mini_batches",
+    "make_micro_batches",
+    "restore_order",
+    "loss_share",
+    "module_device",
+    "any_rank",
+    "require_meta",
+    "cfg_select",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(RuntimeError):
+    """A loss was NaN/inf: the update stops with the step (epoch, mini-batch, micro-batch) that produced it."""
+
+
+# Aggregation modes whose mini-batch loss is a mean over sequences that have at least one valid token.
+_SEQUENCE_MODES = ("seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def cfg_select(config, key: str, default=None):
+    """``config.<dotted key>`` from a DictConfig or dict; ``default`` when absent or null (null = use default)."""
+    if isinstance(config, DictConfig):
+        value = OmegaConf.select(config, key, default=None)
+    else:
+        value = config
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
+            if value is None:
+                break
+    return default if value is None else value
+
+
+def require_meta(data: DataProto, key: str, caller: str):
+    if key not in data.meta_info:
+        raise KeyError(f"{caller}: data.meta_info[{key!r}] is missing; the trainer/worker sets it before this call "
+                       f"(present: {sorted(data.meta_info)})")
+    return data.meta_info[key]
+
+
+def iterate_mini_batches(data: DataProto, mini_batch_size: int, epochs: int, shuffle: bool,
+                         seed: int) -> Iterator[tuple[int, int, DataProto]]:
+    """(epoch, index, mini-batch) for ``epochs`` passes; a fresh permutation per epoch when ``shuffle``."""
+    if not isinstance(mini_batch_size, int) or mini_batch_size < 1:
+        raise ValueError(f"ppo_mini_batch_size must be a positive int (per-rank responses), got {mini_batch_size!r}")
+    if shuffle:
+        iterator = data.make_iterator(mini_batch_size=mini_batch_size, epochs=epochs, seed=seed,
+                                      dataloader_kwargs={"shuffle": True})
+        per_epoch = len(data) // mini_batch_size
+        for n, mini in enumerate(iterator):
+            yield n // per_epoch, n % per_epoch, mini
+        return
+    minis = data.split(mini_batch_size)
+    for epoch in range(epochs):
+        for index, mini in enumerate(minis):
+            yield epoch, index, mini
+
+
+def make_micro_batches(batch: TensorDict, micro_batch_size: int | None, use_dynamic_bsz: bool,
+                       max_token_len: int | None, what: str) -> tuple[list[TensorDict], list[list[int]] | None]:
+    """Fixed-size micro-batches, or token-budget ones (with the row indices each took) when dynamic.
+
+    ``what`` names the config keys in error messages, e.g. "actor.ppo_micro_batch_size_per_gpu".
+    """
+    if use_dynamic_bsz:
+        if not max_token_len or max_token_len < 1:
+            raise ValueError(f"use_dynamic_bsz needs a positive max token length ({what}), got {max_token_len!r}")
+        micro_batches, indices = rearrange_micro_batches(batch, max_token_len=int(max_token_len))
+        return micro_batches, indices
+    if not micro_batch_size or micro_batch_size < 1:
+        raise ValueError(f"a positive micro-batch size is needed ({what}) when use_dynamic_bsz is off, "
+                         f"got {micro_batch_size!r}")
+    return list(batch.split(int(micro_batch_size))), None
+
+
+def restore_order(parts: list[torch.Tensor], indices: list[list[int]] | None) -> torch.Tensor:
+    """Concatenate per-micro-batch outputs and undo the dynamic-batch permutation."""
+    out = torch.cat(parts, dim=0)
+    if indices is None:
+        return out
+    flat = [i for group in indices for i in group]
+    reverse = torch.tensor(get_reverse_idx(flat), dtype=torch.long, device=out.device)
+    return out[reverse]
+
+
+def loss_share(micro_mask: torch.Tensor, mini_mask: torch.Tensor, loss_agg_mode: str) -> float:
+    """The weight of one micro-batch's loss in its mini-batch, so accumulated grads equal the mini-batch loss's.
+
+    token-mean: the micro-batch's share of the mini-batch's response tokens (its loss is a mean over its own
+    tokens, so weighting by rows would over-count short responses); seq-mean-*: its share of the sequences
+    with at least one valid token (agg_loss ignores empty rows); token-sum: 1 (sums add up). The result does
+    not depend on how the mini-batch was cut into micro-batches (fixed or dynamic). An empty share is 0.
+    """
+    if loss_agg_mode == "token-mean":
+        mini_tokens = float(mini_mask.sum().item())
+        return float(micro_mask.sum().item()) / mini_tokens if mini_tokens > 0 else 0.0
+    if loss_agg_mode in _SEQUENCE_MODES:
+        mini_rows = float((mini_mask.sum(dim=-1) > 0).sum().item())
+        micro_rows = float((micro_mask.sum(dim=-1) > 0).sum().item())
+        return micro_rows / mini_rows if mini_rows > 0 else 0.0
+    if loss_agg_mode == "token-sum":
+        return 1.0
+    raise ValueError(f"loss_agg_mode {loss_agg_mode!r} is not supported; use one of "
+                     f"{('token-mean', 'token-sum') + _SEQUENCE_MODES}")
+
+
+def module_device(module: torch.nn.Module) -> torch.device:
+    """Where the module computes (the local shard's device under FSDP2)."""
+    for param in module.parameters():
+        return param.device
+    return torch.device("cpu")
+
+
+def any_rank(flag: bool) -> bool:
+    """True when ``flag`` is True on any rank (just ``flag`` outside torch.distributed)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return flag
+    device = "cpu" if dist.get_backend() == "gloo" else get_device_name()
+    t = torch.tensor([1 if flag else 0], dtype=torch.long, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def stop_on_nonfinite_loss(loss: torch.Tensor, optimizer: torch.optim.Optimizer, role: str, where: str,
+                           detail: dict) -> None:
+    """Raise NonFiniteLossError (grads zeroed, no step) when ``loss`` is NaN/inf on this or any other rank."""
+    bad_here = not bool(torch.isfinite(loss).item())
+    if any_rank(bad_here):  # unanimous, or the healthy ranks would wait forever in backward
+        optimizer.zero_grad()
+        what = f"loss={loss.item()} ({detail})" if bad_here else "on another rank"
+        raise NonFiniteLossError(f"{role} loss is not finite at {where}: {what}; no optimizer step was taken. "
+                                 f"Check the batch (advantages/returns/log-probs) for NaN or lower the learning rate")
+
+
+def clipped_optimizer_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float | None,
+                           role: str) -> float:
+    """Clip to ``grad_clip`` and step; a non-finite grad norm skips the step (grads zeroed). Returns the norm."""
+    grad_norm = clip_grad_norm_(module.parameters(), max_norm=grad_clip)
+    if math.isfinite(grad_norm):
+        optimizer.step()
+    else:
+        logger.warning("%s grad norm is %s: skipping this optimizer step", role, grad_norm)
+        optimizer.zero_grad()
+    return grad_norm
