@@ -11,6 +11,8 @@ from verl.utils.torch_functional import compute_position_id_with_mask, get_respo
 VOCAB_SIZE = 128
 PAD_ID = 0
 EOS_ID = 2
+PROMPT_LEN_DEFAULT = 6
+RESPONSE_LEN_DEFAULT = 5
 
 
 def tiny_llama_config(vocab_size: int = VOCAB_SIZE, **overrides) -> LlamaConfig:
@@ -47,8 +49,8 @@ def left_padded_prompts(lengths: list[int], prompt_len: int, seed: int = 0,
     return ids, mask, compute_position_id_with_mask(mask)
 
 
-def rollout_batch(prompt_lengths: list[int], response_lengths: list[int], prompt_len: int = 6,
-                  response_len: int = 5, seed: int = 0, vocab_size: int = VOCAB_SIZE,
+def rollout_batch(prompt_lengths: list[int], response_lengths: list[int], prompt_len: int = PROMPT_LEN_DEFAULT,
+                  response_len: int = RESPONSE_LEN_DEFAULT, seed: int = 0, vocab_size: int = VOCAB_SIZE,
                   meta_info: dict | None = None) -> DataProto:
     """A batch shaped like the rollout's output: row i has a response of ``response_lengths[i]`` tokens,
     ending in EOS when shorter than ``response_len``; right-padded with PAD_ID."""

@@ -1,0 +1,1 @@
+"""Model builders and patches (HF loading, value heads)."""

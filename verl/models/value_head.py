@@ -1,0 +1,91 @@
+"""The critic's model: a causal-LM trunk with a one-output linear head per token.
+
+We use ``transformers.AutoModelForTokenClassification`` with ``num_labels=1`` (as upstream verl does) so a critic
+loads straight from the actor's HF folder: the trunk weights (``model.*``) match, only ``score`` is new. The new
+head starts near zero so the first values are ~0 and the early value loss does not push large gradients into
+the pretrained trunk. Dropout on the head is switched off: PPO compares values across forwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+from transformers import AutoConfig, AutoModelForTokenClassification, PretrainedConfig, PreTrainedModel
+
+__all__ = ["build_value_model", "load_value_model", "init_value_head_", "values_from_output",
+           "DEFAULT_SCORE_INIT_STD"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SCORE_INIT_STD = 1e-3
+
+
+def _value_config(config: PretrainedConfig) -> PretrainedConfig:
+    config.num_labels = 1
+    config.classifier_dropout = 0.0  # the token-classification head defaults to 0.1 dropout otherwise
+    return config
+
+
+def _token_classification_error(model_type: str, source: str, err: Exception) -> ValueError:
+    return ValueError(f"cannot build a critic from {source}: model type {model_type!r} has no "
+                      f"AutoModelForTokenClassification class in this transformers version ({err})")
+
+
+def init_value_head_(model: PreTrainedModel, std: float = DEFAULT_SCORE_INIT_STD) -> None:
+    """Re-initialise the ``score`` head: normal(0, std) weights, zero bias."""
+    head = getattr(model, "score", None)
+    if not isinstance(head, torch.nn.Linear):
+        raise AttributeError(f"{type(model).__name__} has no linear `score` head; expected an "
+                             f"AutoModelForTokenClassification model")
+    with torch.no_grad():
+        head.weight.normal_(mean=0.0, std=std)
+        if head.bias is not None:
+            head.bias.zero_()
+
+
+def build_value_model(config: PretrainedConfig, score_init_std: float = DEFAULT_SCORE_INIT_STD,
+                      **from_config_kwargs) -> PreTrainedModel:
+    """A randomly initialised critic from a model config (tests, or training a critic from scratch)."""
+    config = _value_config(config)
+    try:
+        model = AutoModelForTokenClassification.from_config(config, **from_config_kwargs)
+    except ValueError as err:
+        raise _token_classification_error(config.model_type, "a config", err) from err
+    init_value_head_(model, score_init_std)
+    return model
+
+
+def load_value_model(model_path: str | os.PathLike, score_init_std: float = DEFAULT_SCORE_INIT_STD,
+                     trust_remote_code: bool = False, **from_pretrained_kwargs) -> PreTrainedModel:
+    """Load a critic from an HF folder: the actor's (new small head) or a saved critic's (head kept).
+
+    Extra keyword arguments (``dtype``, ``attn_implementation``, ...) go to ``from_pretrained``.
+    """
+    config = _value_config(AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code))
+    try:
+        model, info = AutoModelForTokenClassification.from_pretrained(
+            model_path, config=config, trust_remote_code=trust_remote_code, output_loading_info=True,
+            **from_pretrained_kwargs)
+    except ValueError as err:
+        if "Unrecognized configuration class" not in str(err):
+            raise
+        raise _token_classification_error(config.model_type, str(model_path), err) from err
+    missing = {str(k) for k in info.get("missing_keys", ())}
+    if any(k.startswith("score.") for k in missing):
+        logger.info("critic from %s: new value head (score) initialised with std %s", model_path, score_init_std)
+        init_value_head_(model, score_init_std)
+    return model
+
+
+def values_from_output(output) -> torch.Tensor:
+    """(bs, L) float values from a token-classification output (logits (bs, L, 1)) or a plain tensor."""
+    values = output.logits if hasattr(output, "logits") else output
+    if isinstance(values, (tuple, list)):
+        values = values[0]
+    if values.dim() == 3:
+        if values.size(-1) != 1:
+            raise ValueError(f"critic output has {values.size(-1)} values per token; build it with num_labels=1")
+        values = values.squeeze(-1)
+    return values.float()

@@ -1,0 +1,136 @@
+"""The data-parallel PPO critic: values of response states and the clipped value update, on one rank.
+
+The module outputs one value per token (``verl.models.value_head``: token classification with num_labels=1).
+The value of response token t is read at position P-1+t — the state *before* the token is generated, the same
+positions whose logits predict the response in the actor.
+
+Batch sizes follow the actor: ``ppo_mini_batch_size`` is already per-rank responses (the worker multiplies by
+``rollout.n`` and divides by the data-parallel size), ``ppo_micro_batch_size_per_gpu`` / dynamic token budgets
+for the update, ``forward_micro_batch_size_per_gpu`` for ``compute_values`` (meta_info overrides it).
+Micro-batch losses are weighted by their share of the mini-batch (tokens for token-mean), as in the actor.
+"""
+
+from __future__ import annotations
+
+import torch
+from omegaconf import DictConfig
+from tensordict import TensorDict
+
+from verl.models.value_head import values_from_output
+from verl.protocol import DataProto
+from verl.trainer.ppo import core_algos
+from verl.utils.metric import append_to_dict
+from verl.utils.torch_masked import masked_mean
+from verl.workers.critic.base import BasePPOCritic
+from verl.workers.micro_batching import (
+    cfg_select,
+    clipped_optimizer_step,
+    iterate_mini_batches,
+    loss_share,
+    make_micro_batches,
+    module_device,
+    restore_order,
+    stop_on_nonfinite_loss,
+)
+
+__all__ = ["DataParallelPPOCritic"]
+
+_FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
+
+
+class DataParallelPPOCritic(BasePPOCritic):
+    def __init__(self, config: DictConfig, critic_module: torch.nn.Module,
+                 critic_optimizer: torch.optim.Optimizer | None = None) -> None:
+        super().__init__(config)
+        self.critic_module = critic_module
+        self.critic_optimizer = critic_optimizer
+        self._update_calls = 0
+
+    def _cfg(self, key: str, default=None):
+        return cfg_select(self.config, key, default)
+
+    def _forward_micro_batch(self, micro_batch: TensorDict) -> torch.Tensor:
+        response_length = micro_batch["responses"].size(-1)
+        output = self.critic_module(input_ids=micro_batch["input_ids"], attention_mask=micro_batch["attention_mask"],
+                                    position_ids=micro_batch["position_ids"], use_cache=False)
+        return values_from_output(output)[:, -response_length - 1 : -1]
+
+    @staticmethod
+    def _response_mask(batch: TensorDict) -> torch.Tensor:
+        if "response_mask" in batch.keys():
+            return batch["response_mask"]
+        return batch["attention_mask"][:, -batch["responses"].size(-1):]
+
+    def compute_values(self, data: DataProto) -> torch.Tensor:
+        """Values (bs, R), zero where response_mask is 0; no grad.
+
+        Micro-batching: meta_info ``micro_batch_size`` / ``use_dynamic_bsz`` / ``max_token_len`` when the worker
+        sets them, else critic.forward_micro_batch_size_per_gpu / use_dynamic_bsz / forward_max_token_len_per_gpu.
+        """
+        meta = data.meta_info
+        micro_batch_size = meta.get("micro_batch_size", self._cfg("forward_micro_batch_size_per_gpu"))
+        use_dynamic_bsz = bool(meta.get("use_dynamic_bsz", self._cfg("use_dynamic_bsz", False)))
+        max_token_len = meta.get("max_token_len", self._cfg("forward_max_token_len_per_gpu"))
+        keys = _FORWARD_KEYS + (["response_mask"] if "response_mask" in data.batch.keys() else [])
+        batch = data.select(batch_keys=keys).batch
+        micro_batches, indices = make_micro_batches(
+            batch, micro_batch_size, use_dynamic_bsz, max_token_len,
+            "critic.forward_micro_batch_size_per_gpu / critic.forward_max_token_len_per_gpu")
+        device = module_device(self.critic_module)
+        values = []
+        with torch.no_grad():
+            for micro_batch in micro_batches:
+                micro_batch = micro_batch.to(device)
+                values.append(self._forward_micro_batch(micro_batch) * self._response_mask(micro_batch))
+        out_device = batch.device if batch.device is not None else batch["responses"].device
+        return restore_order(values, indices).to(out_device)
+
+    def update_critic(self, data: DataProto) -> dict[str, list[float]]:
+        """Value-loss epochs over mini-batches with gradient accumulation; returns metric lists.
+
+        Needs ``values`` (old values, for clipping) and ``returns``. Raises NonFiniteLossError on a NaN/inf loss.
+        """
+        if self.critic_optimizer is None:
+            raise RuntimeError("update_critic: this critic was built without an optimizer; "
+                               "pass critic_optimizer to DataParallelPPOCritic")
+        self.critic_module.train()
+        loss_agg_mode = self._cfg("loss_agg_mode", "token-mean")
+        cliprange_value = float(self._cfg("cliprange_value", 0.5))
+        data = data.select(batch_keys=_FORWARD_KEYS + ["response_mask", "values", "returns"])
+        device = module_device(self.critic_module)
+        metrics: dict[str, list] = {}
+        seed = int(self._cfg("data_loader_seed", 0)) + self._update_calls
+        self._update_calls += 1
+        for epoch, mini_idx, mini_batch in iterate_mini_batches(
+                data, self._cfg("ppo_mini_batch_size"), int(self._cfg("ppo_epochs", 1)),
+                bool(self._cfg("shuffle", False)), seed):
+            micro_batches, _ = make_micro_batches(
+                mini_batch.batch, self._cfg("ppo_micro_batch_size_per_gpu"), bool(self._cfg("use_dynamic_bsz", False)),
+                self._cfg("ppo_max_token_len_per_gpu"),
+                "critic.ppo_micro_batch_size_per_gpu / critic.ppo_max_token_len_per_gpu")
+            mini_mask = mini_batch.batch["response_mask"]
+            self.critic_optimizer.zero_grad()
+            for micro_idx, micro_batch in enumerate(micro_batches):
+                micro_batch = micro_batch.to(device)
+                response_mask = micro_batch["response_mask"]
+                share = loss_share(response_mask, mini_mask, loss_agg_mode)
+                vpreds = self._forward_micro_batch(micro_batch)
+                vf_loss, vf_clipfrac = core_algos.compute_value_loss(
+                    vpreds=vpreds, returns=micro_batch["returns"], values=micro_batch["values"],
+                    response_mask=response_mask, cliprange_value=cliprange_value, loss_agg_mode=loss_agg_mode)
+                micro_metrics = {
+                    "critic/vf_loss": vf_loss.detach().item(),
+                    "critic/vf_clipfrac": float(vf_clipfrac),
+                    "critic/vpred_mean": masked_mean(vpreds.detach(), response_mask).item(),
+                }
+                loss = vf_loss * share
+                stop_on_nonfinite_loss(loss, self.critic_optimizer, "critic",
+                                       f"epoch {epoch}, mini-batch {mini_idx}, micro-batch {micro_idx}", micro_metrics)
+                loss.backward()
+                if share > 0:
+                    append_to_dict(metrics, micro_metrics)
+            grad_norm = clipped_optimizer_step(self.critic_module, self.critic_optimizer, self._cfg("grad_clip"),
+                                               "critic")
+            append_to_dict(metrics, {"critic/grad_norm": grad_norm})
+        self.critic_optimizer.zero_grad()
+        return metrics

@@ -1,0 +1,114 @@
+"""Rollout with HF ``generate`` on the training module itself (no weight copy: samples the current weights).
+
+Under FSDP2 every decode step all-gathers the sharded weights, so all ranks must run the same number of forward
+steps: with more than one process we pass ``synced_gpus=True`` and every rank keeps stepping until all of its
+peers are done. Ranks must get the same number of rows (the worker group's equal chunking does that) so they
+make the same number of micro-batch ``generate`` calls.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig
+from tensordict import TensorDict
+from transformers import GenerationConfig
+
+from verl.protocol import DataProto
+from verl.utils.torch_functional import compute_position_id_with_mask, get_response_mask
+from verl.workers.micro_batching import cfg_select, module_device
+from verl.workers.rollout.base import BaseRollout
+
+__all__ = ["HFRollout"]
+
+
+class HFRollout(BaseRollout):
+    """``config`` is the ``actor_rollout_ref.rollout`` section: temperature, top_k (-1 = off), top_p, do_sample,
+    response_length, val_kwargs {temperature, top_k, top_p, do_sample}, micro_batch_size (rows per ``generate``
+    call; default the whole batch). ``rollout.n`` is not applied here: the trainer repeats prompts first."""
+
+    def __init__(self, module: torch.nn.Module, config: DictConfig) -> None:
+        super().__init__()
+        self.module = module
+        self.config = config
+
+    def _cfg(self, key: str, default=None):
+        return cfg_select(self.config, key, default)
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        batch_size = len(prompts)
+        micro_batch_size = int(self._cfg("micro_batch_size", batch_size) or batch_size)
+        outputs = [self._generate_micro_batch(chunk) for chunk in prompts.split(max(1, micro_batch_size))]
+        return DataProto.concat(outputs)
+
+    def _generation_config(self, meta: dict) -> GenerationConfig:
+        """Sampling settings: val_kwargs when meta_info['validate']; greedy when do_sample is off or T == 0."""
+        validate = bool(meta.get("validate", False))
+        source = "val_kwargs." if validate else ""
+        do_sample = meta.get("do_sample", self._cfg(source + "do_sample", True))
+        temperature = float(meta.get("temperature", self._cfg(source + "temperature", 1.0))) if not validate \
+            else float(self._cfg("val_kwargs.temperature", 0.0))
+        top_k = int(self._cfg(source + "top_k", -1))
+        top_p = float(self._cfg(source + "top_p", 1.0))
+        response_length = int(meta.get("response_length", self._cfg("response_length")))
+        if response_length < 1:
+            raise ValueError(f"rollout.response_length must be >= 1, got {response_length}")
+        eos_token_id = _require_meta(meta, "eos_token_id")
+        pad_token_id = _require_meta(meta, "pad_token_id")
+        # Every field generate would otherwise take from the model's generation_config.json is set explicitly,
+        # so a checkpoint's chat defaults (e.g. repetition_penalty) do not change what PPO samples.
+        common = dict(max_new_tokens=response_length, eos_token_id=eos_token_id, pad_token_id=pad_token_id,
+                      use_cache=True, num_beams=1, num_return_sequences=1, repetition_penalty=1.0,
+                      no_repeat_ngram_size=0, min_new_tokens=0)
+        if not do_sample or temperature == 0.0:
+            return GenerationConfig(do_sample=False, **common)
+        if temperature < 0:
+            raise ValueError(f"rollout {source}temperature must be >= 0, got {temperature}")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"rollout {source}top_p must be in (0, 1], got {top_p}")
+        return GenerationConfig(do_sample=True, temperature=temperature, top_p=top_p,
+                                top_k=top_k if top_k > 0 else 0, **common)
+
+    def _generate_micro_batch(self, prompts: DataProto) -> DataProto:
+        meta = prompts.meta_info
+        generation_config = self._generation_config(meta)
+        response_length = generation_config.max_new_tokens
+        pad_token_id = generation_config.pad_token_id
+        idx = prompts.batch["input_ids"]
+        prompt_mask = prompts.batch["attention_mask"]
+        out_device = idx.device
+        device = module_device(self.module)
+        synced = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        was_training = self.module.training
+        self.module.eval()
+        try:
+            with torch.no_grad():
+                sequences = self.module.generate(input_ids=idx.to(device), attention_mask=prompt_mask.to(device),
+                                                 generation_config=generation_config, synced_gpus=synced)
+        finally:
+            self.module.train(was_training)
+        sequences = sequences.to(out_device)
+        prompt_length = idx.size(1)
+        responses = sequences[:, prompt_length:]
+        if responses.size(1) < response_length:  # every row stopped early: pad to the fixed width
+            fill = responses.new_full((responses.size(0), response_length - responses.size(1)), pad_token_id)
+            responses = torch.cat([responses, fill], dim=1)
+        response_mask = get_response_mask(responses, generation_config.eos_token_id, dtype=prompt_mask.dtype)
+        # Tokens after the first EOS are generate's padding (or junk): make them pad ids so the batch is canonical.
+        responses = torch.where(response_mask.bool(), responses, torch.full_like(responses, pad_token_id))
+        attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+        batch = TensorDict({
+            "prompts": idx,
+            "responses": responses,
+            "input_ids": torch.cat([idx, responses], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": compute_position_id_with_mask(attention_mask),
+            "response_mask": response_mask,
+        }, batch_size=[idx.size(0)])
+        return DataProto(batch=batch)
+
+
+def _require_meta(meta: dict, key: str):
+    if meta.get(key) is None:
+        raise KeyError(f"generate_sequences: meta_info[{key!r}] is missing; the trainer sets it from the tokenizer")
+    return meta[key]
