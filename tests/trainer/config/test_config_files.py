@@ -1,0 +1,66 @@
+"""Missing local files are named by key and path before a run starts; remote paths are left alone."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from verl.trainer.config import ConfigError, validate_config
+
+
+def _problems(cfg) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg)
+    return info.value.problems
+
+
+@pytest.fixture
+def runnable(cfg, local_run_files):
+    cfg.data.train_files = local_run_files["train"]
+    cfg.data.val_files = local_run_files["val"]
+    cfg.actor_rollout_ref.model.path = local_run_files["model"]
+    return cfg
+
+
+def test_missing_train_file_is_named_by_key_and_path(runnable, tmp_path):
+    missing = str(tmp_path / "nope" / "train.parquet")
+    runnable.data.train_files = missing
+    (problem,) = _problems(runnable)
+    assert problem.startswith(f"data.train_files: data file not found: '{missing}'")
+
+
+def test_home_relative_path_shows_both_forms(runnable):
+    runnable.data.val_files = "~/surely/not/here.parquet"
+    (problem,) = _problems(runnable)
+    expanded = os.path.expanduser("~/surely/not/here.parquet")
+    assert f"'{expanded}' (from '~/surely/not/here.parquet')" in problem and problem.startswith("data.val_files")
+
+
+def test_each_entry_of_a_file_list_is_checked(runnable, local_run_files, tmp_path):
+    runnable.data.val_files = [
+        local_run_files["val"],
+        "hdfs://cluster/data/val.parquet",
+        str(tmp_path / "gone.parquet"),
+    ]
+    (problem,) = _problems(runnable)
+    assert problem.startswith("data.val_files[2]: data file not found") and "gone.parquet" in problem
+
+
+def test_model_folder_is_checked_only_when_it_is_a_local_path(runnable, tmp_path):
+    runnable.actor_rollout_ref.model.path = "Qwen/Qwen2.5-0.5B-Instruct"  # a hub id: transformers resolves it
+    validate_config(runnable)
+    runnable.actor_rollout_ref.model.path = str(tmp_path / "no_model")
+    (problem,) = _problems(runnable)
+    assert problem.startswith("actor_rollout_ref.model.path: model folder not found") and "no_model" in problem
+
+
+def test_custom_reward_file_is_checked(runnable, tmp_path):
+    runnable.custom_reward_function.path = str(tmp_path / "my_reward.py")
+    (problem,) = _problems(runnable)
+    assert problem.startswith("custom_reward_function.path: reward function file not found")
+
+
+def test_file_checks_can_be_skipped(cfg):
+    cfg.data.train_files = "/does/not/exist.parquet"
+    validate_config(cfg, check_files=False)

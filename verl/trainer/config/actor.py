@@ -1,0 +1,89 @@
+"""The `actor_rollout_ref` section: the policy model, its PPO update, the reference policy and the rollout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field
+from verl.trainer.config.engine import TRAIN_STRATEGIES, CheckpointConfig, FSDPConfig, OptimConfig
+from verl.trainer.config.registries import KL_PENALTIES, LOSS_AGG_MODES, POLICY_LOSSES, policy_loss_registered
+from verl.trainer.config.rollout import RolloutConfig
+
+
+@dataclass
+class ModelConfig(BaseConfig):
+    path: str | None = None  # None: the bundled default model (verl.utils.default_model)
+    custom_chat_template: str | None = None
+    external_lib: str | None = None
+    override_config: dict[str, Any] = dict_field()
+    enable_gradient_checkpointing: bool = True
+    enable_activation_offload: bool = False
+    use_remove_padding: bool = False
+    lora_rank: int = at_least(0, 0)
+    lora_alpha: int = 16
+    target_modules: str | list[str] = "all-linear"
+    use_shm: bool = False
+    trust_remote_code: bool = False
+    use_liger: bool = False
+    use_fused_kernels: bool = False
+
+
+@dataclass
+class PolicyLossConfig(BaseConfig):
+    loss_mode: str = choice("vanilla", POLICY_LOSSES, policy_loss_registered)
+    clip_cov_ratio: float = 0.0002
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+    kl_cov_ratio: float = 0.0002
+    ppo_kl_coef: float = 0.1
+
+
+@dataclass
+class ActorConfig(BaseConfig):
+    strategy: str = choice("fsdp", TRAIN_STRATEGIES)
+    ppo_mini_batch_size: int = at_least(4, 1)  # in prompts; the workers multiply by rollout.n
+    ppo_micro_batch_size: int | None = None  # deprecated: global; use ppo_micro_batch_size_per_gpu
+    ppo_micro_batch_size_per_gpu: int | None = at_least(2, 1)
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = at_least(16384, 1)
+    grad_clip: float = 1.0
+    clip_ratio: float = 0.2
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: float = 3.0
+    loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
+    entropy_coeff: float = 0.0
+    use_kl_loss: bool = False
+    use_torch_compile: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = choice("low_var_kl", KL_PENALTIES)
+    ppo_epochs: int = at_least(1, 1)
+    shuffle: bool = False
+    ulysses_sequence_parallel_size: int = at_least(1, 1)
+    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+@dataclass
+class RefConfig(BaseConfig):
+    strategy: str = choice("fsdp", TRAIN_STRATEGIES)
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    use_torch_compile: bool = False
+    log_prob_micro_batch_size: int | None = None  # deprecated: global
+    log_prob_micro_batch_size_per_gpu: int | None = at_least(2, 1)
+    log_prob_use_dynamic_bsz: bool = False
+    log_prob_max_token_len_per_gpu: int = at_least(16384, 1)
+    ulysses_sequence_parallel_size: int = at_least(1, 1)
+
+
+@dataclass
+class ActorRolloutRefConfig(BaseConfig):
+    # One worker holds actor, rollout and (when used) reference, and hands weights to the rollout in process.
+    hybrid_engine: bool = True
+    model: ModelConfig = field(default_factory=ModelConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)

@@ -1,0 +1,300 @@
+"""Turning a composed (Hydra/OmegaConf) config into typed dataclasses, checking every key on the way.
+
+The dataclasses in this package are plain declarations: field types say what a key holds, field metadata
+says which values are allowed (`choice`, `at_least`). `build_config` walks the config and the dataclass
+together, so every problem is reported with its full dotted key, all problems at once.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from verl.trainer.config.keys import unknown_key_message
+
+T = TypeVar("T")
+
+
+@dataclass
+class BaseConfig:
+    """Attribute access plus the small dict-like surface upstream code uses (`cfg.get("k", d)`, `cfg["k"]`)."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key, default) if key in self else default
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in {f.name for f in dataclasses.fields(self)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------- field helpers
+
+
+def choice(default: Any, choices: Sequence[str], registered: Callable[[str], bool] | None = None) -> Any:
+    """A string field limited to `choices`; `registered(name)` may accept names added to a registry at run time."""
+    return field(default=default, metadata={"choices": tuple(choices), "registered": registered})
+
+
+def at_least(default: Any, minimum: float) -> Any:
+    return field(default=default, metadata={"min": minimum})
+
+
+def list_field(default: list, choices: Sequence[str] | None = None) -> Any:
+    meta = {"each_choices": tuple(choices)} if choices else {}
+    return field(default_factory=lambda: list(default), metadata=meta)
+
+
+def dict_field(default: dict | None = None) -> Any:
+    return field(default_factory=lambda: copy.deepcopy(default or {}))
+
+
+# ---------------------------------------------------------------- schema walking
+
+
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+@functools.cache
+def schema_keys(cls: type, prefix: str = "") -> tuple[frozenset[str], frozenset[str]]:
+    """(every dotted key the schema defines, sections and leaves alike; the free-form keys among them)."""
+    keys: set[str] = set()
+    free: set[str] = set()
+    hints = type_hints(cls)
+    for f in dataclasses.fields(cls):
+        path = f"{prefix}{f.name}"
+        keys.add(path)
+        tp = _strip_optional(hints[f.name])
+        if dataclasses.is_dataclass(tp):
+            sub_keys, sub_free = schema_keys(tp, path + ".")
+            keys |= sub_keys
+            free |= sub_free
+        elif tp is Any or typing.get_origin(tp) is dict or tp is dict:
+            # User-chosen keys (HF config overrides, engine kwargs, ray.init kwargs): nothing below is checked.
+            free.add(path)
+    return frozenset(keys), frozenset(free)
+
+
+def _strip_optional(tp: Any) -> Any:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if _is_union(tp) and len(args) == 1:
+        return args[0]
+    return tp
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
+# ---------------------------------------------------------------- building
+
+
+@dataclass
+class BuildResult:
+    config: Any
+    problems: list[str]
+    # Keys whose bare scalar was wrapped into a one-element list (trainer.logger=console -> [console]).
+    normalised: dict[str, list]
+
+
+def build_config(cls: type[T], node: Any, root: str = "") -> BuildResult:
+    """Build `cls` from a DictConfig/dict, collecting problems instead of stopping at the first."""
+    builder = _Builder(known=schema_keys(cls, f"{root}." if root else "")[0])
+    config = builder.build(cls, node, root)
+    return BuildResult(config=config, problems=builder.problems, normalised=builder.normalised)
+
+
+def _describe(value: Any) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+class _Builder:
+    def __init__(self, known: frozenset[str]):
+        self.known = known
+        self.problems: list[str] = []
+        self.normalised: dict[str, list] = {}
+
+    def build(self, cls: type, node: Any, path: str) -> Any:
+        if not isinstance(node, (Mapping, DictConfig)):
+            self.problems.append(
+                f"{path or 'the config'} must be a section (a mapping of keys), got {_describe(node)}."
+            )
+            return cls()
+        hints = type_hints(cls)
+        names = {f.name for f in dataclasses.fields(cls)}
+        for key in node.keys():
+            if str(key) not in names:
+                self.problems.append(unknown_key_message(_join(path, str(key)), self.known))
+        kwargs = {}
+        present = {str(k) for k in node.keys()}  # `in` on a DictConfig hides ??? values
+        for f in dataclasses.fields(cls):
+            if f.name not in present:
+                continue  # a key deleted with ~key falls back to the dataclass default
+            key_path = _join(path, f.name)
+            ok, raw = self._read(node, f.name, key_path)
+            if not ok:
+                continue
+            ok, value = self.convert(hints[f.name], raw, key_path)
+            if ok and self._allowed(f.metadata, value, key_path):
+                kwargs[f.name] = value
+        return cls(**kwargs)
+
+    def _read(self, node: Any, key: str, path: str) -> tuple[bool, Any]:
+        if isinstance(node, DictConfig):
+            if OmegaConf.is_missing(node, key):
+                self.problems.append(f"{path} is required but has no value (???); set it with {path}=<value>.")
+                return False, None
+            try:
+                return True, node[key]
+            except OmegaConfBaseException as e:
+                self.problems.append(f"{path} could not be resolved: {e}".rstrip())
+                return False, None
+        return True, node[key]
+
+    # ------------------------------------------------------------ types
+
+    def convert(self, tp: Any, value: Any, path: str) -> tuple[bool, Any]:
+        if tp is Any:
+            return self._plain(value, path)
+        if _is_union(tp):
+            return self._union(tp, value, path)
+        if dataclasses.is_dataclass(tp):
+            return True, self.build(tp, value, path)
+        origin = typing.get_origin(tp) or tp
+        if origin is dict:
+            if not isinstance(value, (Mapping, DictConfig)):
+                return self._fail(path, "a mapping", value)
+            return self._plain(value, path)
+        if origin is list:
+            return self._list(tp, value, path)
+        return self._scalar(tp, value, path)
+
+    def _plain(self, value: Any, path: str) -> tuple[bool, Any]:
+        if isinstance(value, (DictConfig, ListConfig)):
+            try:
+                return True, OmegaConf.to_container(value, resolve=True)
+            except OmegaConfBaseException as e:
+                self.problems.append(f"{path} could not be resolved: {e}".rstrip())
+                return False, None
+        return True, value
+
+    def _union(self, tp: Any, value: Any, path: str) -> tuple[bool, Any]:
+        members = typing.get_args(tp)
+        if value is None:
+            if type(None) in members:
+                return True, None
+            self.problems.append(f"{path} must be set (got null).")
+            return False, None
+        for member in members:
+            if member is type(None):
+                continue
+            trial = _Builder(self.known)
+            ok, converted = trial.convert(member, value, path)
+            if ok and not trial.problems:
+                self.normalised.update(trial.normalised)
+                return True, converted
+        if len(members) == 2 and type(None) in members:
+            # Optional[X]: the message for X alone is the useful one.
+            return self.convert(next(m for m in members if m is not type(None)), value, path)
+        names = " or ".join(_type_name(m) for m in members)
+        return self._fail(path, names, value)
+
+    def _list(self, tp: Any, value: Any, path: str) -> tuple[bool, Any]:
+        (item_tp,) = typing.get_args(tp) or (Any,)
+        if item_tp is str and isinstance(value, str):
+            # Upstream command lines pass both trainer.logger=console and trainer.logger=[console].
+            ok, item = self.convert(item_tp, value, path)
+            if ok:
+                self.normalised[path] = [item]
+            return ok, [item]
+        if not isinstance(value, (list, tuple, ListConfig)):
+            return self._fail(path, "a list", value)
+        out, all_ok = [], True
+        for i, item in enumerate(value):
+            ok, converted = self.convert(item_tp, item, f"{path}[{i}]")
+            all_ok &= ok
+            out.append(converted)
+        return all_ok, out
+
+    def _scalar(self, tp: Any, value: Any, path: str) -> tuple[bool, Any]:
+        if value is None:
+            self.problems.append(f"{path} must be set (got null); expected {_type_name(tp)}.")
+            return False, None
+        if tp is bool:
+            return (True, value) if isinstance(value, bool) else self._fail(path, "true or false", value)
+        if tp is int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return True, value
+            return self._fail(path, "an integer", value)
+        if tp is float:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return True, float(value)
+            if isinstance(value, str):
+                # YAML 1.1 reads `1e-6` (no dot) as a string; accept what clearly is a number.
+                try:
+                    return True, float(value)
+                except ValueError:
+                    pass
+            return self._fail(path, "a number", value)
+        if tp is str:
+            if isinstance(value, str):
+                return True, value
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                # Hydra parses experiment_name=2024 as an int; the user meant the text.
+                return True, str(value)
+            return self._fail(path, "a string", value)
+        raise TypeError(f"schema for {path} uses unsupported type {tp!r}")
+
+    def _fail(self, path: str, expected: str, value: Any) -> tuple[bool, Any]:
+        self.problems.append(f"{path} must be {expected}, got {_describe(value)}.")
+        return False, None
+
+    # ------------------------------------------------------------ values
+
+    def _allowed(self, meta: Mapping[str, Any], value: Any, path: str) -> bool:
+        if value is None:
+            return True
+        if "choices" in meta and not _is_choice(value, meta["choices"], meta.get("registered")):
+            self.problems.append(f"{path}={value!r} is not allowed; choose one of: {', '.join(meta['choices'])}.")
+            return False
+        if "each_choices" in meta:
+            bad = [v for v in value if v not in meta["each_choices"]]
+            if bad:
+                allowed = ", ".join(meta["each_choices"])
+                self.problems.append(f"{path} contains {bad!r}, which is not allowed; entries must be from: {allowed}.")
+                return False
+        if "min" in meta and value < meta["min"]:
+            self.problems.append(f"{path} must be >= {meta['min']}, got {value}.")
+            return False
+        return True
+
+
+def _is_choice(value: str, choices: Sequence[str], registered: Callable[[str], bool] | None) -> bool:
+    return value in choices or (registered is not None and registered(value))
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _type_name(tp: Any) -> str:
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(
+        tp, getattr(tp, "__name__", str(tp))
+    )

@@ -1,0 +1,388 @@
+"""Checks that need more than one key: batch-size arithmetic, resources, algorithm choices.
+
+Each check returns messages (and warns for what will run but probably not as meant). The batch-size
+rules are upstream verl's, stated here once so the workers never find out mid-run:
+  - each step's data.train_batch_size * rollout.n responses split into whole optimizer steps of
+    ppo_mini_batch_size * rollout.n;
+  - each optimizer step's responses split evenly over the data-parallel workers
+    (nnodes * n_gpus_per_node / ulysses_sequence_parallel_size);
+  - each worker's share splits into whole micro-batches of *_micro_batch_size_per_gpu.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+from verl.trainer.config.errors import ConfigWarning
+from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+from verl.trainer.config.registries import GROUP_ADV_ESTIMATORS
+
+N = "actor_rollout_ref.rollout.n"
+
+
+def run_checks(cfg: PPOTrainerConfig) -> list[str]:
+    problems = check_resources(cfg)
+    problems += check_actor_batches(cfg)
+    problems += check_log_prob_batches(cfg)
+    if cfg.use_critic:
+        problems += check_critic_batches(cfg)
+    if cfg.reward_model.enable:
+        problems += check_reward_model(cfg)
+    problems += check_algorithm(cfg)
+    problems += check_lengths(cfg)
+    problems += check_trainer(cfg)
+    return problems
+
+
+# ---------------------------------------------------------------- batch sizes
+
+
+@dataclass
+class _Update:
+    """One trained model's batch keys (actor or critic), with the prefix used in messages."""
+
+    prefix: str
+    mini: int
+    n: int
+    dp: int
+    dp_how: str
+    micro_legacy: int | None
+    micro_per_gpu: int | None
+    dynamic: bool
+
+
+def _data_parallel(cfg: PPOTrainerConfig, sp: int, sp_key: str) -> tuple[int, str]:
+    how = (
+        f"trainer.nnodes * trainer.n_gpus_per_node / {sp_key} = "
+        f"{cfg.trainer.nnodes} * {cfg.trainer.n_gpus_per_node} / {sp}"
+    )
+    return cfg.world_size // sp, how
+
+
+def resolve_micro(
+    prefix: str,
+    legacy_key: str,
+    per_gpu_key: str,
+    legacy: int | None,
+    per_gpu: int | None,
+    dp: int,
+    problems: list[str],
+) -> int | None:
+    """The per-worker micro-batch size, from the per-gpu key or the deprecated global one (not both)."""
+    if legacy is not None and per_gpu is not None:
+        problems.append(
+            f"{prefix}.{legacy_key} ({legacy}) and {prefix}.{per_gpu_key} ({per_gpu}) are both set; "
+            f"{prefix}.{legacy_key} is deprecated: remove it, or set {prefix}.{per_gpu_key}=null to keep it."
+        )
+        return None
+    if legacy is None and per_gpu is None:
+        problems.append(
+            f"Set {prefix}.{per_gpu_key} (samples per forward pass on one worker), "
+            f"or turn on dynamic batch sizes (use_dynamic_bsz=true)."
+        )
+        return None
+    if per_gpu is not None:
+        return per_gpu
+    if legacy % dp != 0 or legacy < dp:
+        problems.append(
+            f"{prefix}.{legacy_key} ({legacy}) is a global size and must be a multiple of the "
+            f"data-parallel size {dp}; better set {prefix}.{per_gpu_key}={max(1, legacy // dp)} instead."
+        )
+        return None
+    return legacy // dp
+
+
+def _check_update(u: _Update, train_batch_size: int) -> list[str]:
+    problems: list[str] = []
+    mini_key, micro_key = f"{u.prefix}.ppo_mini_batch_size", f"{u.prefix}.ppo_micro_batch_size_per_gpu"
+    if u.mini > train_batch_size:
+        problems.append(
+            f"{mini_key} ({u.mini}) is larger than data.train_batch_size ({train_batch_size}): "
+            f"one optimizer step cannot use more prompts than a training step has."
+        )
+    elif train_batch_size % u.mini != 0:
+        problems.append(
+            f"data.train_batch_size * {N} = {train_batch_size} * {u.n} = {train_batch_size * u.n} is not divisible "
+            f"by {mini_key} * {N} = {u.mini} * {u.n} = {u.mini * u.n}; "
+            f"pick a ppo_mini_batch_size that divides {train_batch_size}."
+        )
+    micro = None
+    if not u.dynamic:  # with dynamic sizes micro-batches are packed by token count instead
+        micro = resolve_micro(
+            u.prefix,
+            "ppo_micro_batch_size",
+            "ppo_micro_batch_size_per_gpu",
+            u.micro_legacy,
+            u.micro_per_gpu,
+            u.dp,
+            problems,
+        )
+    responses = u.mini * u.n
+    if responses % u.dp != 0:
+        problems.append(
+            f"{mini_key} * {N} = {u.mini} * {u.n} = {responses} responses per optimizer step cannot be split "
+            f"evenly over {u.dp} data-parallel workers ({u.dp_how}); make it a multiple of {u.dp}."
+        )
+        return problems
+    if micro is None:
+        return problems
+    per_worker = responses // u.dp
+    share = f"{per_worker} (= {mini_key} {u.mini} * {N} {u.n} / {u.dp} workers)"
+    if u.micro_per_gpu is None:  # derived from the deprecated global size
+        micro_desc = f"{u.prefix}.ppo_micro_batch_size / workers = {u.micro_legacy} / {u.dp} = {micro}"
+    else:
+        micro_desc = f"{micro_key} ({micro})"
+    if micro > per_worker:
+        problems.append(
+            f"{micro_desc} is larger than the mini-batch each worker gets, {share}; "
+            f"set it to a divisor of {per_worker}."
+        )
+    elif per_worker % micro != 0:
+        problems.append(
+            f"The mini-batch each worker gets, {share}, is not divisible by {micro_desc}; "
+            f"set it to a divisor of {per_worker}."
+        )
+    return problems
+
+
+def check_actor_batches(cfg: PPOTrainerConfig) -> list[str]:
+    actor = cfg.actor_rollout_ref.actor
+    sp_key = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+    dp, how = _data_parallel(cfg, actor.ulysses_sequence_parallel_size, sp_key)
+    update = _Update(
+        "actor_rollout_ref.actor",
+        actor.ppo_mini_batch_size,
+        cfg.actor_rollout_ref.rollout.n,
+        dp,
+        how,
+        actor.ppo_micro_batch_size,
+        actor.ppo_micro_batch_size_per_gpu,
+        actor.use_dynamic_bsz,
+    )
+    return _check_update(update, cfg.data.train_batch_size) if dp >= 1 else []
+
+
+def check_critic_batches(cfg: PPOTrainerConfig) -> list[str]:
+    critic, n = cfg.critic, cfg.actor_rollout_ref.rollout.n
+    problems: list[str] = []
+    if critic.rollout_n != n:
+        problems.append(
+            f"critic.rollout_n ({critic.rollout_n}) differs from {N} ({n}); "
+            f"leave critic.rollout_n at its default, ${{{N}}}."
+        )
+    dp, how = _data_parallel(cfg, critic.ulysses_sequence_parallel_size, "critic.ulysses_sequence_parallel_size")
+    if dp < 1:
+        return problems
+    update = _Update(
+        "critic",
+        critic.ppo_mini_batch_size,
+        n,
+        dp,
+        how,
+        critic.ppo_micro_batch_size,
+        critic.ppo_micro_batch_size_per_gpu,
+        critic.use_dynamic_bsz,
+    )
+    problems += _check_update(update, cfg.data.train_batch_size)
+    if not critic.use_dynamic_bsz:
+        resolve_micro(
+            "critic",
+            "forward_micro_batch_size",
+            "forward_micro_batch_size_per_gpu",
+            critic.forward_micro_batch_size,
+            critic.forward_micro_batch_size_per_gpu,
+            dp,
+            problems,
+        )
+    return problems
+
+
+def check_log_prob_batches(cfg: PPOTrainerConfig) -> list[str]:
+    """Log-prob passes only need a micro-batch size; the last micro-batch may be short."""
+    problems: list[str] = []
+    rollout, ref = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.ref
+    dp = max(1, cfg.world_size // rollout.tensor_model_parallel_size)
+    if not rollout.log_prob_use_dynamic_bsz:
+        resolve_micro(
+            "actor_rollout_ref.rollout",
+            "log_prob_micro_batch_size",
+            "log_prob_micro_batch_size_per_gpu",
+            rollout.log_prob_micro_batch_size,
+            rollout.log_prob_micro_batch_size_per_gpu,
+            dp,
+            problems,
+        )
+    if cfg.use_reference_policy and not ref.log_prob_use_dynamic_bsz:
+        resolve_micro(
+            "actor_rollout_ref.ref",
+            "log_prob_micro_batch_size",
+            "log_prob_micro_batch_size_per_gpu",
+            ref.log_prob_micro_batch_size,
+            ref.log_prob_micro_batch_size_per_gpu,
+            dp,
+            problems,
+        )
+    return problems
+
+
+def check_reward_model(cfg: PPOTrainerConfig) -> list[str]:
+    rm = cfg.reward_model
+    problems: list[str] = []
+    if rm.model.path is None:
+        problems.append(
+            "reward_model.enable=true needs reward_model.model.path (a reward model folder); "
+            "or set reward_model.enable=false to score with custom_reward_function / the data_source rules."
+        )
+    if not rm.use_dynamic_bsz:
+        resolve_micro(
+            "reward_model",
+            "micro_batch_size",
+            "micro_batch_size_per_gpu",
+            rm.micro_batch_size,
+            rm.micro_batch_size_per_gpu,
+            max(1, cfg.world_size),
+            problems,
+        )
+    return problems
+
+
+# ---------------------------------------------------------------- everything else
+
+
+def check_resources(cfg: PPOTrainerConfig) -> list[str]:
+    problems: list[str] = []
+    world = cfg.world_size
+    world_how = f"trainer.nnodes * trainer.n_gpus_per_node = {cfg.trainer.nnodes} * {cfg.trainer.n_gpus_per_node}"
+    divisors = [
+        (
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+            cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size,
+        ),
+        (
+            "actor_rollout_ref.rollout.tensor_model_parallel_size",
+            cfg.actor_rollout_ref.rollout.tensor_model_parallel_size,
+        ),
+    ]
+    if cfg.use_critic:
+        divisors.append(("critic.ulysses_sequence_parallel_size", cfg.critic.ulysses_sequence_parallel_size))
+    for key, value in divisors:
+        if world % value != 0:
+            problems.append(f"{key} ({value}) must divide the number of workers, {world_how} = {world}.")
+    if not cfg.actor_rollout_ref.hybrid_engine:
+        problems.append(
+            "actor_rollout_ref.hybrid_engine=false is not supported: actor and rollout share one worker; "
+            "set actor_rollout_ref.hybrid_engine=true."
+        )
+    return problems
+
+
+def check_algorithm(cfg: PPOTrainerConfig) -> list[str]:
+    problems: list[str] = []
+    estimator, n = cfg.algorithm.adv_estimator, cfg.actor_rollout_ref.rollout.n
+    if estimator in GROUP_ADV_ESTIMATORS and n == 1:
+        problems.append(
+            f"algorithm.adv_estimator={estimator} compares the responses to the same prompt, but {N}=1 gives one "
+            f"response per prompt, so every advantage is 0; set {N} to 2 or more (e.g. {N}=4)."
+        )
+    groups = cfg.algorithm.filter_groups
+    if groups.enable and groups.metric is None:
+        problems.append(
+            "algorithm.filter_groups.enable=true needs algorithm.filter_groups.metric "
+            "(acc, score, seq_reward or seq_final_reward): the value that must differ within a group."
+        )
+    if groups.enable and n == 1:
+        problems.append(
+            f"algorithm.filter_groups.enable=true drops groups whose responses all score the same, but {N}=1 "
+            f"makes every group a single response; set {N} to 2 or more."
+        )
+    if cfg.algorithm.use_kl_in_reward and cfg.actor_rollout_ref.actor.use_kl_loss:
+        warnings.warn(
+            "algorithm.use_kl_in_reward=true and actor_rollout_ref.actor.use_kl_loss=true both penalise the KL "
+            "to the reference policy, so it is counted twice; usually only one is wanted.",
+            ConfigWarning,
+            stacklevel=2,
+        )
+    return problems
+
+
+def _warn_short(key: str, value: int, sp: int, need: int, how: str) -> None:
+    if value * sp < need:
+        sp_note = f" * sequence parallel {sp}" if sp > 1 else ""
+        warnings.warn(
+            f"{key} ({value}{sp_note}) is less than {how} = {need}: one full-length sequence does not fit in a "
+            f"micro-batch's token budget, so long sequences go alone and memory use exceeds the budget.",
+            ConfigWarning,
+            stacklevel=3,
+        )
+
+
+def check_lengths(cfg: PPOTrainerConfig) -> list[str]:
+    problems: list[str] = []
+    data, arr = cfg.data, cfg.actor_rollout_ref
+    need = data.max_prompt_length + data.max_response_length
+    how = f"data.max_prompt_length + data.max_response_length = {data.max_prompt_length} + {data.max_response_length}"
+    budgets = []
+    if arr.actor.use_dynamic_bsz:
+        budgets.append(
+            (
+                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+                arr.actor.ppo_max_token_len_per_gpu,
+                arr.actor.ulysses_sequence_parallel_size,
+            )
+        )
+    if arr.rollout.log_prob_use_dynamic_bsz:
+        budgets.append(
+            (
+                "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+                arr.rollout.log_prob_max_token_len_per_gpu,
+                arr.actor.ulysses_sequence_parallel_size,
+            )
+        )
+    if cfg.use_reference_policy and arr.ref.log_prob_use_dynamic_bsz:
+        budgets.append(
+            (
+                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+                arr.ref.log_prob_max_token_len_per_gpu,
+                arr.ref.ulysses_sequence_parallel_size,
+            )
+        )
+    if cfg.use_critic and cfg.critic.use_dynamic_bsz:
+        sp = cfg.critic.ulysses_sequence_parallel_size
+        budgets.append(("critic.ppo_max_token_len_per_gpu", cfg.critic.ppo_max_token_len_per_gpu, sp))
+        budgets.append(("critic.forward_max_token_len_per_gpu", cfg.critic.forward_max_token_len_per_gpu, sp))
+    if cfg.reward_model.enable and cfg.reward_model.use_dynamic_bsz:
+        budgets.append(
+            (
+                "reward_model.forward_max_token_len_per_gpu",
+                cfg.reward_model.forward_max_token_len_per_gpu,
+                cfg.reward_model.ulysses_sequence_parallel_size,
+            )
+        )
+    for key, value, sp in budgets:
+        _warn_short(key, value, sp, need, how)
+
+    max_len = arr.rollout.max_model_len
+    total = arr.rollout.prompt_length + arr.rollout.response_length
+    if max_len is not None and max_len < total:
+        problems.append(
+            f"actor_rollout_ref.rollout.max_model_len ({max_len}) is smaller than actor_rollout_ref.rollout."
+            f"prompt_length + response_length = {arr.rollout.prompt_length} + {arr.rollout.response_length} = "
+            f"{total}; raise it or set it to null."
+        )
+    if data.val_batch_size is not None:
+        warnings.warn(
+            "data.val_batch_size is deprecated and ignored: validation runs over the whole set at once.",
+            ConfigWarning,
+            stacklevel=2,
+        )
+    return problems
+
+
+def check_trainer(cfg: PPOTrainerConfig) -> list[str]:
+    problems: list[str] = []
+    if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
+        problems.append(
+            "trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_* checkpoint folder)."
+        )
+    return problems

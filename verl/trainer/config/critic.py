@@ -1,0 +1,53 @@
+"""The `critic` section: the value model, used when the advantage estimator needs values (gae)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field
+from verl.trainer.config.engine import TRAIN_STRATEGIES, CheckpointConfig, FSDPConfig, OptimConfig
+from verl.trainer.config.registries import LOSS_AGG_MODES
+
+
+def _critic_optim() -> OptimConfig:
+    return OptimConfig(lr=1e-5)
+
+
+@dataclass
+class CriticModelConfig(BaseConfig):
+    path: str | None = None  # None: the actor's model
+    tokenizer_path: str | None = None
+    override_config: dict[str, Any] = dict_field()
+    external_lib: str | None = None
+    enable_gradient_checkpointing: bool = True
+    enable_activation_offload: bool = False
+    use_remove_padding: bool = False
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    lora_rank: int = at_least(0, 0)
+    lora_alpha: int = 16
+    target_modules: str | list[str] = "all-linear"
+    trust_remote_code: bool = False
+
+
+@dataclass
+class CriticConfig(BaseConfig):
+    rollout_n: int = at_least(1, 1)
+    strategy: str = choice("fsdp", TRAIN_STRATEGIES)
+    optim: OptimConfig = field(default_factory=_critic_optim)
+    model: CriticModelConfig = field(default_factory=CriticModelConfig)
+    ppo_mini_batch_size: int = at_least(4, 1)  # in prompts, like the actor's
+    ppo_micro_batch_size: int | None = None  # deprecated: global
+    ppo_micro_batch_size_per_gpu: int | None = at_least(2, 1)
+    forward_micro_batch_size: int | None = None  # deprecated: global
+    forward_micro_batch_size_per_gpu: int | None = at_least(2, 1)
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = at_least(32768, 1)
+    forward_max_token_len_per_gpu: int = at_least(32768, 1)
+    ulysses_sequence_parallel_size: int = at_least(1, 1)
+    ppo_epochs: int = at_least(1, 1)
+    shuffle: bool = False
+    grad_clip: float = 1.0
+    cliprange_value: float = 0.5
+    loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)

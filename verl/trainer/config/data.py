@@ -1,0 +1,46 @@
+"""The `data` section: which parquet files, how prompts are read, and how many per step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from verl.trainer.config.base import BaseConfig, at_least, choice, list_field
+
+TRUNCATION_MODES = ("error", "left", "right", "middle")
+
+
+@dataclass
+class CustomClsConfig(BaseConfig):
+    """A user dataset class: `path` is a python file, `name` the class in it."""
+
+    path: str | None = None
+    name: str | None = None
+
+
+@dataclass
+class DataConfig(BaseConfig):
+    tokenizer: str | None = None
+    use_shm: bool = False
+    train_files: list[str] = list_field(["~/data/arithmetic/train.parquet"])
+    val_files: list[str] | None = list_field(["~/data/arithmetic/test.parquet"])
+    prompt_key: str = "prompt"
+    reward_fn_key: str = "data_source"
+    max_prompt_length: int = at_least(512, 1)
+    max_response_length: int = at_least(512, 1)
+    train_batch_size: int = at_least(8, 1)
+    gen_batch_size: int = at_least(8, 1)  # DAPO: prompts generated per round when algorithm.filter_groups is on
+    val_batch_size: int | None = None
+    return_raw_input_ids: bool = False
+    return_raw_chat: bool = False
+    return_full_prompt: bool = False
+    shuffle: bool = True
+    seed: int = 1
+    dataloader_num_workers: int = at_least(0, 0)
+    validation_shuffle: bool = False
+    filter_overlong_prompts: bool = False
+    filter_overlong_prompts_workers: int = at_least(1, 1)
+    truncation: str = choice("error", TRUNCATION_MODES)
+    trust_remote_code: bool = False
+    train_max_samples: int = -1
+    val_max_samples: int = -1
+    custom_cls: CustomClsConfig = field(default_factory=CustomClsConfig)

@@ -1,0 +1,19 @@
+"""Exceptions and warnings raised while checking a trainer config."""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """One or more problems in a config; each message names the full dotted key.
+
+    `problems` keeps the individual messages so callers (and tests) can inspect them one by one;
+    str(error) joins them one per line, which is what the command line prints.
+    """
+
+    def __init__(self, problems: list[str] | str):
+        self.problems: list[str] = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class ConfigWarning(UserWarning):
+    """A config that will run but probably not the way the user meant."""

@@ -1,0 +1,71 @@
+"""Checking that the local files and folders a run reads exist, before any worker starts.
+
+Remote locations (hdfs://, s3://, ...) are fetched later and not checked; a model given as a hub id
+(`Qwen/Qwen2.5-0.5B`, no leading / ~ or .) is resolved by transformers.
+"""
+
+from __future__ import annotations
+
+import os
+
+from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def _looks_local(path: str) -> bool:
+    return path.startswith(("/", "~", "."))
+
+
+def _missing(path: str) -> str | None:
+    """The expanded path when it does not exist, else None."""
+    expanded = os.path.expanduser(path)
+    return None if os.path.exists(expanded) else expanded
+
+
+def _shown(path: str, expanded: str) -> str:
+    return f"'{expanded}'" if expanded == path else f"'{expanded}' (from '{path}')"
+
+
+def _data_files(key: str, files: list[str] | None) -> list[str]:
+    problems = []
+    for i, path in enumerate(files or []):
+        if _is_remote(path):
+            continue
+        expanded = _missing(path)
+        if expanded is not None:
+            where = key if len(files) == 1 else f"{key}[{i}]"
+            problems.append(
+                f"{where}: data file not found: {_shown(path, expanded)}. Create it first (e.g. "
+                f"`python examples/data_preprocess/arithmetic.py` writes ~/data/arithmetic/train.parquet and "
+                f"test.parquet) or set {key}=<path to a .parquet file>."
+            )
+    return problems
+
+
+def _local_path(key: str, path: str | None, what: str, only_if_local_looking: bool = False) -> list[str]:
+    if path is None or _is_remote(path) or (only_if_local_looking and not _looks_local(path)):
+        return []
+    expanded = _missing(path)
+    if expanded is None:
+        return []
+    return [f"{key}: {what} not found: {_shown(path, expanded)}; set {key}=<existing path>."]
+
+
+def check_files(cfg: PPOTrainerConfig) -> list[str]:
+    problems = _data_files("data.train_files", cfg.data.train_files)
+    problems += _data_files("data.val_files", cfg.data.val_files)
+    model = cfg.actor_rollout_ref.model
+    problems += _local_path("actor_rollout_ref.model.path", model.path, "model folder", only_if_local_looking=True)
+    if cfg.use_critic and cfg.critic.model.path != model.path:
+        problems += _local_path("critic.model.path", cfg.critic.model.path, "model folder", only_if_local_looking=True)
+    if cfg.reward_model.enable:
+        problems += _local_path(
+            "reward_model.model.path", cfg.reward_model.model.path, "model folder", only_if_local_looking=True
+        )
+    problems += _local_path("data.tokenizer", cfg.data.tokenizer, "tokenizer", only_if_local_looking=True)
+    problems += _local_path("custom_reward_function.path", cfg.custom_reward_function.path, "reward function file")
+    problems += _local_path("data.custom_cls.path", cfg.data.custom_cls.path, "dataset class file")
+    return problems

@@ -1,0 +1,39 @@
+"""The whole PPO trainer config (ppo_trainer.yaml) as one typed tree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from verl.trainer.config.actor import ActorRolloutRefConfig
+from verl.trainer.config.algorithm import AlgoConfig
+from verl.trainer.config.base import BaseConfig
+from verl.trainer.config.critic import CriticConfig
+from verl.trainer.config.data import DataConfig
+from verl.trainer.config.reward import CustomRewardFunctionConfig, RewardModelConfig
+from verl.trainer.config.trainer import RayKwargsConfig, TrainerConfig
+
+
+@dataclass
+class PPOTrainerConfig(BaseConfig):
+    data: DataConfig = field(default_factory=DataConfig)
+    actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    algorithm: AlgoConfig = field(default_factory=AlgoConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
+
+    @property
+    def use_critic(self) -> bool:
+        """Only GAE needs learned values; every other estimator builds its baseline from rewards."""
+        return self.algorithm.adv_estimator == "gae"
+
+    @property
+    def use_reference_policy(self) -> bool:
+        return self.algorithm.use_kl_in_reward or self.actor_rollout_ref.actor.use_kl_loss
+
+    @property
+    def world_size(self) -> int:
+        """Worker processes in total: GPUs, or CPU worker processes on a machine without one."""
+        return self.trainer.nnodes * self.trainer.n_gpus_per_node

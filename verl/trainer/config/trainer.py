@@ -1,0 +1,52 @@
+"""The `trainer` and `ray_kwargs` sections: the run's length, resources, logging and checkpoints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field, list_field
+
+RESUME_MODES = ("auto", "disable", "resume_path")
+DEVICES = ("auto", "cpu", "cuda")
+# Everything upstream's Tracking knows; whether a backend is installed is checked when it starts.
+LOGGERS = ("console", "tensorboard", "wandb", "mlflow", "swanlab", "vemlp_wandb", "clearml", "file")
+
+
+@dataclass
+class TrainerConfig(BaseConfig):
+    balance_batch: bool = True
+    total_epochs: int = at_least(30, 1)
+    total_training_steps: int | None = at_least(None, 1)
+    profile_steps: list[int] | None = None
+    project_name: str = "verl_examples"
+    experiment_name: str = "gsm8k"
+    logger: list[str] = list_field(["console"], LOGGERS)
+    log_val_generations: int = at_least(0, 0)
+    rollout_data_dir: str | None = None
+    validation_data_dir: str | None = None
+    nnodes: int = at_least(1, 1)
+    n_gpus_per_node: int = at_least(2, 1)  # on a CPU-only machine: worker processes per node
+    save_freq: int = -1
+    esi_redundant_time: int = 0
+    resume_mode: str = choice("auto", RESUME_MODES)
+    resume_from_path: str | None = None
+    val_before_train: bool = True
+    val_only: bool = False
+    test_freq: int = -1
+    critic_warmup: int = at_least(0, 0)
+    default_hdfs_dir: str | None = None
+    del_local_ckpt_after_load: bool = False
+    default_local_dir: str = "checkpoints/verl_examples/gsm8k"
+    max_actor_ckpt_to_keep: int | None = at_least(None, 1)
+    max_critic_ckpt_to_keep: int | None = at_least(None, 1)
+    ray_wait_register_center_timeout: int = at_least(300, 1)
+    device: str = choice("auto", DEVICES)
+    report_dir: str = "checkpoints/verl_examples/gsm8k/report"
+
+
+@dataclass
+class RayKwargsConfig(BaseConfig):
+    # Passed to ray.init as keyword arguments, so any ray.init argument is accepted.
+    ray_init: dict[str, Any] = dict_field({"num_cpus": None, "object_store_memory": None, "include_dashboard": False})
+    timeline_json_file: str | None = None

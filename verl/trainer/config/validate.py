@@ -1,0 +1,68 @@
+"""The one call that checks a whole trainer config: `validate_config(cfg)`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from verl.trainer.config.base import build_config
+from verl.trainer.config.checks import run_checks
+from verl.trainer.config.errors import ConfigError
+from verl.trainer.config.files import check_files as file_problems
+from verl.trainer.config.overrides import unknown_override_problems
+from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+
+CONFIG_DIR = Path(__file__).resolve().parent
+
+
+def validate_config(cfg: DictConfig | dict, *, check_files: bool = True) -> PPOTrainerConfig:
+    """Check every key of a composed ppo_trainer config and return it typed.
+
+    Raises ConfigError listing every problem, each with its full dotted key. Keys given as a bare
+    string where a list is declared (trainer.logger=console) are turned into one-element lists, in the
+    returned dataclasses and in `cfg` itself, so code reading either sees a list. `check_files=False`
+    skips the existence checks of data files and model folders (for tests and dry runs).
+    """
+    # A plain dict is read through OmegaConf so its ${...} interpolations resolve as they would from yaml.
+    node = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
+    result = build_config(PPOTrainerConfig, node)
+    if result.problems:
+        raise ConfigError(result.problems)
+    typed: PPOTrainerConfig = result.config
+    problems = run_checks(typed)
+    if check_files:
+        problems += file_problems(typed)
+    if problems:
+        raise ConfigError(problems)
+    _write_back(cfg, result.normalised)
+    return typed
+
+
+def _write_back(cfg: DictConfig | dict, normalised: dict[str, list]) -> None:
+    for key, value in normalised.items():
+        if isinstance(cfg, DictConfig):
+            with read_write(cfg), open_dict(cfg):
+                OmegaConf.update(cfg, key, value, merge=False)
+        else:
+            node = cfg
+            *parents, leaf = key.split(".")
+            for part in parents:
+                node = node[part]
+            node[leaf] = value
+
+
+def load_config(overrides: Sequence[str] = (), config_name: str = "ppo_trainer") -> DictConfig:
+    """Compose a config from this folder with Hydra, as the command line would (without running anything).
+
+    Unknown override keys raise ConfigError with a suggestion, like the command line. Must not be called
+    inside a running @hydra.main (Hydra allows one global initialisation).
+    """
+    from hydra import compose, initialize_config_dir
+
+    problems = unknown_override_problems(overrides)
+    if problems:
+        raise ConfigError(problems)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return compose(config_name=config_name, overrides=list(overrides))
