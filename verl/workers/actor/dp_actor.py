@@ -12,7 +12,8 @@ Batch sizes (as the worker hands them over, already normalised):
 
 Micro-batch losses are weighted so the accumulated gradient is the gradient of the mini-batch loss as defined
 by ``loss_agg_mode`` (token-mean: each micro-batch's share of the mini-batch's response tokens), so results do
-not depend on the micro-batch size. The LR scheduler is stepped by the worker, not here.
+not depend on the micro-batch size. Across ranks FSDP averages gradients, so the step follows the mean of the
+ranks' mini-batch losses; the clipped grad norm is the global one. The LR scheduler is stepped by the worker.
 """
 
 from __future__ import annotations
