@@ -1,0 +1,200 @@
+"""Generate the bundled arithmetic word-problem task as verl parquet files (no downloads).
+
+    python examples/data_preprocess/arithmetic.py --local_save_dir ~/data/arithmetic --difficulty 2
+
+Each problem is a short story over one running count ("Tom has 12 apples. He buys 5 more. He gives away 3.
+How many apples does Tom have now?"); the answer is an integer written after `####`, scored by
+verl.utils.reward_score.arithmetic (data_source "arithmetic").
+
+Small instruct models rarely write `####` unprompted, so by default the prompt carries the instruction and one
+worked example in the exact answer format; `--no_fewshot` drops the example. Difficulty levels:
+  1: one step, + or -, numbers up to 10        2: two steps, + -, up to 20
+  3: three steps, + -, up to 50                4: three steps, + - and "k boxes of n" (a product), up to 50
+  L >= 5: L-1 steps, + - and products, up to 100
+Choose the level whose step-0 accuracy is 10-50% for the model you train, so GRPO gets a learning signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+DATA_SOURCE = "arithmetic"
+INSTRUCTION = 'Solve the math word problem. Write the calculation, then the final answer as a number after "####".'
+NO_FEWSHOT_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+# The one-shot example comes from its own generator, independent of --seed, so every split shares one prompt.
+_EXAMPLE_SEED = 20_250_101
+
+_PEOPLE = [
+    ("Tom", "He", "him"), ("Anna", "She", "her"), ("Ben", "He", "him"), ("Lily", "She", "her"),
+    ("Sam", "He", "him"), ("Mia", "She", "her"), ("Jack", "He", "him"), ("Emma", "She", "her"),
+    ("Leo", "He", "him"), ("Zoe", "She", "her"), ("Max", "He", "him"), ("Ella", "She", "her"),
+    ("Noah", "He", "him"), ("Ava", "She", "her"), ("Liam", "He", "him"), ("Nora", "She", "her"),
+]
+_ITEMS = ["apples", "pencils", "marbles", "stickers", "cookies", "books", "coins", "cards", "shells", "stamps",
+          "balloons", "candies", "toy cars", "seashells", "crayons", "buttons"]
+_ADD_PHRASES = ["{He} buys {n} more.", "{He} finds {n} more.", "A friend gives {him} {n} more.", "{He} gets {n} more."]
+_SUB_PHRASES = ["{He} gives away {n}.", "{He} loses {n}.", "{He} sells {n}.", "{He} gives {n} to a friend."]
+_BOX_PHRASES = ["{He} buys {k} boxes with {n} {items} in each.", "{He} gets {k} bags with {n} {items} in each."]
+
+
+@dataclass(frozen=True)
+class Level:
+    steps: int
+    max_number: int
+    ops: tuple[str, ...]
+
+
+_LEVELS = {
+    1: Level(steps=1, max_number=10, ops=("add", "sub")),
+    2: Level(steps=2, max_number=20, ops=("add", "sub")),
+    3: Level(steps=3, max_number=50, ops=("add", "sub")),
+    4: Level(steps=3, max_number=50, ops=("add", "sub", "box")),
+}
+
+
+def level_spec(level: int) -> Level:
+    if level < 1:
+        raise ValueError(f"--difficulty must be >= 1, got {level}")
+    return _LEVELS.get(level) or Level(steps=level - 1, max_number=100, ops=("add", "sub", "box"))
+
+
+@dataclass(frozen=True)
+class Problem:
+    question: str
+    solution: str  # the worked calculation ending in "#### <answer>"
+    answer: int
+
+
+def _step(rng: random.Random, op: str, value: int, spec: Level, words: dict) -> tuple[str, str, int]:
+    """(sentence, calculation, new value) of one step on the running count."""
+    if op == "sub" and value < 2:
+        op = "add"  # nothing left to take away; keep counts positive
+    if op == "add":
+        n = rng.randint(1, spec.max_number)
+        return rng.choice(_ADD_PHRASES).format(n=n, **words), f"{value} + {n} = {value + n}.", value + n
+    if op == "sub":
+        n = rng.randint(1, min(value - 1, spec.max_number))
+        return rng.choice(_SUB_PHRASES).format(n=n, **words), f"{value} - {n} = {value - n}.", value - n
+    k, n = rng.randint(2, 5), rng.randint(2, max(2, spec.max_number // 5))
+    sentence = rng.choice(_BOX_PHRASES).format(k=k, n=n, **words)
+    return sentence, f"{k} * {n} = {k * n}. {value} + {k * n} = {value + k * n}.", value + k * n
+
+
+def generate_problem(rng: random.Random, level: int) -> Problem:
+    spec = level_spec(level)
+    name, he, him = rng.choice(_PEOPLE)
+    items = rng.choice(_ITEMS)
+    words = {"He": he, "him": him, "items": items}
+    value = rng.randint(2, spec.max_number)
+    sentences, calculations = [f"{name} has {value} {items}."], []
+    for _ in range(spec.steps):
+        sentence, calculation, value = _step(rng, rng.choice(spec.ops), value, spec, words)
+        sentences.append(sentence)
+        calculations.append(calculation)
+    question = " ".join(sentences) + f" How many {items} does {name} have now?"
+    return Problem(question=question, solution=" ".join(calculations) + f" #### {value}", answer=value)
+
+
+def _is_clear_example(problem: Problem, level: int) -> bool:
+    """An example that shows both + and - (from two steps on) and never repeats a sentence."""
+    sentences = problem.question.split(". ")
+    shows_ops = "+" in problem.solution and ("-" in problem.solution or level_spec(level).steps == 1)
+    return shows_ops and len(set(sentences)) == len(sentences)
+
+
+def example_problem(level: int) -> Problem:
+    """The worked example shown in every prompt of this level (the first clear one from a fixed seed)."""
+    rng = random.Random(_EXAMPLE_SEED + level)
+    while True:
+        problem = generate_problem(rng, level)
+        if _is_clear_example(problem, level):
+            return problem
+
+
+def build_prompt(question: str, level: int, fewshot: bool = True) -> str:
+    """The user message: instruction, one worked example in the exact answer format, then the question."""
+    if not fewshot:
+        return f"{question} {NO_FEWSHOT_INSTRUCTION}"
+    example = example_problem(level)
+    return (
+        f"{INSTRUCTION}\n\n"
+        f"Question: {example.question}\nAnswer: {example.solution}\n\n"
+        f"Question: {question}\nAnswer:"
+    )
+
+
+def generate_problems(count: int, level: int, seed: int) -> list[Problem]:
+    """`count` problems with distinct questions (never the prompt's worked example), deterministic in seed."""
+    rng = random.Random(seed)
+    seen = {example_problem(level).question}
+    problems: list[Problem] = []
+    attempts = 0
+    while len(problems) < count:
+        attempts += 1
+        if attempts > 50 * count + 1000:
+            raise ValueError(
+                f"could only make {len(problems)} distinct level-{level} problems of {count}; "
+                "ask for fewer (--train_size/--test_size) or a higher --difficulty"
+            )
+        problem = generate_problem(rng, level)
+        if problem.question not in seen:
+            seen.add(problem.question)
+            problems.append(problem)
+    return problems
+
+
+def to_row(problem: Problem, split: str, index: int, level: int, fewshot: bool) -> dict:
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": [{"role": "user", "content": build_prompt(problem.question, level, fewshot)}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": str(problem.answer)},
+        "extra_info": {
+            "split": split,
+            "index": index,
+            "question": problem.question,
+            "answer": problem.solution,
+            "level": level,
+        },
+    }
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--local_save_dir", default="~/data/arithmetic", help="writes train.parquet and test.parquet")
+    parser.add_argument("--local_dir", default=None, help="deprecated alias of --local_save_dir")
+    parser.add_argument("--train_size", type=int, default=5000)
+    parser.add_argument("--test_size", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--difficulty", type=int, default=2, help="level 1.. (see the module docstring)")
+    parser.add_argument("--no_fewshot", action="store_true", help="drop the worked example from the prompt")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> tuple[str, str]:
+    args = parse_args(argv)
+    if args.train_size < 1 or args.test_size < 1:
+        raise ValueError(f"--train_size and --test_size must be >= 1, got {args.train_size}, {args.test_size}")
+    save_dir = os.path.expanduser(args.local_dir or args.local_save_dir)
+    os.makedirs(save_dir, exist_ok=True)
+    problems = generate_problems(args.train_size + args.test_size, args.difficulty, args.seed)
+    fewshot = not args.no_fewshot
+    paths = []
+    for split, chunk in (("train", problems[: args.train_size]), ("test", problems[args.train_size :])):
+        rows = [to_row(problem, split, i, args.difficulty, fewshot) for i, problem in enumerate(chunk)]
+        path = os.path.join(save_dir, f"{split}.parquet")
+        pq.write_table(pa.Table.from_pylist(rows), path)
+        paths.append(path)
+        print(f"wrote {len(rows)} {split} rows (level {args.difficulty}) to {path}")
+    return paths[0], paths[1]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Shared test helpers (tiny tokenizers, fixtures builders) that need no downloads."""

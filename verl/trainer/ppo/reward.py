@@ -1,0 +1,153 @@
+"""Building the reward function the trainer calls: a reward manager plus the scoring function it uses.
+
+`custom_reward_function.path` / `.name` load a user's compute_score from a python file; without it the
+built-in `default_compute_score` picks a rule by each row's data_source.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import inspect
+import os
+import sys
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from verl.protocol import DataProto
+from verl.utils.reward_score import default_compute_score
+from verl.workers.reward_manager import AbstractRewardManager, RawRewardFn, get_reward_manager_cls
+
+
+def _load_module_from_file(file_path: str) -> ModuleType:
+    """Import a python file once per process under a name derived from its absolute path."""
+    abs_path = os.path.abspath(os.path.expanduser(file_path))
+    if not os.path.isfile(abs_path):
+        raise FileNotFoundError(
+            f"custom_reward_function.path={file_path!r}: no such file ({abs_path}). "
+            "Point it to a python file defining your scoring function."
+        )
+    module_name = "verl_custom_reward_" + hashlib.sha1(abs_path.encode()).hexdigest()[:12]
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, abs_path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"custom_reward_function.path={file_path!r} is not an importable python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    _ship_by_value(module)
+    return module
+
+
+def _ship_by_value(module: ModuleType) -> None:
+    """Ray workers cannot import the user's file by our synthetic module name; have cloudpickle send its code."""
+    try:
+        from ray import cloudpickle
+    except ImportError:
+        return
+    cloudpickle.register_pickle_by_value(module)
+
+
+def _expected_params(config: Any) -> tuple[str, ...]:
+    manager_name = (config.get("reward_model") or {}).get("reward_manager", "naive")
+    return get_reward_manager_cls(manager_name).compute_score_params
+
+
+def _check_signature(fn: Any, params: tuple[str, ...], reward_kwargs: dict, where: str) -> None:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # builtins and some C callables have no signature to check; the first call will tell
+    try:
+        signature.bind(**{name: None for name in params}, **reward_kwargs)
+    except TypeError as exc:
+        raise TypeError(
+            f"{where} must accept keyword arguments ({', '.join(params)}"
+            f"{', ' + ', '.join(reward_kwargs) if reward_kwargs else ''}); its signature is {signature} ({exc}). "
+            "Add the missing parameters (or **kwargs)."
+        ) from exc
+
+
+def get_custom_reward_fn(config: Any) -> RawRewardFn | None:
+    """The user's scoring function from custom_reward_function.path/.name, or None when no path is set.
+
+    custom_reward_function.reward_kwargs are bound into the returned callable.
+    """
+    fn_config = config.get("custom_reward_function") or {}
+    file_path = fn_config.get("path")
+    if not file_path:
+        return None
+    function_name = fn_config.get("name") or "compute_score"
+    module = _load_module_from_file(file_path)
+    if not hasattr(module, function_name):
+        defined = sorted(
+            name for name, value in vars(module).items() if callable(value) and not name.startswith("_")
+        )
+        raise AttributeError(
+            f"custom_reward_function.name={function_name!r} is not defined in {module.__file__}; "
+            f"callables there: {defined}"
+        )
+    raw_fn = getattr(module, function_name)
+    reward_kwargs = dict(fn_config.get("reward_kwargs") or {})
+    where = f"custom reward function {function_name!r} in {module.__file__}"
+    _check_signature(raw_fn, _expected_params(config), reward_kwargs, where)
+    print(f"using customized reward function {function_name!r} from {module.__file__}")
+    return functools.partial(raw_fn, **reward_kwargs) if reward_kwargs else raw_fn
+
+
+def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_kwargs: Any) -> AbstractRewardManager:
+    """The reward manager named by reward_model.reward_manager (default "naive"), scoring with the custom
+    function when one is configured, else default_compute_score."""
+    manager_name = (config.get("reward_model") or {}).get("reward_manager", "naive")
+    manager_cls = get_reward_manager_cls(manager_name)
+    compute_score = get_custom_reward_fn(config) or default_compute_score
+    reward_fn_key = (config.get("data") or {}).get("reward_fn_key", "data_source")
+    kwargs = {**manager_cls.kwargs_from_config(config), **reward_kwargs}
+    return manager_cls(
+        tokenizer=tokenizer,
+        num_examine=num_examine,
+        compute_score=compute_score,
+        reward_fn_key=reward_fn_key,
+        **kwargs,
+    )
+
+
+def compute_reward(data: DataProto, reward_fn: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+    """(reward_tensor (bs, response_len), reward_extra_infos_dict {name: list per sample})."""
+    result = reward_fn(data, return_dict=True)
+    if not isinstance(result, dict) or "reward_tensor" not in result:
+        raise TypeError(
+            f"reward function {type(reward_fn).__name__} returned {type(result).__name__} for return_dict=True; "
+            "it must return {'reward_tensor': ..., 'reward_extra_info': {...}}"
+        )
+    return result["reward_tensor"], dict(result.get("reward_extra_info") or {})
+
+
+def compute_reward_async(data: DataProto, config: Any = None, tokenizer: Any = None, reward_fn: Any = None) -> Any:
+    """Start compute_reward in a Ray task (reward_model.launch_reward_fn_async); returns an ObjectRef of
+    (reward_tensor, reward_extra_infos_dict). Without reward_fn, the task builds one from config."""
+    import ray
+
+    return _remote_compute_reward(ray).remote(data, config, tokenizer, reward_fn)
+
+
+@functools.lru_cache(maxsize=1)
+def _remote_compute_reward(ray: Any) -> Any:
+    @ray.remote(num_cpus=1)
+    def _task(data: DataProto, config: Any, tokenizer: Any, reward_fn: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+        if reward_fn is None:
+            if config is None or tokenizer is None:
+                raise ValueError("compute_reward_async needs reward_fn, or config and tokenizer to build one")
+            reward_kwargs = dict((config.get("reward_model") or {}).get("reward_kwargs") or {})
+            reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **reward_kwargs)
+        return compute_reward(data, reward_fn)
+
+    return _task

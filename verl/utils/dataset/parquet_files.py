@@ -1,0 +1,70 @@
+"""Reading verl-format parquet files (offline, with errors that name the file) and locating split files."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Sequence
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def _read_one(path: str, files_key: str) -> pa.Table:
+    local = os.path.expanduser(path)
+    if not os.path.exists(local):
+        raise FileNotFoundError(f"{files_key}: parquet file {path!r} does not exist ({os.path.abspath(local)})")
+    try:
+        return pq.read_table(local)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ValueError(f"{files_key}: {path!r} is not a readable parquet file ({exc})") from exc
+
+
+def read_parquet_files(
+    paths: Sequence[str],
+    required_column: str | None = None,
+    column_hint: str = "",
+    files_key: str = "data.train_files / data.val_files",
+) -> datasets.Dataset:
+    """One in-memory `datasets.Dataset` with the rows of every file, in order.
+
+    Each file must hold `required_column` (else an error naming the file, its columns and `column_hint`); schemas may differ in nested fields (missing ones become None).
+    """
+    if not paths:
+        raise ValueError(f"{files_key}: no parquet files given")
+    tables = []
+    for path in paths:
+        table = _read_one(str(path), files_key)
+        if required_column is not None and required_column not in table.column_names:
+            raise ValueError(
+                f"{path!r} has no column {required_column!r}; available columns: {table.column_names}. {column_hint}"
+            )
+        tables.append(table)
+    try:
+        combined = pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        schemas = "; ".join(f"{path}: {table.schema.names}" for path, table in zip(paths, tables))
+        raise ValueError(f"{files_key}: the parquet files have incompatible columns ({exc}). {schemas}") from exc
+    return datasets.Dataset(combined)
+
+
+def find_split_file(folder: str, split: str) -> str:
+    """The parquet file for `split` under `folder`: `<split>.parquet`, or the Hugging Face hub layout
+    `<config>/<split>-00000-of-00001.parquet` (also `data/...`); several shards are not supported."""
+    root = os.path.expanduser(folder)
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"dataset folder {folder!r} does not exist")
+    flat = os.path.join(root, f"{split}.parquet")
+    if os.path.isfile(flat):
+        return flat
+    candidates = sorted(
+        glob.glob(os.path.join(root, f"{split}-*.parquet")) + glob.glob(os.path.join(root, "*", f"{split}-*.parquet"))
+    )
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise FileNotFoundError(
+            f"no {split!r} split in {folder!r}: expected {split}.parquet or <config>/{split}-00000-of-00001.parquet"
+        )
+    raise ValueError(f"several {split!r} parquet files in {folder!r}: {candidates}; keep one config folder")

@@ -1,0 +1,80 @@
+"""DAPO's reward manager: the rule score plus a soft penalty for responses that run into the length limit."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from verl.workers.reward_manager.abstract import RawRewardFn
+from verl.workers.reward_manager.batch_text import RolloutTexts
+from verl.workers.reward_manager.naive import NaiveRewardManager
+from verl.workers.reward_manager.registry import register
+
+
+def overlong_penalty(valid_response_length: int, max_resp_len: int, buffer_len: int, penalty_factor: float) -> float:
+    """0 up to max_resp_len - buffer_len tokens, then falling linearly to -penalty_factor at max_resp_len."""
+    expected_len = max_resp_len - buffer_len
+    exceed_len = valid_response_length - expected_len
+    return min(-exceed_len / buffer_len * penalty_factor, 0.0)
+
+
+@register("dapo")
+class DAPORewardManager(NaiveRewardManager):
+    """overlong_buffer_cfg: {enable, len, penalty_factor, log (default True)}; max_resp_len: the rollout's
+    response_length. With a plain-number score, the score is also reported as extra field "acc"."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        num_examine: int,
+        compute_score: RawRewardFn | None = None,
+        reward_fn_key: str = "data_source",
+        max_resp_len: int | None = None,
+        overlong_buffer_cfg: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **kwargs)
+        self.max_resp_len = max_resp_len
+        self.overlong_buffer_cfg = overlong_buffer_cfg
+        if self._penalty_enabled():
+            buffer_len = overlong_buffer_cfg.get("len")
+            if max_resp_len is None:
+                raise ValueError(
+                    "DAPORewardManager: overlong_buffer_cfg.enable=True needs max_resp_len "
+                    "(pass reward_model.reward_kwargs.max_resp_len, normally data.max_response_length)"
+                )
+            if buffer_len is None or not 0 < buffer_len <= max_resp_len:
+                raise ValueError(
+                    f"DAPORewardManager: overlong_buffer_cfg.len must be in (0, max_resp_len={max_resp_len}], "
+                    f"got {buffer_len}"
+                )
+
+    @classmethod
+    def kwargs_from_config(cls, config: Any) -> dict[str, Any]:
+        """DAPO recipes set reward_model.overlong_buffer and data.max_response_length."""
+        kwargs: dict[str, Any] = {}
+        overlong = (config.get("reward_model") or {}).get("overlong_buffer")
+        if overlong is not None:
+            kwargs["overlong_buffer_cfg"] = overlong
+        max_response_length = (config.get("data") or {}).get("max_response_length")
+        if max_response_length is not None:
+            kwargs["max_resp_len"] = max_response_length
+        return kwargs
+
+    def _penalty_enabled(self) -> bool:
+        return bool(self.overlong_buffer_cfg is not None and self.overlong_buffer_cfg.get("enable", False))
+
+    def _score_row(self, texts: RolloutTexts, i: int) -> tuple[float, dict[str, Any], Any]:
+        reward, fields, result = super()._score_row(texts, i)
+        if not isinstance(result, dict):
+            fields["acc"] = reward
+        if self._penalty_enabled():
+            cfg = self.overlong_buffer_cfg
+            penalty = overlong_penalty(
+                texts.valid_response_lengths[i], self.max_resp_len, cfg["len"], cfg.get("penalty_factor", 1.0)
+            )
+            reward += penalty
+            if cfg.get("log", True):
+                fields["overlong_reward"] = penalty
+                fields["overlong"] = penalty < 0
+        return reward, fields, result
