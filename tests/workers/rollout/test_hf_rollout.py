@@ -114,3 +114,26 @@ def test_missing_eos_meta_is_named():
     del data.meta_info["eos_token_id"]
     with pytest.raises(KeyError, match="eos_token_id"):
         HFRollout(tiny_llama(), rollout_config()).generate_sequences(data)
+
+
+@pytest.mark.parametrize("temperature,do_sample,top_k", [(0.7, True, -1), (1.3, True, 20), (1.0, False, -1)])
+def test_rollout_log_probs_match_the_actor(temperature, do_sample, top_k):
+    """rollout_log_probs use the actor's definition, log_softmax(logits / T), also when top-k truncates sampling."""
+    from verl.workers.actor import DataParallelPPOActor
+
+    model = tiny_llama()
+    rollout = HFRollout(model, rollout_config(temperature=temperature, top_k=top_k, calculate_log_probs=True))
+    torch.manual_seed(1)
+    out = rollout.generate_sequences(prompts(eos=[EOS_ID, 7, 9], do_sample=do_sample))
+    out.meta_info.update({"temperature": temperature, "micro_batch_size": 4})
+    actor_log_probs, _ = DataParallelPPOActor(OmegaConf.create({}), model).compute_log_prob(out)
+    mask = out.batch["response_mask"].bool()
+    got = out.batch["rollout_log_probs"]
+    assert got.shape == (4, RESPONSE_LEN)
+    assert torch.allclose(got[mask], actor_log_probs[mask], atol=1e-4)
+    assert (got[~mask] == 0).all()
+
+
+def test_ignore_eos_is_refused_with_the_key():
+    with pytest.raises(ValueError, match="ignore_eos"):
+        HFRollout(tiny_llama(), rollout_config(ignore_eos=True))

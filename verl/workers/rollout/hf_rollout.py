@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig
 from tensordict import TensorDict
-from transformers import GenerationConfig
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask, get_response_mask
@@ -22,15 +22,51 @@ from verl.workers.rollout.base import BaseRollout
 __all__ = ["HFRollout"]
 
 
+class _SampledLogProbs(LogitsProcessor):
+    """Records log_softmax(logits / T)[sampled token] at every step — the quantity the actor's old_log_probs are.
+
+    transformers runs custom processors before its temperature / top-k / top-p warpers, so this one sees the
+    logits and applies T itself (top-k / top-p truncation is deliberately not reflected). The token drawn from
+    step t's scores is only known at step t+1 (it is then the last input id), so one (bs, V) row of log-probs is
+    kept pending; ``finish`` resolves the final step from the returned sequences.
+    """
+
+    def __init__(self, prompt_length: int, temperature: float) -> None:
+        self.prompt_length = prompt_length
+        self.temperature = temperature
+        self.pending: torch.Tensor | None = None
+        self.columns: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.pending is not None:
+            self.columns.append(self.pending.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        self.pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
+        last = self.prompt_length + len(self.columns)
+        if self.pending is not None and sequences.size(1) > last:
+            self.columns.append(self.pending.gather(-1, sequences[:, last : last + 1]).squeeze(-1))
+        self.pending = None
+        if not self.columns:
+            return sequences.new_zeros((sequences.size(0), 0), dtype=torch.float32)
+        return torch.stack(self.columns, dim=1)
+
+
 class HFRollout(BaseRollout):
     """``config`` is the ``actor_rollout_ref.rollout`` section: temperature, top_k (-1 = off), top_p, do_sample,
     response_length, val_kwargs {temperature, top_k, top_p, do_sample}, micro_batch_size (rows per ``generate``
-    call; default the whole batch). ``rollout.n`` is not applied here: the trainer repeats prompts first."""
+    call; default the whole batch), calculate_log_probs (also return ``rollout_log_probs``: log_softmax(logits / T)
+    of the sampled tokens, T = 1 when greedy, top-k/top-p not applied — the actor's log-prob definition).
+    ``rollout.n`` is not applied here: the trainer repeats prompts first."""
 
     def __init__(self, module: torch.nn.Module, config: DictConfig) -> None:
         super().__init__()
         self.module = module
         self.config = config
+        if self._cfg("ignore_eos", False):
+            raise ValueError("rollout.ignore_eos=True is not supported by the hf rollout (rollout.name=hf); "
+                             "set it to false or use rollout.name=vllm")
 
     def _cfg(self, key: str, default=None):
         return cfg_select(self.config, key, default)
@@ -79,16 +115,21 @@ class HFRollout(BaseRollout):
         out_device = idx.device
         device = module_device(self.module)
         synced = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        prompt_length = idx.size(1)
+        temperature = generation_config.temperature if generation_config.do_sample else 1.0
+        recorder = _SampledLogProbs(prompt_length, temperature) if self._cfg("calculate_log_probs", False) else None
+        processors = LogitsProcessorList([recorder] if recorder is not None else [])
         was_training = self.module.training
         self.module.eval()
         try:
             with torch.no_grad():
                 sequences = self.module.generate(input_ids=idx.to(device), attention_mask=prompt_mask.to(device),
-                                                 generation_config=generation_config, synced_gpus=synced)
+                                                 generation_config=generation_config, synced_gpus=synced,
+                                                 logits_processor=processors)
         finally:
             self.module.train(was_training)
+        sampled_log_probs = recorder.finish(sequences).to(out_device) if recorder is not None else None
         sequences = sequences.to(out_device)
-        prompt_length = idx.size(1)
         responses = sequences[:, prompt_length:]
         if responses.size(1) < response_length:  # every row stopped early: pad to the fixed width
             fill = responses.new_full((responses.size(0), response_length - responses.size(1)), pad_token_id)
@@ -97,15 +138,20 @@ class HFRollout(BaseRollout):
         # Tokens after the first EOS are generate's padding (or junk): make them pad ids so the batch is canonical.
         responses = torch.where(response_mask.bool(), responses, torch.full_like(responses, pad_token_id))
         attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
-        batch = TensorDict({
+        tensors = {
             "prompts": idx,
             "responses": responses,
             "input_ids": torch.cat([idx, responses], dim=1),
             "attention_mask": attention_mask,
             "position_ids": compute_position_id_with_mask(attention_mask),
             "response_mask": response_mask,
-        }, batch_size=[idx.size(0)])
-        return DataProto(batch=batch)
+        }
+        if sampled_log_probs is not None:
+            padded = sampled_log_probs.new_zeros(responses.shape)
+            padded[:, : sampled_log_probs.size(1)] = sampled_log_probs
+            # zero (not 0 * value) after EOS: those steps scored pad tokens fed to finished rows
+            tensors["rollout_log_probs"] = torch.where(response_mask.bool(), padded, torch.zeros_like(padded))
+        return DataProto(batch=TensorDict(tensors, batch_size=[idx.size(0)]))
 
 
 def _require_meta(meta: dict, key: str):
