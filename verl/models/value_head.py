@@ -8,6 +8,7 @@ the pretrained trunk. Dropout on the head is switched off: PPO compares values a
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 
@@ -23,6 +24,7 @@ DEFAULT_SCORE_INIT_STD = 1e-3
 
 
 def _value_config(config: PretrainedConfig) -> PretrainedConfig:
+    config = copy.deepcopy(config)  # the caller's (actor's) config stays as it was
     config.num_labels = 1
     config.classifier_dropout = 0.0  # the token-classification head defaults to 0.1 dropout otherwise
     return config

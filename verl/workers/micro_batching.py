@@ -15,9 +15,10 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
+from torch.distributed.fsdp import FSDPModule
 
 from verl.protocol import DataProto
-from verl.utils.device import get_device_name
+from verl.utils.device import get_default_device, get_device_name
 from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
 from verl.utils.torch_functional import clip_grad_norm_
 
@@ -133,7 +134,10 @@ def loss_share(micro_mask: torch.Tensor, mini_mask: torch.Tensor, loss_agg_mode:
 
 
 def module_device(module: torch.nn.Module) -> torch.device:
-    """Where the module computes (the local shard's device under FSDP2)."""
+    """Where the module computes: the accelerator for an FSDP2 module (its shards may be offloaded to CPU),
+    else the device of its first parameter."""
+    if isinstance(module, FSDPModule):
+        return get_default_device()
     for param in module.parameters():
         return param.device
     return torch.device("cpu")
