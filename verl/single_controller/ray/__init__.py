@@ -1,0 +1,19 @@
+"""The single controller on Ray: resource pools on placement groups, one actor per rank, colocated roles."""
+
+from verl.single_controller.ray.base import (
+    RayClassWithInitArgs,
+    RayResourcePool,
+    RayWorkerGroup,
+    ResourcePoolManager,
+    WorkerGroupError,
+    create_colocated_worker_cls,
+)
+
+__all__ = [
+    "RayClassWithInitArgs",
+    "RayResourcePool",
+    "RayWorkerGroup",
+    "ResourcePoolManager",
+    "WorkerGroupError",
+    "create_colocated_worker_cls",
+]

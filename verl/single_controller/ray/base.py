@@ -1,0 +1,286 @@
+"""Worker groups on Ray: one Ray actor per rank, placed in a RayResourcePool's placement group.
+
+torch.distributed's rendezvous address (rank 0's node IP and a port free there) is picked by a tiny task on rank 0's
+node before any rank starts; every rank gets it in its environment (`runtime_env.env_vars`) before its code runs,
+so all ranks start in parallel.
+Calls wait rank by rank as results arrive, so a dead or failing rank is reported at once even while the others
+are still blocked (e.g. in a collective waiting for the dead one).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import secrets
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from verl.single_controller.base.worker import TORCH_THREADS_ENV, Worker
+from verl.single_controller.base.worker_group import ClassWithInitArgs, WorkerGroup
+from verl.single_controller.ray.colocate import create_colocated_worker_cls, user_class
+from verl.single_controller.ray.errors import CallSite, WorkerGroupError, translate_error
+from verl.single_controller.ray.resource_pool import RayResourcePool, ResourcePoolManager
+
+__all__ = [
+    "RayClassWithInitArgs",
+    "RayResourcePool",
+    "RayWorkerGroup",
+    "ResourcePoolManager",
+    "WorkerGroupError",
+    "create_colocated_worker_cls",
+]
+
+# Values this small are cheaper to send inline than through the object store.
+_INLINE_TYPES = (type(None), bool, int, float, str, bytes)
+
+
+class RayClassWithInitArgs(ClassWithInitArgs):
+    """A worker class (plain or `ray.remote`-decorated) with its constructor arguments and extra actor options."""
+
+    def __init__(self, cls: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(cls, *args, **kwargs)
+        self._options: dict[str, Any] = {}
+        self._additional_resource: dict[str, float] = {}
+        self.colocated_roles: list[str] | None = None
+        self.role_method_names: dict[str, dict[str, str]] | None = None
+
+    def set_additional_resource(self, additional_resource: dict[str, float]) -> None:
+        self._additional_resource = dict(additional_resource)
+
+    def update_options(self, options: dict[str, Any]) -> None:
+        """Extra `ActorClass.options(...)`; env_vars in a runtime_env are merged, not replaced."""
+        for key, value in options.items():
+            if key == "runtime_env":
+                merged = copy.deepcopy(self._options.get("runtime_env", {}))
+                env_vars = {**merged.get("env_vars", {}), **value.get("env_vars", {})}
+                merged.update(value)
+                if env_vars:
+                    merged["env_vars"] = env_vars
+                self._options["runtime_env"] = merged
+            else:
+                self._options[key] = value
+
+    def user_class(self) -> type:
+        return user_class(self.cls)
+
+    def __call__(
+        self,
+        placement_group,
+        placement_group_bundle_idx: int,
+        resources: dict[str, float],
+        env_vars: dict[str, str],
+        name: str | None = None,
+        detached: bool = False,
+    ):
+        """Start one actor of this class in the given bundle; returns its handle."""
+        actor_cls = self.cls if hasattr(self.cls, "__ray_metadata__") else ray.remote(self.cls)
+        options: dict[str, Any] = copy.deepcopy(self._options)
+        runtime_env = options.pop("runtime_env", {})
+        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env_vars}
+        options.update(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=placement_group, placement_group_bundle_index=placement_group_bundle_idx
+            ),
+            runtime_env=runtime_env,
+            **resources,
+        )
+        if self._additional_resource:
+            options["resources"] = {**options.get("resources", {}), **self._additional_resource}
+        if name:
+            options["name"] = name
+        if detached:
+            options["lifetime"] = "detached"
+        return actor_cls.options(**options).remote(*self.args, **self.kwargs)
+
+
+class RayWorkerGroup(WorkerGroup):
+    """N ranks of one worker class on Ray, with the class's @register-ed methods bound as group methods."""
+
+    def __init__(
+        self,
+        resource_pool: RayResourcePool | None = None,
+        ray_cls_with_init: RayClassWithInitArgs | None = None,
+        bin_pack: bool = True,
+        name_prefix: str | None = None,
+        detached: bool = False,
+        worker_names: list[str] | None = None,
+        worker_handles: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(resource_pool=resource_pool, name_prefix=name_prefix or secrets.token_hex(3))
+        if ray_cls_with_init is None:
+            raise ValueError("RayWorkerGroup needs ray_cls_with_init=RayClassWithInitArgs(WorkerClass, ...)")
+        self.ray_cls_with_init = ray_cls_with_init
+        self._detached = detached
+        self.resource_pool = resource_pool
+        self._worker_info: list[dict[str, Any]] = []
+        self.roles = list(ray_cls_with_init.colocated_roles or [ray_cls_with_init.user_class().__name__])
+        if worker_handles is not None:
+            if worker_names is None or len(worker_names) != len(worker_handles):
+                raise ValueError("worker_handles need matching worker_names")
+            self._workers, self._worker_names = list(worker_handles), list(worker_names)
+        elif resource_pool is not None:
+            try:
+                self._init_with_resource_pool(resource_pool, ray_cls_with_init)
+            except BaseException:
+                self.shutdown()  # no half-built group keeps processes and reserved resources
+                raise
+        elif worker_names is not None:
+            self._workers = [ray.get_actor(n) for n in worker_names]
+            self._worker_names = list(worker_names)
+        else:
+            raise ValueError("RayWorkerGroup needs a resource_pool (or worker_names of existing detached workers)")
+        self._bind_worker_method(ray_cls_with_init.user_class())
+
+    # ---- creation ----------------------------------------------------------------------------------------------
+    def _init_with_resource_pool(self, pool: RayResourcePool, cls_with_init: RayClassWithInitArgs) -> None:
+        world_size = pool.world_size
+        local_ranks, local_sizes = pool.local_rank_list(), pool.local_world_size_list()
+        is_worker = issubclass(cls_with_init.user_class(), Worker)
+        base_env = {"WORLD_SIZE": str(world_size), "WG_PREFIX": self.name_prefix, "WG_BACKEND": "ray"}
+        if TORCH_THREADS_ENV in os.environ:
+            base_env[TORCH_THREADS_ENV] = os.environ[TORCH_THREADS_ENV]
+        if is_worker:
+            # Chosen on rank 0's node before any rank starts, so all ranks can start at once.
+            pg, bundle = pool.placement_of_rank(0)
+            strategy = PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle)
+            addr, port = ray.get(_rendezvous_address.options(scheduling_strategy=strategy).remote())
+            base_env.update(MASTER_ADDR=addr, MASTER_PORT=str(port))
+        label = "_".join(self.roles)
+        for rank in range(world_size):
+            env = {
+                **base_env,
+                "RANK": str(rank),
+                "LOCAL_RANK": str(local_ranks[rank]),
+                "LOCAL_WORLD_SIZE": str(local_sizes[rank]),
+            }
+            name = f"{self.name_prefix}_{label}_rank{rank}"
+            pg, bundle = pool.placement_of_rank(rank)
+            handle = cls_with_init(pg, bundle, pool.actor_resources(), env, name=name, detached=self._detached)
+            self._workers.append(handle)
+            self._worker_names.append(name)
+        # Waiting here surfaces a failing __init__ at creation, naming the rank.
+        method = "get_worker_info" if is_worker else "__ray_ready__"
+        infos = self._wait_ready(self._workers, list(range(world_size)), "__init__", method=method)
+        if is_worker:
+            self._worker_info = infos
+
+    def _wait_ready(self, handles: list[Any], ranks: list[int], what: str, method: str) -> list[Any]:
+        refs = [getattr(h, method).remote() for h in handles]
+        return self.wait_for_results(refs, ranks, what)
+
+    @classmethod
+    def from_detached(
+        cls,
+        name_prefix: str | None = None,
+        worker_names: list[str] | None = None,
+        worker_handles: list[Any] | None = None,
+        ray_cls_with_init: RayClassWithInitArgs | None = None,
+        **kwargs: Any,
+    ) -> RayWorkerGroup:
+        return cls(
+            resource_pool=None,
+            ray_cls_with_init=ray_cls_with_init,
+            name_prefix=name_prefix,
+            worker_names=worker_names,
+            worker_handles=worker_handles,
+            **kwargs,
+        )
+
+    def spawn(self, prefix_set) -> dict[str, RayWorkerGroup]:
+        """Per-role views of a colocated group: same processes, each role's methods under their plain names."""
+        method_names = self.ray_cls_with_init.role_method_names
+        if method_names is None:
+            raise ValueError("spawn() needs a group built from create_colocated_worker_cls(...)")
+        views = {}
+        for role in prefix_set:
+            if role not in method_names:
+                raise KeyError(f"role '{role}' is not in this colocated group (roles: {sorted(method_names)})")
+            view = object.__new__(type(self))
+            WorkerGroup.__init__(view, resource_pool=None, name_prefix=self.name_prefix)
+            view.ray_cls_with_init, view.resource_pool, view._detached = self.ray_cls_with_init, None, self._detached
+            view._workers, view._worker_names = self._workers, self._worker_names
+            view._worker_info, view.roles = self._worker_info, [role]
+            view._bind_worker_method(self.ray_cls_with_init.user_class(), method_names=method_names[role])
+            views[role] = view
+        return views
+
+    # ---- execution ---------------------------------------------------------------------------------------------
+    def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> list[ray.ObjectRef]:
+        n = self.world_size
+        values = [*args, *kwargs.values()]
+        per_rank = bool(values) and all(isinstance(v, list) and len(v) == n for v in values)
+        if per_rank:
+            args = tuple(_share(a) for a in args)
+            kwargs = {k: _share(v) for k, v in kwargs.items()}
+        refs = []
+        for rank, worker in enumerate(self._workers):
+            if per_rank:
+                rank_args = tuple(a[rank] for a in args)
+                rank_kwargs = {k: v[rank] for k, v in kwargs.items()}
+            else:
+                rank_args, rank_kwargs = args, kwargs
+            refs.append(getattr(worker, method_name).remote(*rank_args, **rank_kwargs))
+        return refs
+
+    def execute_rank_zero_async(self, method_name: str, *args: Any, **kwargs: Any) -> ray.ObjectRef:
+        return getattr(self._workers[0], method_name).remote(*args, **kwargs)
+
+    def wait_for_results(self, handles: list[Any], ranks: list[int], method_name: str) -> list[Any]:
+        position = {ref: i for i, ref in enumerate(handles)}
+        results: list[Any] = [None] * len(handles)
+        pending = list(handles)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                i = position[ref]
+                try:
+                    results[i] = ray.get(ref)
+                except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as err:
+                    site = self._call_site(ranks[i], method_name)
+                    raise translate_error(err, site) from None
+        return results
+
+    def _call_site(self, rank: int, method_name: str) -> CallSite:
+        return CallSite(
+            group=self.name_prefix,
+            roles=tuple(self.roles),
+            method=method_name,
+            rank=rank,
+            world_size=self.world_size,
+            worker_name=self._worker_names[rank] if rank < len(self._worker_names) else "?",
+        )
+
+    @property
+    def worker_info(self) -> list[dict[str, Any]]:
+        """Per rank: pid, node IP and Ray node id (Worker subclasses only)."""
+        return self._worker_info
+
+    def shutdown(self) -> None:
+        """Kill this group's actors (all views of a colocated group share them)."""
+        for worker in self._workers:
+            try:
+                ray.kill(worker, no_restart=True)
+            except ValueError:  # already gone
+                pass
+
+
+@ray.remote(num_cpus=0)
+def _rendezvous_address() -> tuple[str, int]:
+    """torch.distributed's rendezvous point: this node's IP and a port free on it right now."""
+    return Worker._get_node_ip(), Worker._get_free_port()
+
+
+def _share(per_rank: list) -> list:
+    """The same large object sent to every rank goes through the object store once, not once per rank."""
+    first = per_rank[0]
+    if (
+        len(per_rank) > 1
+        and not isinstance(first, (_INLINE_TYPES, ray.ObjectRef))
+        and all(v is first for v in per_rank)
+    ):
+        ref = ray.put(first)
+        return [ref] * len(per_rank)
+    return per_rank

@@ -1,0 +1,63 @@
+"""Several roles in one process per rank (the hybrid engine): actor, rollout and ref share memory and devices.
+
+`create_colocated_worker_cls({"actor_rollout": RayClassWithInitArgs(...), "ref": ...})` returns the class of a
+`WorkerDict` actor that builds every role's worker in its own process and exposes each role's @register-ed method
+`m` as `{role}_{m}`. `RayWorkerGroup.spawn(roles)` then gives per-role views with the plain names.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from verl.single_controller.base.decorator import MAGIC_ATTR, registered_methods
+from verl.single_controller.base.worker import Worker
+
+
+def user_class(cls: Any) -> type:
+    """The plain Python class behind a `ray.remote(...)` actor class (or the class itself)."""
+    metadata = getattr(cls, "__ray_metadata__", None)
+    return metadata.modified_class if metadata is not None else cls
+
+
+def _forwarder(role: str, method_name: str, original: Any):
+    @functools.wraps(original)
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.worker_dict[role], method_name)(*args, **kwargs)
+
+    # The role's method already resolves futures itself; the forwarder only needs the dispatch settings.
+    setattr(forward, MAGIC_ATTR, getattr(original, MAGIC_ATTR))
+    forward.__name__ = f"{role}_{method_name}"
+    return forward
+
+
+def create_colocated_worker_cls(class_dict: dict[str, Any]):
+    """One actor class running every role of `class_dict` (role name -> RayClassWithInitArgs) in one process."""
+    from verl.single_controller.ray.base import RayClassWithInitArgs
+
+    if not class_dict:
+        raise ValueError("create_colocated_worker_cls needs at least one role")
+    roles = {role: (user_class(c.cls), c.args, c.kwargs) for role, c in class_dict.items()}
+
+    class WorkerDict(Worker):
+        def __init__(self) -> None:
+            super().__init__()
+            # Built in class_dict order; each role reads the same rank environment this process was given.
+            self.worker_dict = {role: cls(*args, **kwargs) for role, (cls, args, kwargs) in roles.items()}
+
+    method_names: dict[str, dict[str, str]] = {}
+    for role, (cls, _, _) in roles.items():
+        method_names[role] = {}
+        for name in registered_methods(cls):
+            prefixed = f"{role}_{name}"
+            setattr(WorkerDict, prefixed, _forwarder(role, name, getattr(cls, name)))
+            method_names[role][prefixed] = name
+
+    WorkerDict.__name__ = WorkerDict.__qualname__ = "WorkerDict_" + "_".join(roles)
+    colocated = RayClassWithInitArgs(cls=WorkerDict)
+    colocated.colocated_roles = list(roles)
+    colocated.role_method_names = method_names
+    # Actor options the roles asked for (e.g. runtime_env) apply to the shared process.
+    for c in class_dict.values():
+        colocated.update_options(getattr(c, "_options", {}))
+    return colocated
