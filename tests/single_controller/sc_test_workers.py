@@ -40,6 +40,13 @@ class DemoWorker(Worker):
             non_tensors={"tag": data.non_tensor_batch["tag"]},
         )
 
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def halve(self, data: DataProto) -> DataProto:
+        return DataProto.from_dict(
+            tensors={"x": data.batch["y"] / 2, "rank": torch.full((len(data),), self.rank)},
+            non_tensors={"tag": data.non_tensor_batch["tag"]},
+        )
+
     @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
     def count_rows(self, data: DataProto) -> dict:
         return {"rank": self.rank, "rows": len(data), "x_sum": float(data.batch["x"].sum())}

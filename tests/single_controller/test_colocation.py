@@ -20,6 +20,7 @@ from verl.single_controller.roles import Role
 
 @pytest.fixture(scope="module")
 def colocated(local_ray):
+    import ray
     import sc_test_workers
 
     manager = ResourcePoolManager(
@@ -31,7 +32,8 @@ def colocated(local_ray):
     assert manager.get_resource_pool(Role.RefPolicy) is pool
     class_dict = {
         "actor": RayClassWithInitArgs(sc_test_workers.ActorRole, lr=0.5),
-        "ref": RayClassWithInitArgs(sc_test_workers.RefRole),
+        # Upstream style: the class already wrapped by ray.remote.
+        "ref": RayClassWithInitArgs(ray.remote(sc_test_workers.RefRole)),
     }
     wg = RayWorkerGroup(pool, create_colocated_worker_cls(class_dict), name_prefix="coloc")
     views = wg.spawn(prefix_set=class_dict.keys())

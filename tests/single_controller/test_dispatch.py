@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl.protocol import DataProto
+from verl.protocol import DataProto, DataProtoFuture
 from verl.single_controller.base import Dispatch, Execute, ResourcePool, Worker, register
 from verl.single_controller.base.decorator import get_registered_attrs, registered_methods
 from verl.single_controller.base.dispatch import (
@@ -158,3 +158,13 @@ def test_ray_pool_bundles_per_node():
     gpu = RayResourcePool(process_on_nodes=[4], use_gpu=True, max_colocate_count=1)
     assert gpu.bundles() == [{"CPU": 4.0, "GPU": 4}]
     assert gpu.actor_resources() == {"num_cpus": 1.0, "num_gpus": 1.0}
+
+
+def test_padding_carries_through_a_future_from_a_same_sized_group():
+    padded_future = unpad_result(DataProtoFuture.concat(["ref0", "ref1"]), 1)
+    (chunks,), kwargs = dispatch_dp_compute_data_proto(FakeGroup(2), padded_future)
+    assert kwargs == {PAD_SIZE_KWARG: 1}
+    assert all(c.collect_fn is DataProto.concat and c.futures == ["ref0", "ref1"] for c in chunks)
+    # A group of another size cannot reuse that padding: the future is split as the unpadded rows.
+    (chunks,), kwargs = dispatch_dp_compute_data_proto(FakeGroup(3), padded_future)
+    assert kwargs == {} and all(c.collect_fn is padded_future.collect_fn for c in chunks)

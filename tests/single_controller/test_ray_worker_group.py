@@ -109,16 +109,29 @@ def test_dp_compute_rejects_wrong_arguments(wg):
 def test_non_blocking_futures_chain(wg):
     first = wg.double_async(make_data(4))
     assert isinstance(first, DataProtoFuture)
-    # The future goes straight into the next call; the workers resolve it.
-    second = wg.double(first.get().rename("y", "x").select(batch_keys=["x"], non_tensor_batch_keys=["tag"]))
-    assert second.batch["y"].tolist() == [0.0, 4.0, 8.0, 12.0]
-    chained = wg.count_rows(wg.double_async(make_data(4)).get().rename("y", "x"))
-    assert [m["x_sum"] for m in chained] == [0.0 + 2.0, 4.0 + 6.0]
+    # The future goes straight into the next call; each worker resolves its own chunk.
+    out = wg.halve(first)
+    assert out.batch["x"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert out.batch["rank"].tolist() == [0, 0, 1, 1]
+
+
+def test_future_chain_keeps_padding(wg):
+    # 5 rows: the first call pads to 6; the padded rows travel in the future and come off at the end.
+    out = wg.halve(wg.double_async(make_data(5)))
+    assert out.batch["x"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert out.batch["rank"].tolist() == [0, 0, 0, 1, 1]
+    assert list(out.non_tensor_batch["tag"]) == ["row0", "row1", "row2", "row3", "row4"]
+    # Mixed with a concrete DataProto of the same length.
+    mixed = wg.execute_with_func_generator(_sum_two, wg.double_async(make_data(5)), make_data(5))
+    assert mixed.batch["s"].tolist() == [0.0, 3.0, 6.0, 9.0, 12.0]
+
+
+def _sum_two(worker, doubled: DataProto, data: DataProto) -> DataProto:
+    return DataProto.from_dict(tensors={"s": doubled.batch["y"] + data.batch["x"]})
 
 
 def test_non_blocking_future_passed_to_next_call(wg):
     fut = wg.double_async(make_data(4))
-    # x is not in the future's output (it has y), so chain into a method reading y via a function.
     out = wg.execute_with_func_generator(_rows_times_three, fut)
     assert out.batch["z"].tolist() == [0.0, 6.0, 12.0, 18.0]
 
@@ -178,6 +191,14 @@ def test_failing_init_is_reported_at_creation(local_ray):
         assert "rank 1 of 2" in str(info.value)
     finally:
         pool.remove()
+
+
+def test_full_pool_refuses_another_group(wg):
+    import sc_light_workers
+
+    # The demo group fills its pool (max_colocate_count=1): a second group would wait forever, so it is refused.
+    with pytest.raises(RuntimeError, match="max_colocate_count"):
+        RayWorkerGroup(wg.resource_pool, RayClassWithInitArgs(sc_light_workers.FragileWorker), name_prefix="extra")
 
 
 def test_pool_larger_than_cluster_fails_fast(local_ray):

@@ -105,10 +105,20 @@ def split_data_protos(world_size: int, args: tuple, kwargs: dict, mode: str) -> 
     if len(set(lengths.values())) > 1:
         raise ValueError(f"Dispatch.{mode}: all DataProto arguments must have the same length, got {lengths}")
     pad_size = (-next(iter(lengths.values()))) % world_size if lengths else 0
+    carried = {_carried_pad(v, world_size) for v in (*args, *kwargs.values()) if isinstance(v, DataProtoFuture)}
+    keep_future_padding = False
+    if len(carried) == 1 and None not in carried:
+        # Futures padded by a same-sized group are split with their padding (which then comes off this call's
+        # result), as long as that is the padding the concrete DataProtos get too.
+        (carried_pad,) = carried
+        if not lengths or carried_pad == pad_size:
+            pad_size, keep_future_padding = carried_pad, True
 
     def split(value):
         if pad_size and isinstance(value, DataProto):
             value, _ = pad_dataproto_to_divisor(value, world_size)
+        elif keep_future_padding and isinstance(value, DataProtoFuture):
+            value = DataProtoFuture(collect_fn=value.collect_fn.keywords["collect_fn"], futures=value.futures)
         return value.chunk(world_size)
 
     split_args = tuple(split(a) for a in args)
@@ -133,6 +143,20 @@ def unpad_result(result: Any, pad_size: int) -> Any:
             dispatch_fn=result.dispatch_fn,
         )
     return result
+
+
+def _carried_pad(future, world_size: int) -> int | None:
+    """The pad a non-blocking DP call left on `future`, when its padded rows split evenly over world_size ranks.
+
+    Its padded length is a multiple of the producing group's size; with the same number of ranks (the usual case:
+    roles of one pool) the next call can take the padded rows as they are, so the padding carries through a chain
+    of futures. Otherwise None: the future is split unpadded, which needs its length to divide evenly.
+    """
+    fn = future.collect_fn
+    if future.dispatch_fn is None and isinstance(fn, functools.partial) and fn.func is _concat_and_unpad:
+        if len(future.futures) == world_size:
+            return fn.keywords["pad_size"]
+    return None
 
 
 def _concat_and_unpad(outputs: list, collect_fn: Callable, pad_size: int):

@@ -116,12 +116,15 @@ class RayWorkerGroup(WorkerGroup):
         self._detached = detached
         self.resource_pool = resource_pool
         self._worker_info: list[dict[str, Any]] = []
+        self._owns_pool_slot = False
         self.roles = list(ray_cls_with_init.colocated_roles or [ray_cls_with_init.user_class().__name__])
         if worker_handles is not None:
             if worker_names is None or len(worker_names) != len(worker_handles):
                 raise ValueError("worker_handles need matching worker_names")
             self._workers, self._worker_names = list(worker_handles), list(worker_names)
         elif resource_pool is not None:
+            resource_pool.reserve_group_slot(self.name_prefix)
+            self._owns_pool_slot = True
             try:
                 self._init_with_resource_pool(resource_pool, ray_cls_with_init)
             except BaseException:
@@ -201,6 +204,7 @@ class RayWorkerGroup(WorkerGroup):
             view = object.__new__(type(self))
             WorkerGroup.__init__(view, resource_pool=None, name_prefix=self.name_prefix)
             view.ray_cls_with_init, view.resource_pool, view._detached = self.ray_cls_with_init, None, self._detached
+            view._owns_pool_slot = False
             view._workers, view._worker_names = self._workers, self._worker_names
             view._worker_info, view.roles = self._worker_info, [role]
             view._bind_worker_method(self.ray_cls_with_init.user_class(), method_names=method_names[role])
@@ -265,6 +269,9 @@ class RayWorkerGroup(WorkerGroup):
                 ray.kill(worker, no_restart=True)
             except ValueError:  # already gone
                 pass
+        if self._owns_pool_slot:
+            self.resource_pool.release_group_slot()
+            self._owns_pool_slot = False
 
 
 @ray.remote(num_cpus=0)

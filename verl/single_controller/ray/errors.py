@@ -55,7 +55,11 @@ def translate_error(err: BaseException, site: CallSite) -> BaseException:
         root = _root_task_error(err)
         cause = getattr(root, "cause", None)
         if isinstance(cause, ray.exceptions.RayActorError):
-            return translate_error(cause, site)
+            # The worker is alive; a worker whose results it was reading (a DataProtoFuture) is not.
+            return WorkerGroupError(
+                f"{site.describe()} failed: a worker it read inputs from has died. Ray said: "
+                f"{type(cause).__name__}: {cause}"
+            )
         if isinstance(cause, BaseException):
             _add_note(cause, f"(raised in {site.describe()})")
             # str() of a RayTaskError is the remote process title plus its formatted traceback.

@@ -46,6 +46,8 @@ class RayResourcePool(ResourcePool):
         self.cpus_per_process = cpus_per_process
         self.placement_timeout_s = placement_timeout_s
         self.pgs: list[PlacementGroup] | None = None
+        # Groups currently placed on this pool; one more than max_colocate_count would wait forever for resources.
+        self.groups_placed = 0
 
     @property
     def use_gpu(self) -> bool:
@@ -115,6 +117,19 @@ class RayResourcePool(ResourcePool):
                         else "Use fewer processes per node, or use_gpu=False."
                     )
                 )
+
+    def reserve_group_slot(self, group_name: str) -> None:
+        if self.groups_placed >= self.max_colocate_count:
+            raise RuntimeError(
+                f"resource pool '{self.name_prefix}' already holds {self.groups_placed} worker group(s), its "
+                f"max_colocate_count; worker group '{group_name}' would wait forever for resources. Shut a group "
+                "down first, raise max_colocate_count, or colocate the roles in one process with "
+                "create_colocated_worker_cls."
+            )
+        self.groups_placed += 1
+
+    def release_group_slot(self) -> None:
+        self.groups_placed = max(0, self.groups_placed - 1)
 
     def placement_of_rank(self, rank: int) -> tuple[PlacementGroup, int]:
         """(placement group, bundle index) that rank `rank` is scheduled into."""
