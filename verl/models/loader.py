@@ -1,0 +1,74 @@
+"""Loading tokenizers and HF models from a local folder or a hub id, with errors that say what to do offline."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from verl.workers.micro_batching import cfg_select
+
+
+def resolve_model_path(path: str | None, key: str) -> str:
+    """A local folder as given; None/'' means the bundled default model; '~' is expanded; hub ids pass through."""
+    if path in (None, "", "default"):
+        from verl.utils.default_model import default_model_path
+
+        return default_model_path()
+    expanded = os.path.expanduser(str(path))
+    if expanded.startswith(("/", ".", "~")) and not Path(expanded).exists():
+        raise FileNotFoundError(f"{key}={path!r}: no such folder. Point it at a HF model folder (config.json + weights).")
+    return expanded
+
+
+def _explain(err: Exception, path: str, key: str, what: str) -> RuntimeError:
+    hint = ("it is not a local folder, so it was looked up on the Hugging Face hub, which this machine cannot reach; "
+            "download it elsewhere and point the key at the folder") if not Path(path).exists() else "see the cause above"
+    return RuntimeError(f"could not load the {what} from {key}={path!r}: {type(err).__name__}: {err}. {hint}.")
+
+
+def load_tokenizer(path: str, key: str, trust_remote_code: bool = False, custom_chat_template: str | None = None):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except Exception as err:  # noqa: BLE001 - re-raised with the key and an offline hint
+        raise _explain(err, path, key, "tokenizer") from err
+    if custom_chat_template:
+        tokenizer.chat_template = custom_chat_template
+    if tokenizer.pad_token_id is None:
+        # Generation pads responses; models without a pad token use EOS, as upstream does.
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(model_config, key: str, dtype: torch.dtype = torch.float32, value_head: bool = False):
+    """AutoModelForCausalLM (or the critic's token-classification value model) from `model_config.path`."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = resolve_model_path(cfg_select(model_config, "path"), f"{key}.path")
+    trust = bool(cfg_select(model_config, "trust_remote_code", False))
+    try:
+        hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
+    except Exception as err:  # noqa: BLE001
+        raise _explain(err, path, f"{key}.path", "model config") from err
+    for name, value in dict(cfg_select(model_config, "override_config", {}) or {}).items():
+        setattr(hf_config, name, value)
+    kwargs = dict(dtype=dtype, trust_remote_code=trust)
+    attn = cfg_select(model_config, "attn_implementation", None)
+    if attn:
+        kwargs["attn_implementation"] = attn
+    try:
+        if value_head:
+            from verl.models.value_head import load_value_model
+
+            model = load_value_model(path, **kwargs)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, config=hf_config, **kwargs)
+    except Exception as err:  # noqa: BLE001
+        raise _explain(err, path, f"{key}.path", "model weights") from err
+    if cfg_select(model_config, "enable_gradient_checkpointing", False):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    return model, path

@@ -1,0 +1,263 @@
+"""RayPPOTrainer: the single controller. `fit()` is the whole algorithm, one named call per stage.
+
+The driver holds whole batches (DataProto); each worker-group call is split across ranks and gathered. Which
+stages run follows the config: a critic for GAE, a reference policy when KL is used (in the reward or the loss),
+a greedy baseline rollout for ReMax.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, open_dict
+
+from verl.protocol import DataProto
+from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup, ResourcePoolManager, create_colocated_worker_cls
+from verl.single_controller.roles import Role
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
+from verl.trainer.ppo.metric_utils import compute_data_metrics, compute_throughout_metrics, compute_timing_metrics
+from verl.trainer.ppo.reward import compute_reward
+from verl.trainer.ppo.validation import Validator
+from verl.utils.metric import reduce_metrics
+from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
+from verl.utils.timer import marked_timer
+
+
+class RayPPOTrainer:
+    def __init__(self, config: DictConfig, tokenizer, role_worker_mapping: dict[Role, Any],
+                 resource_pool_manager: ResourcePoolManager, ray_worker_group_cls=RayWorkerGroup,
+                 reward_fn=None, val_reward_fn=None, train_dataset=None, val_dataset=None, collate_fn=None,
+                 train_sampler=None, tracker=None) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.role_worker_mapping = role_worker_mapping
+        self.resource_pool_manager = resource_pool_manager
+        self.ray_worker_group_cls = ray_worker_group_cls
+        self.reward_fn, self.val_reward_fn = reward_fn, val_reward_fn
+        self.tracker = tracker
+        alg = config.algorithm
+        self.use_critic = alg.adv_estimator == AdvantageEstimator.GAE
+        self.use_reference_policy = bool(alg.use_kl_in_reward or config.actor_rollout_ref.actor.use_kl_loss)
+        self.kl_ctrl_in_reward = core_algos.get_kl_controller(alg.kl_ctrl) if alg.use_kl_in_reward else None
+        self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
+        self.validator = Validator(config, tokenizer, val_reward_fn, self.val_dataloader)
+        self.global_steps = 0
+
+    # -- setup ----------------------------------------------------------------------------------------------------
+
+    def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler) -> None:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        data = self.config.data
+        self.train_dataloader = StatefulDataLoader(
+            train_dataset, batch_size=int(data.train_batch_size), sampler=train_sampler, collate_fn=collate_fn,
+            drop_last=True, num_workers=int(data.get("dataloader_num_workers", 0)))
+        if len(self.train_dataloader) == 0:
+            raise ValueError(f"data.train_files has {len(train_dataset)} prompts, fewer than one batch of "
+                             f"data.train_batch_size={data.train_batch_size}")
+        self.val_dataloader = None
+        if val_dataset is not None and len(val_dataset) > 0:
+            # validation runs the whole set as one batch; the worker groups split it across ranks
+            self.val_dataloader = StatefulDataLoader(val_dataset, batch_size=len(val_dataset), shuffle=False,
+                                                     collate_fn=collate_fn, drop_last=False)
+        steps = len(self.train_dataloader) * int(self.config.trainer.total_epochs)
+        if self.config.trainer.get("total_training_steps"):
+            steps = int(self.config.trainer.total_training_steps)
+        self.total_training_steps = steps
+        with open_dict(self.config):  # the LR schedules need the horizon before the workers are built
+            self.config.actor_rollout_ref.actor.optim.total_training_steps = steps
+            self.config.critic.optim.total_training_steps = steps
+
+    def init_workers(self) -> None:
+        """Every role mapped to one pool shares one process per rank (the hybrid engine)."""
+        self.resource_pool_manager.create_resource_pool()
+        by_pool: dict[Any, dict[str, RayClassWithInitArgs]] = {}
+
+        def add(kind: Role, name: str, **kwargs) -> None:
+            pool = self.resource_pool_manager.get_resource_pool(kind)
+            by_pool.setdefault(pool, {})[name] = RayClassWithInitArgs(self.role_worker_mapping[kind], **kwargs)
+
+        add(Role.ActorRollout, "actor_rollout", config=self.config.actor_rollout_ref, role="actor_rollout")
+        if self.use_critic:
+            add(Role.Critic, "critic", config=self.config.critic)
+        if self.use_reference_policy:
+            add(Role.RefPolicy, "ref", config=self.config.actor_rollout_ref, role="ref")
+        groups: dict[str, RayWorkerGroup] = {}
+        for pool, class_dict in by_pool.items():
+            wg = self.ray_worker_group_cls(resource_pool=pool, ray_cls_with_init=create_colocated_worker_cls(class_dict),
+                                           name_prefix="verl")
+            groups.update(wg.spawn(prefix_set=class_dict.keys()))
+        self.critic_wg = groups.get("critic")
+        self.ref_policy_wg = groups.get("ref")
+        self.actor_rollout_wg = groups["actor_rollout"]
+        for wg in (self.critic_wg, self.ref_policy_wg, self.actor_rollout_wg):  # the rollout is built last
+            if wg is not None:
+                wg.init_model()
+        self.validator.bind(self.actor_rollout_wg)
+
+    # -- the loop -------------------------------------------------------------------------------------------------
+
+    def fit(self) -> None:
+        from verl.utils.progress import TrainingProgress
+
+        trainer = self.config.trainer
+        if self.validator.enabled and trainer.get("val_before_train", True):
+            self._log(self.validator.run(self.global_steps), step=0)
+            if trainer.get("val_only", False):
+                return
+        progress = TrainingProgress(self.total_training_steps, initial=self.global_steps)
+        last_val: dict[str, float] = {}
+        while self.global_steps < self.total_training_steps:
+            for batch_dict in self.train_dataloader:
+                self.global_steps += 1
+                metrics = self.train_step(batch_dict)
+                is_last = self.global_steps >= self.total_training_steps
+                if self.validator.enabled and trainer.test_freq > 0 and (
+                        is_last or self.global_steps % trainer.test_freq == 0):
+                    last_val = self.validator.run(self.global_steps)
+                    metrics.update(last_val)
+                self._log(metrics, step=self.global_steps)
+                progress.advance(_summary(metrics))
+                if is_last:
+                    break
+        progress.close()
+        self.final_validation_metrics = last_val
+
+    def train_step(self, batch_dict: dict) -> dict[str, float]:
+        """One PPO/GRPO iteration: generate, score, log-probs, values, advantages, updates."""
+        metrics: dict[str, float] = {}
+        timing: dict[str, float] = {}
+        with marked_timer("step", timing):
+            batch = self._new_batch(batch_dict)
+            with marked_timer("gen", timing):
+                batch = self._generate(batch)
+            if self.config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
+                with marked_timer("gen_max", timing):
+                    self._add_remax_baseline(batch)
+            if self.config.trainer.get("balance_batch", True):
+                self._balance_batch(batch, metrics)
+            with marked_timer("reward", timing):
+                reward_tensor, reward_extra = compute_reward(batch, self.reward_fn)
+            with marked_timer("old_log_prob", timing):
+                self._add_old_log_prob(batch, metrics)
+            if self.use_reference_policy:
+                with marked_timer("ref", timing):
+                    batch = batch.union(self.ref_policy_wg.compute_ref_log_prob(batch))
+            if self.use_critic:
+                with marked_timer("values", timing):
+                    batch = batch.union(self.critic_wg.compute_values(batch))
+            with marked_timer("adv", timing):
+                batch = self._compute_advantage(batch, reward_tensor, reward_extra, metrics)
+            if self.use_critic:
+                with marked_timer("update_critic", timing):
+                    metrics.update(reduce_metrics(self.critic_wg.update_critic(batch).meta_info["metrics"]))
+            if self.global_steps > int(self.config.trainer.get("critic_warmup", 0)):
+                with marked_timer("update_actor", timing):
+                    metrics.update(reduce_metrics(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]))
+        check_finite_metrics(metrics, self.global_steps)
+        metrics["training/global_step"] = self.global_steps
+        metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
+        metrics.update(compute_timing_metrics(batch, timing))
+        metrics.update(compute_throughout_metrics(batch, timing, n_gpus=self.resource_pool_manager.get_n_gpus()))
+        return metrics
+
+    # -- stages ---------------------------------------------------------------------------------------------------
+
+    def _new_batch(self, batch_dict: dict) -> DataProto:
+        batch = DataProto.from_single_dict(batch_dict)
+        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+        return batch
+
+    def _generate(self, batch: DataProto) -> DataProto:
+        """n responses per prompt, interleaved (p0 p0 p1 p1 ...), the prompt's fields repeated alongside."""
+        n = int(self.config.actor_rollout_ref.rollout.n)
+        gen_batch = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
+        gen_batch.meta_info.update(self._gen_meta(do_sample=True))
+        output = self.actor_rollout_wg.generate_sequences(gen_batch.repeat(n, interleave=True))
+        return batch.repeat(n, interleave=True).union(output)
+
+    def _gen_meta(self, do_sample: bool) -> dict[str, Any]:
+        return {"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id,
+                "do_sample": do_sample, "global_steps": self.global_steps}
+
+    def _add_remax_baseline(self, batch: DataProto) -> None:
+        """ReMax: the reward of the greedy response to the same prompt is each sample's baseline."""
+        gen = batch.select(batch_keys=["prompts"], non_tensor_batch_keys=list(batch.non_tensor_batch.keys()))
+        prompt_mask = batch.batch["attention_mask"][:, : batch.batch["prompts"].size(1)]
+        gen = DataProto.from_dict(
+            tensors={"input_ids": batch.batch["prompts"], "attention_mask": prompt_mask,
+                     "position_ids": batch.batch["position_ids"][:, : prompt_mask.size(1)]},
+            meta_info=self._gen_meta(do_sample=False))
+        greedy = self.actor_rollout_wg.generate_sequences(gen)
+        scored = DataProto(batch=greedy.batch, non_tensor_batch=dict(batch.non_tensor_batch))
+        baseline, _ = compute_reward(scored, self.reward_fn)
+        batch.batch["reward_baselines"] = baseline.sum(dim=-1)
+
+    def _balance_batch(self, batch: DataProto, metrics: dict[str, float]) -> None:
+        """Reorder so each data-parallel rank gets a similar number of real tokens (rows stay whole)."""
+        world = self.actor_rollout_wg.world_size
+        if world <= 1 or len(batch) % world:
+            return
+        seqlens = batch.batch["attention_mask"].sum(-1).tolist()
+        parts = get_seqlen_balanced_partitions(seqlens, k_partitions=world, equal_size=True)
+        order = torch.tensor([i for part in parts for i in sorted(part)])
+        batch.reorder(order)
+        per_rank = [sum(seqlens[i] for i in part) for part in parts]
+        metrics["perf/balance_max_over_min_tokens"] = max(per_rank) / max(1, min(per_rank))
+
+    def _add_old_log_prob(self, batch: DataProto, metrics: dict[str, float]) -> None:
+        out = self.actor_rollout_wg.compute_log_prob(batch)
+        entropys = out.batch.pop("entropys", None) if out.batch is not None else None
+        if entropys is not None:
+            mode = self.config.actor_rollout_ref.actor.loss_agg_mode
+            metrics["actor/entropy"] = agg_loss(entropys, batch.batch["response_mask"], mode).item()
+        batch.union(out)
+
+    def _compute_advantage(self, batch: DataProto, reward_tensor: torch.Tensor, reward_extra: dict,
+                           metrics: dict[str, float]) -> DataProto:
+        alg = self.config.algorithm
+        batch.batch["token_level_scores"] = reward_tensor
+        for key, values in reward_extra.items():
+            batch.non_tensor_batch[key] = np.array(values, dtype=object)
+            try:
+                metrics[f"reward_extra/{key}/mean"] = float(np.mean(np.asarray(values, dtype=float)))
+            except (TypeError, ValueError):
+                pass
+        if self.kl_ctrl_in_reward is not None:
+            batch, kl_metrics = core_algos.apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward,
+                                                            kl_penalty=alg.kl_penalty)
+            metrics.update(kl_metrics)
+        else:
+            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+        return core_algos.compute_advantage(
+            batch, adv_estimator=alg.adv_estimator, gamma=alg.gamma, lam=alg.lam,
+            num_repeat=int(self.config.actor_rollout_ref.rollout.n),
+            norm_adv_by_std_in_grpo=alg.get("norm_adv_by_std_in_grpo", True), config=alg)
+
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        if self.tracker is not None and metrics:
+            self.tracker.log(data=metrics, step=step)
+
+
+def _summary(metrics: dict[str, float]) -> str:
+    keys = ("critic/score/mean", "response_length/mean", "timing_s/step")
+    return "  ".join(f"{k.split('/')[-2] if k.count('/') > 1 else k}={metrics[k]:.3g}" for k in keys if k in metrics)
+
+
+def check_finite_metrics(metrics: dict[str, float], step: int) -> None:
+    """A NaN loss that slipped past the workers' own checks stops the run here, before anything is saved."""
+    bad = [k for k in ("actor/pg_loss", "critic/vf_loss", "actor/kl_loss") if k in metrics and not np.isfinite(metrics[k])]
+    if bad:
+        raise FloatingPointError(f"step {step}: non-finite {', '.join(bad)}; stopping before any checkpoint is "
+                                 "written from these weights. Lower the learning rate or check the rewards.")
+
+
+def run_training(config: DictConfig) -> dict:
+    """Entry used by main_ppo: builds everything from the config and trains (see launcher.py)."""
+    from verl.trainer.ppo.launcher import run_training as _run
+
+    return _run(config)

@@ -1,0 +1,149 @@
+"""Building blocks for training an HF model under FSDP2 (`fully_shard`): mesh, wrapping, mixed precision,
+optimizer and LR schedule. The same calls run on gloo/CPU and nccl/GPU; only `verl.utils.device` knows which.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from verl.utils.device import get_device_name
+from verl.workers.micro_batching import cfg_select
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {
+    "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "fp16": torch.float16, "float16": torch.float16, "half": torch.float16,
+}
+
+
+def to_torch_dtype(name: str | torch.dtype | None, key: str, default: torch.dtype = torch.float32) -> torch.dtype:
+    if name is None:
+        return default
+    if isinstance(name, torch.dtype):
+        return name
+    try:
+        return _DTYPES[str(name).lower()]
+    except KeyError:
+        raise ValueError(f"{key}={name!r} is not a dtype; use one of {sorted(_DTYPES)}") from None
+
+
+def create_device_mesh(world_size: int, fsdp_size: int = -1) -> DeviceMesh:
+    """1-D mesh over all ranks (fsdp_size -1 or >= world size); HSDP (replicate x shard) when smaller."""
+    device = get_device_name()
+    if fsdp_size is None or fsdp_size < 0 or fsdp_size >= world_size:
+        return init_device_mesh(device, (world_size,), mesh_dim_names=("fsdp",))
+    if world_size % fsdp_size:
+        raise ValueError(f"fsdp_config.fsdp_size={fsdp_size} must divide the world size {world_size}")
+    return init_device_mesh(device, (world_size // fsdp_size, fsdp_size), mesh_dim_names=("ddp", "fsdp"))
+
+
+def decoder_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """The transformer blocks of an HF model: one FSDP unit each, so only one block is unsharded at a time."""
+    no_split = set(getattr(module, "_no_split_modules", None) or [])
+    layers = [m for m in module.modules() if type(m).__name__ in no_split]
+    if not layers:  # models that don't declare _no_split_modules: any ModuleList of identical blocks
+        for child in module.modules():
+            if isinstance(child, torch.nn.ModuleList) and len(child) > 1:
+                layers = list(child)
+                break
+    return layers
+
+
+def mixed_precision_policy(fsdp_config) -> MixedPrecisionPolicy | None:
+    mp = cfg_select(fsdp_config, "mixed_precision", None)
+    if not mp:
+        return None
+    return MixedPrecisionPolicy(
+        param_dtype=to_torch_dtype(cfg_select(mp, "param_dtype", "bf16"), "fsdp_config.mixed_precision.param_dtype"),
+        reduce_dtype=to_torch_dtype(cfg_select(mp, "reduce_dtype", "fp32"), "fsdp_config.mixed_precision.reduce_dtype"),
+        output_dtype=None,
+        cast_forward_inputs=True,
+    )
+
+
+def apply_fsdp2(module: torch.nn.Module, fsdp_config, mesh: DeviceMesh) -> torch.nn.Module:
+    """`fully_shard` every decoder layer, then the root (embeddings, final norm and a tied lm_head together)."""
+    kwargs = {"mesh": mesh, "reshard_after_forward": bool(cfg_select(fsdp_config, "reshard_after_forward", True))}
+    mp = mixed_precision_policy(fsdp_config)
+    if mp is not None:
+        kwargs["mp_policy"] = mp
+    if cfg_select(fsdp_config, "param_offload", False) or cfg_select(fsdp_config, "optimizer_offload", False):
+        if get_device_name() == "cpu":
+            logger.warning("fsdp_config.param_offload/optimizer_offload have no effect on CPU: weights already live in host memory")
+        else:
+            from torch.distributed.fsdp import CPUOffloadPolicy
+
+            kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
+    for layer in decoder_layers(module):
+        fully_shard(layer, **kwargs)
+    fully_shard(module, **kwargs)
+    return module
+
+
+def fsdp_modules(module: torch.nn.Module) -> list[FSDPModule]:
+    return [m for m in module.modules() if isinstance(m, FSDPModule)]
+
+
+@contextmanager
+def unsharded(module: torch.nn.Module) -> Iterator[None]:
+    """Hold the full weights on every rank for a stretch of forwards (generation): one all-gather per FSDP unit
+    instead of one per decode step, and no collectives inside, so ranks may run different numbers of steps."""
+    units = fsdp_modules(module)
+    if not units:
+        yield
+        return
+    for unit in units:
+        unit.set_reshard_after_forward(False)
+        unit.unshard()
+    try:
+        yield
+    finally:
+        for unit in units:
+            unit.reshard()
+            unit.set_reshard_after_forward(True)
+
+
+def build_optimizer(module: torch.nn.Module, optim_config, key: str) -> torch.optim.Optimizer:
+    lr = float(cfg_select(optim_config, "lr", 1e-6))
+    betas = tuple(cfg_select(optim_config, "betas", (0.9, 0.999)))
+    weight_decay = float(cfg_select(optim_config, "weight_decay", 0.01))
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError(f"{key}: the model has no trainable parameters")
+    return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)
+
+
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_config, key: str) -> torch.optim.lr_scheduler.LRScheduler:
+    from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
+
+    total = int(cfg_select(optim_config, "total_training_steps", -1) or -1)
+    warmup = int(cfg_select(optim_config, "lr_warmup_steps", -1) or -1)
+    if warmup < 0:
+        ratio = float(cfg_select(optim_config, "lr_warmup_steps_ratio", 0.0) or 0.0)
+        warmup = int(math.floor(ratio * max(total, 0)))
+    style = str(cfg_select(optim_config, "warmup_style", None) or cfg_select(optim_config, "lr_scheduler_type", "constant"))
+    if style == "constant":
+        return get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup)
+    if style == "cosine":
+        if total <= 0:
+            raise ValueError(f"{key}.warmup_style=cosine needs {key}.total_training_steps > 0 (the trainer sets it)")
+        return get_cosine_schedule_with_warmup(
+            optimizer, num_warmup_steps=warmup, num_training_steps=total,
+            min_lr_ratio=float(cfg_select(optim_config, "min_lr_ratio", 0.0) or 0.0),
+            num_cycles=float(cfg_select(optim_config, "num_cycles", 0.5)),
+        )
+    raise ValueError(f"{key}.warmup_style={style!r}: use 'constant' or 'cosine'")
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1

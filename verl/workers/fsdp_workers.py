@@ -1,0 +1,240 @@
+"""Ray workers that hold FSDP2 models: the actor/rollout/ref hybrid and the critic.
+
+One instance per rank. The driver calls their `@register`-ed methods on a worker group; DP_COMPUTE_PROTO splits
+the batch across ranks, so each method sees only its shard. Batch sizes arrive in the user's units (prompts) and
+are normalised here to responses per rank, once, before the compute classes are built.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from verl.protocol import DataProto
+from verl.single_controller.base import Dispatch, Worker, register
+from verl.utils.fsdp_utils import (
+    apply_fsdp2,
+    build_lr_scheduler,
+    build_optimizer,
+    create_device_mesh,
+    to_torch_dtype,
+)
+from verl.workers.micro_batching import cfg_select
+
+logger = logging.getLogger(__name__)
+
+_ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
+
+
+def normalize_ppo_batch_sizes(section: DictConfig, key: str, rollout_n: int, dp_size: int) -> None:
+    """ppo_mini_batch_size: prompts (as users write it) -> responses per rank, as the compute classes expect."""
+    with open_dict(section):
+        mini = int(section.ppo_mini_batch_size) * rollout_n
+        if mini % dp_size:
+            raise ValueError(f"{key}.ppo_mini_batch_size x rollout.n = {mini} is not divisible by the "
+                             f"{dp_size} data-parallel ranks")
+        section.ppo_mini_batch_size = mini // dp_size
+        if section.get("ppo_micro_batch_size") and not section.get("ppo_micro_batch_size_per_gpu"):
+            # the deprecated global micro batch size counts across ranks
+            section.ppo_micro_batch_size_per_gpu = max(1, int(section.ppo_micro_batch_size) // dp_size)
+        if not section.get("ppo_micro_batch_size_per_gpu"):
+            section.ppo_micro_batch_size_per_gpu = section.ppo_mini_batch_size
+
+
+class _FSDPWorkerBase(Worker):
+    def _init_distributed(self) -> None:
+        self.init_torch_distributed()
+        self.device_mesh = create_device_mesh(dist.get_world_size())
+
+    def _model_dtype(self, fsdp_config, key: str) -> torch.dtype:
+        return to_torch_dtype(cfg_select(fsdp_config, "model_dtype", "fp32"), f"{key}.fsdp_config.model_dtype")
+
+
+class ActorRolloutRefWorker(_FSDPWorkerBase):
+    """Any mix of the policy's jobs in one process: train (actor), generate (rollout), frozen reference (ref)."""
+
+    def __init__(self, config: DictConfig, role: str) -> None:
+        super().__init__()
+        if role not in _ROLES:
+            raise ValueError(f"ActorRolloutRefWorker role {role!r} is not one of {_ROLES}")
+        self.config = config
+        self.role = role
+        self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
+        self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
+        self._is_ref = role in ("ref", "actor_rollout_ref")
+
+    # -- building -------------------------------------------------------------------------------------------------
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        from verl.models.loader import load_causal_lm, load_tokenizer
+
+        self._init_distributed()
+        torch.manual_seed(int(cfg_select(self.config, "seed", 0) or 0) + self.rank)
+        cfg = self.config
+        self.tokenizer = None
+        if self._is_actor or self._is_rollout:
+            fsdp_cfg = cfg.actor.fsdp_config
+            module, path = load_causal_lm(cfg.model, "actor_rollout_ref.model",
+                                          dtype=self._model_dtype(fsdp_cfg, "actor_rollout_ref.actor"))
+            self.model_path = path
+            self.tokenizer = load_tokenizer(path, "actor_rollout_ref.model.path",
+                                            trust_remote_code=bool(cfg.model.get("trust_remote_code", False)),
+                                            custom_chat_template=cfg.model.get("custom_chat_template"))
+            self.actor_module = apply_fsdp2(module, fsdp_cfg, self.device_mesh)
+        if self._is_actor:
+            self._build_actor()
+        if self._is_rollout:
+            self._build_rollout()
+        if self._is_ref:
+            self._build_ref()
+
+    def _build_actor(self) -> None:
+        from verl.workers.actor import DataParallelPPOActor
+
+        actor_cfg = OmegaConf.create(OmegaConf.to_container(self.config.actor, resolve=True))
+        normalize_ppo_batch_sizes(actor_cfg, "actor_rollout_ref.actor", int(self.config.rollout.n), self.world_size)
+        self.actor_optimizer = build_optimizer(self.actor_module, actor_cfg.optim, "actor_rollout_ref.actor.optim")
+        self.actor_lr_scheduler = build_lr_scheduler(self.actor_optimizer, actor_cfg.optim, "actor_rollout_ref.actor.optim")
+        self.actor = DataParallelPPOActor(actor_cfg, self.actor_module, self.actor_optimizer)
+
+    def _build_rollout(self) -> None:
+        from verl.workers.rollout.registry import build_rollout
+
+        self.rollout, self.rollout_sharding_manager = build_rollout(
+            self.config.rollout, self.actor_module, self.tokenizer, self.model_path, self.device_mesh)
+        # the actor also serves compute_log_prob; a rollout-only worker builds a no-grad actor for it
+        if not self._is_actor:
+            from verl.workers.actor import DataParallelPPOActor
+
+            self.actor = DataParallelPPOActor(self.config.actor, self.actor_module)
+
+    def _build_ref(self) -> None:
+        from verl.models.loader import load_causal_lm
+        from verl.workers.actor import DataParallelPPOActor
+
+        ref_cfg = self.config.ref
+        fsdp_cfg = ref_cfg.get("fsdp_config") or self.config.actor.fsdp_config
+        module, _ = load_causal_lm(self.config.model, "actor_rollout_ref.model",
+                                   dtype=self._model_dtype(fsdp_cfg, "actor_rollout_ref.ref"))
+        module.requires_grad_(False)
+        self.ref_module = apply_fsdp2(module, fsdp_cfg, self.device_mesh)
+        self.ref_policy = DataParallelPPOActor(ref_cfg, self.ref_module)
+
+    # -- compute --------------------------------------------------------------------------------------------------
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        assert self._is_rollout, f"generate_sequences called on a worker with role {self.role!r}"
+        prompts.meta_info.setdefault("eos_token_id", self._eos_token_ids())
+        prompts.meta_info.setdefault("pad_token_id", self.tokenizer.pad_token_id)
+        start = time.perf_counter()
+        with self.rollout_sharding_manager:
+            prompts = self.rollout_sharding_manager.preprocess_data(prompts)
+            output = self.rollout.generate_sequences(prompts)
+            output = self.rollout_sharding_manager.postprocess_data(output)
+        output.meta_info["timing"] = {"generate_sequences": time.perf_counter() - start}
+        return output
+
+    def _eos_token_ids(self) -> list[int]:
+        ids = {self.tokenizer.eos_token_id}
+        gen_eos = getattr(getattr(self.actor_module, "generation_config", None), "eos_token_id", None)
+        ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+        return sorted(i for i in ids if i is not None)
+
+    def _log_prob_meta(self, data: DataProto, section: DictConfig) -> None:
+        rollout = self.config.rollout
+        data.meta_info.setdefault("temperature", float(rollout.temperature))
+        data.meta_info["micro_batch_size"] = int(section.get("log_prob_micro_batch_size_per_gpu") or 8)
+        data.meta_info["use_dynamic_bsz"] = bool(section.get("log_prob_use_dynamic_bsz", False))
+        data.meta_info["max_token_len"] = section.get("log_prob_max_token_len_per_gpu") or 16384
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """old_log_probs (and per-token entropy) under the current policy, at the rollout temperature."""
+        self._log_prob_meta(data, self.config.rollout)
+        log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
+        tensors = {"old_log_probs": log_probs}
+        if entropys is not None:
+            tensors["entropys"] = entropys
+        return DataProto.from_dict(tensors=tensors, meta_info={"temperature": data.meta_info["temperature"]})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        assert self._is_ref, f"compute_ref_log_prob called on a worker with role {self.role!r}"
+        self._log_prob_meta(data, self.config.ref)
+        log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
+        return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_actor(self, data: DataProto) -> DataProto:
+        assert self._is_actor, f"update_actor called on a worker with role {self.role!r}"
+        data.meta_info.setdefault("temperature", float(self.config.rollout.temperature))
+        start = time.perf_counter()
+        metrics = self.actor.update_policy(data)
+        self.actor_lr_scheduler.step()
+        metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
+        metrics["perf/update_actor_s"] = time.perf_counter() - start
+        return DataProto(meta_info={"metrics": metrics})
+
+    # -- state ----------------------------------------------------------------------------------------------------
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None) -> None:
+        from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+
+        FSDPCheckpointManager(self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.tokenizer,
+                              self.config.actor.get("checkpoint")).save(local_path, global_step)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str) -> None:
+        from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+
+        FSDPCheckpointManager(self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.tokenizer,
+                              self.config.actor.get("checkpoint")).load(local_path)
+
+
+class CriticWorker(_FSDPWorkerBase):
+    """The value model for PPO/GAE: an HF backbone with a one-output token-classification head."""
+
+    def __init__(self, config: DictConfig) -> None:
+        super().__init__()
+        self.config = config
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        from verl.models.loader import load_causal_lm
+        from verl.workers.critic import DataParallelPPOCritic
+
+        self._init_distributed()
+        cfg = OmegaConf.create(OmegaConf.to_container(self.config, resolve=True))
+        normalize_ppo_batch_sizes(cfg, "critic", int(cfg.get("rollout_n", 1)), self.world_size)
+        fsdp_cfg = cfg.model.get("fsdp_config") or {}
+        module, _ = load_causal_lm(cfg.model, "critic.model", dtype=self._model_dtype(fsdp_cfg, "critic.model"),
+                                   value_head=True)
+        self.critic_module = apply_fsdp2(module, fsdp_cfg, self.device_mesh)
+        self.critic_optimizer = build_optimizer(self.critic_module, cfg.optim, "critic.optim")
+        self.critic_lr_scheduler = build_lr_scheduler(self.critic_optimizer, cfg.optim, "critic.optim")
+        self.critic = DataParallelPPOCritic(cfg, self.critic_module, self.critic_optimizer)
+        self._cfg = cfg
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_values(self, data: DataProto) -> DataProto:
+        data.meta_info["micro_batch_size"] = int(self._cfg.get("forward_micro_batch_size_per_gpu")
+                                                 or self._cfg.ppo_micro_batch_size_per_gpu)
+        data.meta_info["use_dynamic_bsz"] = bool(self._cfg.get("use_dynamic_bsz", False))
+        data.meta_info["max_token_len"] = self._cfg.get("forward_max_token_len_per_gpu") or 16384
+        values = self.critic.compute_values(data)
+        return DataProto.from_dict(tensors={"values": values})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_critic(self, data: DataProto) -> DataProto:
+        metrics = self.critic.update_critic(data)
+        self.critic_lr_scheduler.step()
+        metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]
+        return DataProto(meta_info={"metrics": metrics})
+

@@ -1,0 +1,33 @@
+"""Rollout backends by `actor_rollout_ref.rollout.name`: each returns the engine and the sharding manager that
+moves the trainer's weights into it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+_BUILDERS: dict[str, Callable] = {}
+
+
+def register_rollout(name: str):
+    def deco(fn: Callable) -> Callable:
+        if name in _BUILDERS and _BUILDERS[name] is not fn:
+            raise ValueError(f"rollout backend {name!r} is already registered")
+        _BUILDERS[name] = fn
+        return fn
+
+    return deco
+
+
+@register_rollout("hf")
+def _build_hf(config, module, tokenizer, model_path, device_mesh):
+    from verl.workers.rollout.hf_rollout import HFRollout
+    from verl.workers.sharding_manager.fsdp_hf import FSDPHFShardingManager
+
+    return HFRollout(module, config), FSDPHFShardingManager(module)
+
+
+def build_rollout(config, module, tokenizer, model_path: str, device_mesh):
+    name = str(config.get("name", "hf"))
+    if name not in _BUILDERS:
+        raise ValueError(f"actor_rollout_ref.rollout.name={name!r} is not available here; known: {sorted(_BUILDERS)}")
+    return _BUILDERS[name](config, module, tokenizer, model_path, device_mesh)
