@@ -45,18 +45,16 @@ def role_worker_mapping(config: DictConfig):
     return mapping, manager
 
 
-def run_training(config: DictConfig) -> dict:
-    """Train as configured; returns the run summary (also written to the report folder)."""
+def build_trainer(config: DictConfig):
+    """Everything fit() needs, with Ray started; returns (trainer, tracker, report_dir). Workers not yet built."""
     from verl.models.loader import load_tokenizer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import load_reward_manager
     from verl.utils.dataset.rl_dataset import collate_fn
     from verl.utils.dataset.rl_loading import create_rl_dataset, create_rl_sampler
     from verl.utils.ray_utils import init_ray
-    from verl.utils.run_report import write_run_report
     from verl.utils.tracking import Tracking
 
-    start = time.time()
     resolve_model_paths(config)
     run_dir = _run_dir(config)
     report_dir = _report_dir(config)
@@ -76,19 +74,27 @@ def run_training(config: DictConfig) -> dict:
     mapping, pools = role_worker_mapping(config)
     backends = config.trainer.logger
     backends = [backends] if isinstance(backends, str) else list(backends)
-    metrics_file = os.path.join(report_dir, "metrics.jsonl")
     tracker = Tracking(project_name=config.trainer.project_name, experiment_name=config.trainer.experiment_name,
                        default_backend=backends + ["jsonl"], config=OmegaConf.to_container(config, resolve=True),
                        log_dir=report_dir)
     trainer = RayPPOTrainer(config, tokenizer, mapping, pools, reward_fn=reward_fn, val_reward_fn=val_reward_fn,
                             train_dataset=train_dataset, val_dataset=val_dataset, collate_fn=collate_fn,
                             train_sampler=create_rl_sampler(data, train_dataset), tracker=tracker)
+    return trainer, tracker, report_dir
+
+
+def run_training(config: DictConfig) -> dict:
+    """Train as configured; returns the run summary (also written to the report folder)."""
+    from verl.utils.run_report import write_run_report
+
+    start = time.time()
+    trainer, tracker, report_dir = build_trainer(config)
     trainer.init_workers()
     try:
         trainer.fit()
     finally:
         tracker.finish()
-    summary = write_run_report(metrics_file, report_dir)
+    summary = write_run_report(os.path.join(report_dir, "metrics.jsonl"), report_dir)
     summary["wall_time_s"] = round(time.time() - start, 1)
     with open(os.path.join(report_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
