@@ -47,9 +47,7 @@ from __future__ import annotations
 
 import copy
 import functools
-import math
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +55,18 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict
+
+from verl.utils.dataproto_helpers import (
+    atomic_torch_save,
+    chunk_after_dispatch,
+    existing_keys,
+    index_tensor,
+    iterate_mini_batches,
+    to_object_array,
+    union_meta_info,
+    union_numpy_dict,
+    union_tensor_dict,
+)
 
 __all__ = [
     "DataProto",
@@ -68,122 +78,6 @@ __all__ = [
     "union_tensor_dict",
     "union_numpy_dict",
 ]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# value helpers
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def _to_object_array(key: str, value: Any) -> np.ndarray:
-    """Per-row values as an object array whose first dim is the row.
-
-    Lists are filled element by element so equal-length inner lists stay one object per row instead of
-    becoming a 2-D array.
-    """
-    if isinstance(value, np.ndarray):
-        if value.ndim == 0:
-            raise ValueError(f"non_tensor_batch[{key!r}] is a 0-d array; it needs one entry per row")
-        return value if value.dtype == object else value.astype(object)
-    if isinstance(value, (list, tuple)):
-        arr = np.empty(len(value), dtype=object)
-        for i, v in enumerate(value):
-            arr[i] = v
-        return arr
-    raise TypeError(
-        f"non_tensor_batch[{key!r}] must be a numpy array or a list with one entry per row, got {type(value).__name__}"
-    )
-
-
-def _values_equal(a: Any, b: Any) -> bool:
-    """Equality that works for tensors, (object) arrays, containers and NaN (NaN equals NaN: same value)."""
-    if a is b:
-        return True
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-            return False
-        return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.cpu(), b.cpu())
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or a.shape != b.shape:
-            return False
-        if a.dtype != object and b.dtype != object:
-            return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc" and b.dtype.kind in "fc"))
-        return all(_values_equal(x, y) for x, y in zip(a.ravel(), b.ravel()))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_values_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(_values_equal(x, y) for x, y in zip(a, b))
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    result = a == b
-    return bool(result) if isinstance(result, (bool, np.bool_)) else bool(np.all(result))
-
-
-def union_tensor_dict(tensor_dict1: TensorDict, tensor_dict2: TensorDict) -> TensorDict:
-    """Add tensor_dict2's keys into tensor_dict1 (in place); a shared key must hold equal tensors."""
-    if tensor_dict1.batch_size != tensor_dict2.batch_size:
-        raise ValueError(
-            f"cannot union batches of different sizes: {list(tensor_dict1.batch_size)} vs {list(tensor_dict2.batch_size)}"
-        )
-    for key in tensor_dict2.keys():
-        if key in tensor_dict1.keys() and not _values_equal(tensor_dict1[key], tensor_dict2[key]):
-            raise ValueError(
-                f"union conflict on batch key {key!r}: both sides hold it with different values; "
-                f"rename or pop one side first"
-            )
-        tensor_dict1[key] = tensor_dict2[key]
-    return tensor_dict1
-
-
-def union_numpy_dict(dict1: dict[str, np.ndarray], dict2: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Add dict2's arrays into dict1 (in place); a shared key must hold elementwise-equal arrays."""
-    for key, value in dict2.items():
-        if key in dict1 and not _values_equal(dict1[key], value):
-            raise ValueError(
-                f"union conflict on non_tensor_batch key {key!r}: both sides hold it with different values; "
-                f"rename or pop one side first"
-            )
-        dict1[key] = value
-    return dict1
-
-
-def _union_meta_info(meta1: dict, meta2: dict) -> dict:
-    for key, value in meta2.items():
-        if key in meta1 and not _values_equal(meta1[key], value):
-            raise ValueError(
-                f"union conflict on meta_info key {key!r}: {meta1[key]!r} vs {value!r}; pop one side first"
-            )
-        meta1[key] = value
-    return meta1
-
-
-def _existing(keys: Any, available: Any, part: str) -> list[str]:
-    """``keys`` (all of ``available`` when None), raising KeyError naming any that are missing."""
-    available = list(available)
-    if keys is None:
-        return available
-    missing = [k for k in keys if k not in available]
-    if missing:
-        raise KeyError(f"{part} has no key(s) {missing}; available: {sorted(available)}")
-    return list(keys)
-
-
-def _index_tensor(idxs: Any, length: int) -> torch.Tensor:
-    """Row indices (int64, non-negative) from a list / array / tensor of ints or a boolean mask."""
-    t = idxs if isinstance(idxs, torch.Tensor) else torch.as_tensor(np.asarray(idxs))
-    t = t.reshape(-1).cpu()
-    if t.dtype == torch.bool:
-        if t.numel() != length:
-            raise IndexError(f"boolean mask has {t.numel()} entries but the DataProto has {length} rows")
-        return t.nonzero(as_tuple=True)[0]
-    if t.numel() == 0:
-        return t.long()
-    if t.is_floating_point() or t.is_complex():
-        raise TypeError(f"row indices must be integers or a boolean mask, got dtype {t.dtype}")
-    t = t.long()
-    if bool(((t < -length) | (t >= length)).any()):
-        raise IndexError(f"row index out of range for a DataProto of {length} rows: {t.tolist()}")
-    return torch.where(t < 0, t + length, t)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -211,7 +105,7 @@ class DataProto:
             self.non_tensor_batch = {}
         if self.meta_info is None:
             self.meta_info = {}
-        self.non_tensor_batch = {k: _to_object_array(k, v) for k, v in self.non_tensor_batch.items()}
+        self.non_tensor_batch = {k: to_object_array(k, v) for k, v in self.non_tensor_batch.items()}
         self.check_consistency()
 
     def check_consistency(self) -> None:
@@ -319,7 +213,7 @@ class DataProto:
 
     def select_idxs(self, idxs: Any) -> DataProto:
         """Rows picked by integer indices (in that order, repeats allowed) or by a boolean mask of length N."""
-        index = _index_tensor(idxs, len(self))
+        index = index_tensor(idxs, len(self))
         index_np = index.numpy()
         batch = None
         if self.batch is not None:
@@ -344,11 +238,11 @@ class DataProto:
         batch = None
         if self.batch is not None:
             # TensorDict.select makes a new TensorDict, even with all keys
-            batch = self.batch.select(*_existing(batch_keys, self.batch.keys(), "batch"))
+            batch = self.batch.select(*existing_keys(batch_keys, self.batch.keys(), "batch"))
         elif batch_keys:
             raise KeyError(f"batch has no key(s) {list(batch_keys)}: this DataProto has no tensor batch")
-        non_tensors = {k: self.non_tensor_batch[k] for k in _existing(non_tensor_batch_keys, self.non_tensor_batch, "non_tensor_batch")}
-        meta = {k: self.meta_info[k] for k in _existing(meta_info_keys, self.meta_info, "meta_info")}
+        non_tensors = {k: self.non_tensor_batch[k] for k in existing_keys(non_tensor_batch_keys, self.non_tensor_batch, "non_tensor_batch")}
+        meta = {k: self.meta_info[k] for k in existing_keys(meta_info_keys, self.meta_info, "meta_info")}
         if deepcopy:
             batch, non_tensors, meta = copy.deepcopy(batch), copy.deepcopy(non_tensors), copy.deepcopy(meta)
         return DataProto(batch=batch, non_tensor_batch=non_tensors, meta_info=meta)
@@ -363,9 +257,9 @@ class DataProto:
         if batch_keys and self.batch is None:
             raise KeyError(f"batch has no key(s) {list(batch_keys)}: this DataProto has no tensor batch")
         # check every part before removing anything, so a bad key leaves self unchanged
-        batch_keys = _existing(batch_keys or [], self.batch.keys() if self.batch is not None else [], "batch")
-        non_tensor_batch_keys = _existing(non_tensor_batch_keys or [], self.non_tensor_batch, "non_tensor_batch")
-        meta_info_keys = _existing(meta_info_keys or [], self.meta_info, "meta_info")
+        batch_keys = existing_keys(batch_keys or [], self.batch.keys() if self.batch is not None else [], "batch")
+        non_tensor_batch_keys = existing_keys(non_tensor_batch_keys or [], self.non_tensor_batch, "non_tensor_batch")
+        meta_info_keys = existing_keys(meta_info_keys or [], self.meta_info, "meta_info")
         batch = None
         if self.batch is not None:
             popped = {k: self.batch.pop(k) for k in batch_keys}
@@ -397,7 +291,7 @@ class DataProto:
         if other.batch is not None:
             self.batch = other.batch.select(*other.batch.keys()) if self.batch is None else union_tensor_dict(self.batch, other.batch)
         union_numpy_dict(self.non_tensor_batch, other.non_tensor_batch)
-        _union_meta_info(self.meta_info, other.meta_info)
+        union_meta_info(self.meta_info, other.meta_info)
         self.check_consistency()
         return self
 
@@ -494,34 +388,13 @@ class DataProto:
             generator.manual_seed(seed)
         else:
             generator.seed()
-        return self._iterate(mini_batch_size, epochs, shuffle, generator)
-
-    def _iterate(self, mini_batch_size: int, epochs: int, shuffle: bool, generator: torch.Generator) -> Iterator[DataProto]:
-        n = len(self)
-        for _ in range(epochs):
-            if shuffle:
-                order = torch.randperm(n, generator=generator)
-                for i in range(0, n, mini_batch_size):
-                    yield self.select_idxs(order[i : i + mini_batch_size])
-            else:
-                yield from self.split(mini_batch_size)
+        return iterate_mini_batches(self, mini_batch_size, epochs, shuffle, generator)
 
     # -- persistence and inspection ------------------------------------------------------------------------------
 
     def save_to_disk(self, filepath: str | os.PathLike) -> None:
         """Write atomically (temp file in the same folder, then rename) so a crash never leaves half a file."""
-        filepath = os.fspath(filepath)
-        folder = os.path.dirname(os.path.abspath(filepath))
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".dataproto-", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(self, f)
-            os.replace(tmp, filepath)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+        atomic_torch_save(self, filepath, prefix=".dataproto-")
 
     @staticmethod
     def load_from_disk(filepath: str | os.PathLike) -> DataProto:
@@ -556,7 +429,7 @@ def collate_fn(x: list[DataProtoItem]) -> DataProto:
     if not x:
         raise ValueError("collate_fn needs at least one DataProtoItem")
     batch = torch.stack([item.batch for item in x]).contiguous() if x[0].batch is not None else None
-    non_tensors = {k: _to_object_array(k, [item.non_tensor_batch[k] for item in x]) for k in x[0].non_tensor_batch}
+    non_tensors = {k: to_object_array(k, [item.non_tensor_batch[k] for item in x]) for k in x[0].non_tensor_batch}
     return DataProto(batch=batch, non_tensor_batch=non_tensors, meta_info=dict(x[0].meta_info))
 
 
@@ -587,13 +460,6 @@ def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _chunk_of(data: DataProto, i: int, chunks: int, previous: Callable | None = None) -> DataProto:
-    """The i-th of ``chunks`` parts, after the earlier dispatch (module level so it pickles)."""
-    if previous is not None:
-        data = previous(data)
-    return data.chunk(chunks=chunks)[i]
-
-
 @dataclass
 class DataProtoFuture:
     """A DataProto still being computed by Ray workers: ``get()`` waits, collects, then dispatches.
@@ -616,7 +482,7 @@ class DataProtoFuture:
             DataProtoFuture(
                 collect_fn=self.collect_fn,
                 futures=self.futures,
-                dispatch_fn=functools.partial(_chunk_of, i=i, chunks=chunks, previous=self.dispatch_fn),
+                dispatch_fn=functools.partial(chunk_after_dispatch, i=i, chunks=chunks, previous=self.dispatch_fn),
             )
             for i in range(chunks)
         ]
