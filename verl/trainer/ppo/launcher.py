@@ -85,6 +85,7 @@ def build_trainer(config: DictConfig):
 
 def run_training(config: DictConfig) -> dict:
     """Train as configured; returns the run summary (also written to the report folder)."""
+    from verl.utils.learning_curve import print_learning_curve
     from verl.utils.run_report import write_run_report
 
     start = time.time()
@@ -94,7 +95,9 @@ def run_training(config: DictConfig) -> dict:
         trainer.fit()
     finally:
         tracker.finish()
-    summary = write_run_report(os.path.join(report_dir, "metrics.jsonl"), report_dir)
+    metrics_file = os.path.join(report_dir, "metrics.jsonl")
+    summary = write_run_report(metrics_file, report_dir)
+    print_learning_curve(metrics_file)
     summary["wall_time_s"] = round(time.time() - start, 1)
     with open(os.path.join(report_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
