@@ -37,6 +37,9 @@ class PolicyLossConfig(BaseConfig):
     clip_cov_ub: float = 5.0
     kl_cov_ratio: float = 0.0002
     ppo_kl_coef: float = 0.1
+    # sapo gate temperatures. Upstream keeps them on the actor; the sapo loss reads actor.<key> first, then these.
+    tau_pos: float = 1.0
+    tau_neg: float = 1.05
 
 
 @dataclass
