@@ -17,7 +17,7 @@ class ModelConfig(BaseConfig):
     custom_chat_template: str | None = None
     external_lib: str | None = None
     override_config: dict[str, Any] = dict_field()
-    enable_gradient_checkpointing: bool = True
+    enable_gradient_checkpointing: bool = False  # as in ppo_trainer.yaml: small CPU runs are not memory-bound
     enable_activation_offload: bool = False
     use_remove_padding: bool = False
     lora_rank: int = at_least(0, 0)

@@ -20,7 +20,7 @@ class CriticModelConfig(BaseConfig):
     tokenizer_path: str | None = None
     override_config: dict[str, Any] = dict_field()
     external_lib: str | None = None
-    enable_gradient_checkpointing: bool = True
+    enable_gradient_checkpointing: bool = False  # as in ppo_trainer.yaml: small CPU runs are not memory-bound
     enable_activation_offload: bool = False
     use_remove_padding: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
