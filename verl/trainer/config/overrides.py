@@ -7,7 +7,6 @@ schema first lets a typo be answered with the key the user meant, in well under 
 from __future__ import annotations
 
 import functools
-
 import sys
 from collections.abc import Sequence
 
