@@ -1,0 +1,146 @@
+"""Response-only loss masks of SFTDataset and MultiTurnSFTDataset, checked by hand on tiny examples."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
+from verl.utils.dataset.multiturn_sft_dataset import ChatTemplateNotIncrementalError, MultiTurnSFTDataset
+from verl.utils.dataset.sft_dataset import SFTDataset, SFTResponseTooLongError
+
+
+class CharTokenizer:
+    """One id per character (its code point), so every expected id and mask can be written by hand.
+
+    Template: each message renders as '<R>:<content>|' (R = first letter of the role, upper case); the generation
+    prompt is 'A:'. EOS is '$', padding id 0.
+    """
+
+    eos_token = "$"
+    eos_token_id = ord("$")
+    pad_token_id = 0
+    chat_template = "char-stub"
+
+    def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=False, **kwargs):
+        text = "".join(f"{m['role'][0].upper()}:{m['content']}|" for m in messages)
+        return text + ("A:" if add_generation_prompt else "")
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+
+def ids(text: str) -> list[int]:
+    return [ord(c) for c in text]
+
+
+def write(tmp_path, rows, name="data.parquet") -> str:
+    path = str(tmp_path / name)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def cfg(**data):
+    return OmegaConf.create({"prompt_key": "prompt", "response_key": "response", "max_length": 12,
+                             "truncation": "error", **data})
+
+
+def test_single_turn_mask_by_hand(tmp_path):
+    path = write(tmp_path, [{"prompt": "hi", "response": "ok"}])
+    item = SFTDataset(path, CharTokenizer(), cfg())[0]
+    # "U:hi|A:" is the prompt (7 tokens, never trained), "ok$" the response (EOS included).
+    assert item["input_ids"].tolist() == ids("U:hi|A:ok$") + [0, 0]
+    assert item["attention_mask"].tolist() == [1] * 10 + [0, 0]
+    assert item["position_ids"].tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 9]
+    # position t is trained when token t+1 is a response token: positions 6 ('A:' colon -> 'o'), 7, 8.
+    assert item["loss_mask"].tolist() == [0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0]
+
+
+def test_chat_prompt_and_dict_keys(tmp_path):
+    rows = [{"prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}],
+             "extra": {"answer": {"text": "yes"}}}]
+    path = write(tmp_path, rows)
+    item = SFTDataset(path, CharTokenizer(), cfg(response_key="extra", response_dict_keys=["answer", "text"],
+                                                   max_length=16))[0]
+    assert item["input_ids"].tolist()[:13] == ids("S:s|U:q|A:yes$")[:13]
+    trained = [ids("S:s|U:q|A:yes$")[t + 1] for t in range(15) if item["loss_mask"][t]]
+    assert "".join(map(chr, trained)) == "yes$"
+
+
+def test_truncation_modes(tmp_path):
+    path = write(tmp_path, [{"prompt": "abcdef", "response": "xy"}])  # "U:abcdef|A:xy$" = 14 tokens
+    with pytest.raises(SFTResponseTooLongError, match="data.max_length=10"):
+        SFTDataset(path, CharTokenizer(), cfg(max_length=10))[0]
+    left = SFTDataset(path, CharTokenizer(), cfg(max_length=10, truncation="left"))[0]
+    assert left["input_ids"].tolist() == ids("cdef|A:xy$")  # the start of the prompt is dropped
+    assert left["loss_mask"].tolist() == [0, 0, 0, 0, 0, 0, 1, 1, 1, 0]
+    right = SFTDataset(path, CharTokenizer(), cfg(max_length=10, truncation="right"))[0]
+    assert right["input_ids"].tolist() == ids("U:abcdef|A")
+    assert right["loss_mask"].tolist() == [0] * 10  # the whole response was cut off
+
+
+def test_multi_turn_only_assistant_turns_by_hand(tmp_path):
+    conversation = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                    {"role": "user", "content": "c"}, {"role": "assistant", "content": "de"}]
+    path = write(tmp_path, [{"messages": conversation}])
+    config = OmegaConf.create({"multiturn": {"messages_key": "messages"}, "max_length": 20, "truncation": "error"})
+    item = MultiTurnSFTDataset(path, CharTokenizer(), config)[0]
+    text = "U:a|A:b|U:c|A:de|"
+    # trained tokens: 'b|' (indices 6, 7) and 'de|' (14, 15, 16); the headers 'A:' are given, not trained
+    assert item["input_ids"].tolist() == ids(text) + [0, 0, 0]
+    token_trained = [0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1]
+    assert item["loss_mask"].tolist() == token_trained[1:] + [0] + [0, 0, 0]
+    assert item["attention_mask"].tolist() == [1] * 17 + [0, 0, 0]
+
+
+def test_tiny_bpe_tokenizer_trains_exactly_the_response(tmp_path):
+    tokenizer = build_tiny_tokenizer()
+    path = write(tmp_path, [{"prompt": "Tom has 12 apples.", "response": "12 + 5 = 17. #### 17"}])
+    item = SFTDataset(path, tokenizer, cfg(max_length=64))[0]
+    input_ids, loss_mask = item["input_ids"], item["loss_mask"].bool()
+    trained = input_ids[1:][loss_mask[:-1]]
+    assert tokenizer.decode(trained.tolist()) == "12 + 5 = 17. #### 17<|im_end|>"
+    prompt = input_ids[: int(torch.nonzero(loss_mask)[0]) + 1]
+    assert tokenizer.decode(prompt.tolist()).endswith("<|im_start|>assistant\n")
+
+
+def test_tiny_bpe_multi_turn_trains_assistant_turns(tmp_path):
+    tokenizer = build_tiny_tokenizer()
+    conversation = [{"role": "system", "content": "Solve."}, {"role": "user", "content": "12 + 5"},
+                    {"role": "assistant", "content": "17"}, {"role": "user", "content": "times 2"},
+                    {"role": "assistant", "content": "#### 34"}]
+    path = write(tmp_path, [{"messages": conversation}])
+    config = OmegaConf.create({"multiturn": {"messages_key": "messages"}, "max_length": 96})
+    item = MultiTurnSFTDataset(path, tokenizer, config)[0]
+    mask = item["loss_mask"].bool()
+    trained = item["input_ids"][1:][mask[:-1]].tolist()
+    assert tokenizer.decode(trained) == "17<|im_end|>\n#### 34<|im_end|>\n"
+    whole = tokenizer.apply_chat_template(conversation, tokenize=False)
+    assert tokenizer.decode(item["input_ids"][item["attention_mask"].bool()].tolist()) == whole
+
+
+def test_template_that_rewrites_history_is_refused(tmp_path):
+    class Forgetful(CharTokenizer):
+        def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=False, **kwargs):
+            # drops every assistant turn but the last, as reasoning templates drop old thoughts
+            last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
+            kept = [m for i, m in enumerate(messages) if m["role"] != "assistant" or i == last]
+            return super().apply_chat_template(kept, add_generation_prompt)
+
+    conversation = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                    {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]
+    path = write(tmp_path, [{"messages": conversation}])
+    dataset = MultiTurnSFTDataset(path, Forgetful(), OmegaConf.create({"max_length": 40}))
+    with pytest.raises(ChatTemplateNotIncrementalError, match="row 0"):
+        dataset[0]
+
+
+def test_missing_columns_name_the_key(tmp_path):
+    path = write(tmp_path, [{"question": "q", "answer": "a"}])
+    with pytest.raises(ValueError, match="data.prompt_key"):
+        SFTDataset(path, CharTokenizer(), cfg())
+    with pytest.raises(ValueError, match="data.response_key"):
+        SFTDataset(path, CharTokenizer(), cfg(prompt_key="question"))

@@ -1,0 +1,51 @@
+"""SFT datasets and loaders: which dataset class a config asks for, and rank-aware stateful data loaders."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from typing import Any
+
+from omegaconf import DictConfig
+from torch.utils.data import Dataset, DistributedSampler
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+from verl.utils.dataset.sft_dataset import SFTDataset
+
+
+def _custom_class(path: str, name: str) -> type:
+    local = os.path.expanduser(path)
+    if not os.path.isfile(local):
+        raise FileNotFoundError(f"data.custom_cls.path={path!r}: no such file")
+    spec = importlib.util.spec_from_file_location(f"verl_custom_sft_dataset_{abs(hash(local))}", local)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    if not hasattr(module, name):
+        raise AttributeError(f"data.custom_cls.name={name!r}: {path} defines no such class")
+    cls = getattr(module, name)
+    if not (isinstance(cls, type) and issubclass(cls, Dataset)):
+        raise TypeError(f"data.custom_cls: {path}:{name} must be a torch.utils.data.Dataset subclass")
+    return cls
+
+
+def create_sft_dataset(data_paths, data_config: DictConfig, tokenizer: Any, max_samples: int = -1) -> Dataset:
+    """data.custom_cls when set, else MultiTurnSFTDataset with data.multiturn.enable, else SFTDataset."""
+    custom = data_config.get("custom_cls") or {}
+    if custom.get("path"):
+        cls = _custom_class(str(custom.path), str(custom.get("name") or ""))
+        return cls(data_paths, tokenizer, data_config)
+    multiturn = data_config.get("multiturn") or {}
+    cls = MultiTurnSFTDataset if multiturn.get("enable", False) else SFTDataset
+    return cls(data_paths, tokenizer, data_config, max_samples=max_samples)
+
+
+def build_dataloader(dataset: Dataset, batch_size: int, rank: int, world_size: int, seed: int, shuffle: bool,
+                     drop_last: bool) -> tuple[StatefulDataLoader, DistributedSampler]:
+    """Each rank reads its own slice of every global batch; the order is the seed's, the same on resume."""
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed,
+                                 drop_last=drop_last)
+    loader = StatefulDataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=0, drop_last=drop_last)
+    return loader, sampler

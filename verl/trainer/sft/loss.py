@@ -1,0 +1,73 @@
+"""The SFT objective on one micro-batch: summed next-token NLL over the trained positions, and their count.
+
+The caller divides by the trained-token count of the whole global batch (all micro-batches, all ranks), so the
+loss is a token mean that does not depend on how the batch is cut into micro-batches or ranks.
+
+Two layouts give the same numbers:
+- padded: the (bs, max_length) batch as the dataset built it, with its attention mask;
+- packed (`use_remove_padding=true`): the real tokens of every row laid end to end in one row, positions
+  restarting at 0 for each sample and no attention mask; transformers then builds a block-diagonal causal mask
+  from the position ids, so samples do not see each other, and no compute is spent on padding.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+BatchDict = dict[str, torch.Tensor]
+
+
+def trained_positions(batch: BatchDict) -> torch.Tensor:
+    """loss_mask[:, :-1] restricted to positions whose next token is real (labels input_ids[:, 1:])."""
+    return batch["loss_mask"][:, :-1] * batch["attention_mask"][:, 1:]
+
+
+def count_trained_tokens(batch: BatchDict) -> int:
+    return int(trained_positions(batch).sum().item())
+
+
+def _nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), reduction="none")
+
+
+def padded_nll_sum(module: torch.nn.Module, batch: BatchDict) -> tuple[torch.Tensor, torch.Tensor]:
+    input_ids = batch["input_ids"]
+    logits = module(input_ids=input_ids, attention_mask=batch["attention_mask"], position_ids=batch["position_ids"],
+                    use_cache=False).logits
+    mask = trained_positions(batch).to(logits.dtype)
+    nll = _nll(logits[:, :-1], input_ids[:, 1:]).view_as(mask)
+    return (nll * mask).sum(), mask.sum()
+
+
+def pack(batch: BatchDict) -> BatchDict:
+    """One row holding every sample's real tokens, positions restarting per sample, and a loss mask in which
+    the last token of each sample predicts nothing (its successor in the row is the next sample)."""
+    attention_mask = batch["attention_mask"].bool()
+    lengths = attention_mask.sum(-1)
+    if not torch.equal(attention_mask, torch.arange(attention_mask.size(1), device=lengths.device) < lengths[:, None]):
+        raise ValueError("use_remove_padding=true needs right-padded samples (real tokens first, then padding); "
+                         "the SFT datasets produce that — check a custom data.custom_cls dataset")
+    input_ids = batch["input_ids"][attention_mask]
+    loss_mask = batch["loss_mask"][attention_mask].clone()
+    ends = torch.cumsum(lengths, 0) - 1
+    loss_mask[ends[lengths > 0]] = 0
+    positions = torch.cat([torch.arange(int(n), device=input_ids.device) for n in lengths.tolist()])
+    return {"input_ids": input_ids[None], "position_ids": positions[None], "loss_mask": loss_mask[None]}
+
+
+def packed_nll_sum(module: torch.nn.Module, batch: BatchDict) -> tuple[torch.Tensor, torch.Tensor]:
+    packed = pack(batch)
+    input_ids = packed["input_ids"]
+    logits = module(input_ids=input_ids, position_ids=packed["position_ids"], attention_mask=None,
+                    use_cache=False).logits
+    mask = packed["loss_mask"][:, :-1].to(logits.dtype)
+    nll = _nll(logits[:, :-1], input_ids[:, 1:]).view_as(mask)
+    return (nll * mask).sum(), mask.sum()
+
+
+def sft_nll_sum(module: torch.nn.Module, batch: BatchDict, use_remove_padding: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of NLL over trained tokens, number of trained tokens) of one micro-batch."""
+    if use_remove_padding:
+        return packed_nll_sum(module, batch)
+    return padded_nll_sum(module, batch)
