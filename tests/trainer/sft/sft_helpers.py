@@ -1,0 +1,35 @@
+"""Tiny HF model folders and the example preprocess scripts, for the SFT and generation/eval tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from tests.helpers.tiny_model import tiny_llama
+from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def save_tiny_model(folder: Path, seed: int = 0, initializer_range: float = 0.02) -> Path:
+    """A random tiny Llama sized to the tiny tokenizer, saved with it as an HF folder. With the default init its
+    greedy output is one repeated token; initializer_range 0.3 makes different prompts give different text."""
+    tokenizer = build_tiny_tokenizer()
+    model = tiny_llama(seed=seed, vocab_size=len(tokenizer), initializer_range=initializer_range,
+                       pad_token_id=tokenizer.pad_token_id,
+                       eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def load_example(name: str):
+    path = ROOT / "examples" / "data_preprocess" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"sft_test_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
