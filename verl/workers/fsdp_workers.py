@@ -183,19 +183,27 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
 
     # -- state ----------------------------------------------------------------------------------------------------
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None) -> None:
+    def _checkpoint_manager(self):
+        """One manager per worker; the actor's module, optimizer and schedule (a rollout-only role saves weights)."""
         from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 
-        FSDPCheckpointManager(self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.tokenizer,
-                              self.config.actor.get("checkpoint")).save(local_path, global_step)
+        if not hasattr(self, "actor_module"):
+            raise RuntimeError(f"save/load_checkpoint called on a worker with role {self.role!r}: only the actor's "
+                               "weights are checkpointed (the reference policy is frozen)")
+        if getattr(self, "_ckpt_manager", None) is None:
+            self._ckpt_manager = FSDPCheckpointManager(
+                self.actor_module, getattr(self, "actor_optimizer", None), getattr(self, "actor_lr_scheduler", None),
+                self.tokenizer, self.config.actor.get("checkpoint"))
+        return self._ckpt_manager
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, local_path: str) -> None:
-        from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+    def save_checkpoint(self, local_path: str, hdfs_path: str | None = None, global_step: int = 0,
+                        max_ckpt_to_keep: int | None = None) -> None:
+        self._checkpoint_manager().save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep)
 
-        FSDPCheckpointManager(self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.tokenizer,
-                              self.config.actor.get("checkpoint")).load(local_path)
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False) -> None:
+        self._checkpoint_manager().load_checkpoint(local_path, hdfs_path, del_local_after_load)
 
 
 class CriticWorker(_FSDPWorkerBase):
@@ -211,6 +219,9 @@ class CriticWorker(_FSDPWorkerBase):
         from verl.workers.critic import DataParallelPPOCritic
 
         self._init_distributed()
+        # the value head is freshly initialised: the same seed on every rank gives every rank the same head and
+        # every run the same critic (a resumed run is compared against an uninterrupted one)
+        torch.manual_seed(int(cfg_select(self.config, "seed", 0) or 0))
         cfg = OmegaConf.create(OmegaConf.to_container(self.config, resolve=True))
         normalize_ppo_batch_sizes(cfg, "critic", int(cfg.get("rollout_n", 1)), self.world_size)
         fsdp_cfg = cfg.model.get("fsdp_config") or {}
@@ -238,3 +249,19 @@ class CriticWorker(_FSDPWorkerBase):
         metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]
         return DataProto(meta_info={"metrics": metrics})
 
+    def _checkpoint_manager(self):
+        from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+
+        if getattr(self, "_ckpt_manager", None) is None:
+            self._ckpt_manager = FSDPCheckpointManager(self.critic_module, self.critic_optimizer,
+                                                       self.critic_lr_scheduler, None, self._cfg.get("checkpoint"))
+        return self._ckpt_manager
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path: str, hdfs_path: str | None = None, global_step: int = 0,
+                        max_ckpt_to_keep: int | None = None) -> None:
+        self._checkpoint_manager().save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False) -> None:
+        self._checkpoint_manager().load_checkpoint(local_path, hdfs_path, del_local_after_load)

@@ -105,6 +105,7 @@ class RayPPOTrainer:
         from verl.utils.progress import TrainingProgress
 
         trainer = self.config.trainer
+        self._load_checkpoint()
         if self.validator.enabled and trainer.get("val_before_train", True):
             self._log(self.validator.run(self.global_steps), step=0)
             if trainer.get("val_only", False):
@@ -122,10 +123,22 @@ class RayPPOTrainer:
                     metrics.update(last_val)
                 self._log(metrics, step=self.global_steps)
                 progress.advance(_summary(metrics))
+                if trainer.save_freq > 0 and (self.global_steps % trainer.save_freq == 0 or is_last):
+                    self._save_checkpoint()
                 if is_last:
                     break
         progress.close()
         self.final_validation_metrics = last_val
+
+    def _save_checkpoint(self) -> None:
+        from verl.trainer.ppo.checkpointing import save_checkpoint
+
+        save_checkpoint(self)
+
+    def _load_checkpoint(self) -> int:
+        from verl.trainer.ppo.checkpointing import load_checkpoint
+
+        return load_checkpoint(self)
 
     def train_step(self, batch_dict: dict) -> dict[str, float]:
         """One PPO/GRPO iteration: generate, score, log-probs, values, advantages, updates."""
