@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import warnings
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -83,7 +84,9 @@ class FSDPModelMerger(BaseModelMerger):
         model.tie_weights()  # to_empty gives tied parameters separate storage; tie them back before filling
         state = model.state_dict()
         try:
-            dcp.load({"model": state}, checkpoint_id=model_dir, no_dist=True)
+            with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+                warnings.simplefilter("ignore", UserWarning)
+                dcp.load({"model": state}, checkpoint_id=model_dir, no_dist=True)
         except Exception as err:  # noqa: BLE001 - re-raised naming the folder and the config used
             raise RuntimeError(f"could not read the shards in {model_dir} into {type(model).__name__} built from "
                                f"{self.hf_dir}/config.json: {err}") from err

@@ -155,3 +155,24 @@ def test_merger_names_a_missing_shard(runs, tmp_path, capsys):
         main(["merge", "--backend", "fsdp", "--local_dir", broken, "--target_dir", str(tmp_path / "out")])
     assert exit_info.value.code == 1
     assert "merge_missing/model/__0_0.distcp is missing" in capsys.readouterr().err
+
+
+def test_critic_checkpoint_merges_to_a_token_classification_model(tmp_path):
+    """A value model saved without a process group (one plain process) merges to a model with the same values."""
+    from transformers import AutoModelForTokenClassification
+
+    from tests.helpers.tiny_model import tiny_llama_config
+    from verl.model_merger.__main__ import main
+    from verl.models.value_head import build_value_model
+    from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+
+    torch.manual_seed(0)
+    critic = build_value_model(tiny_llama_config(), score_init_std=0.5)
+    optimizer = torch.optim.AdamW(critic.parameters(), lr=LR)
+    FSDPCheckpointManager(critic, optimizer, None, None, {"save_contents": ["model", "optimizer"]}).save(
+        str(tmp_path / "critic"), global_step=1)
+    main(["merge", "--backend", "fsdp", "--local_dir", str(tmp_path / "critic"), "--target_dir", str(tmp_path / "hf")])
+    merged = AutoModelForTokenClassification.from_pretrained(tmp_path / "hf")
+    ids = eval_ids()
+    with torch.no_grad():
+        assert torch.allclose(merged(input_ids=ids).logits, critic.eval()(input_ids=ids).logits, atol=1e-6)
