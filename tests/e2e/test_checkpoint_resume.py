@@ -236,7 +236,7 @@ def test_kill_9_during_step_3_and_during_a_save_then_resume(assets, uninterrupte
         driver, _ = run(assets, run_dir, "kill_in_step3")
         t1 = driver.wait_until(lambda: tracker(run_dir) == 1, "checkpoint of step 1")
         t2 = driver.wait_until(lambda: tracker(run_dir) == 2, "checkpoint of step 2")
-        delay = random.Random(os.urandom(8)).uniform(0.0, 0.8 * (t2 - t1))
+        delay = random.Random(os.urandom(8)).uniform(0.0, 0.6 * (t2 - t1))
         time.sleep(delay)
         driver.kill_driver()
         print(f"killed the driver {delay:.3f}s into step 3 (step 2 + its save took {t2 - t1:.3f}s); "
