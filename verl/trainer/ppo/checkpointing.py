@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 import time
 from typing import Any
@@ -78,6 +79,15 @@ def _keep_limits(trainer) -> dict[str, int | None]:
     return limits
 
 
+def _write_parts(trainer, partial: str, step: int, limits: dict[str, int | None]) -> None:
+    trainer.actor_rollout_wg.save_checkpoint(os.path.join(partial, "actor"), None, step, limits["actor"])
+    if trainer.use_critic:
+        trainer.critic_wg.save_checkpoint(os.path.join(partial, "critic"), None, step, limits["critic"])
+    atomic_torch_save(trainer.train_dataloader.state_dict(), os.path.join(partial, DATA_FILE))
+    atomic_torch_save(trainer_state(trainer), os.path.join(partial, TRAINER_STATE_FILE))
+    fsync_tree(partial)
+
+
 def save_checkpoint(trainer) -> str:
     """Save the trainer's current step; returns the published `global_step_N` folder."""
     start = time.perf_counter()
@@ -90,12 +100,11 @@ def save_checkpoint(trainer) -> str:
     partial = new_partial_step_dir(root, step)
     os.makedirs(partial)
     limits = _keep_limits(trainer)
-    trainer.actor_rollout_wg.save_checkpoint(os.path.join(partial, "actor"), None, step, limits["actor"])
-    if trainer.use_critic:
-        trainer.critic_wg.save_checkpoint(os.path.join(partial, "critic"), None, step, limits["critic"])
-    atomic_torch_save(trainer.train_dataloader.state_dict(), os.path.join(partial, DATA_FILE))
-    atomic_torch_save(trainer_state(trainer), os.path.join(partial, TRAINER_STATE_FILE))
-    fsync_tree(partial)
+    try:
+        _write_parts(trainer, partial, step, limits)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # a kill -9 can't do this; the next start then does
+        raise
     final = step_dir(root, step)
     publish_dir(partial, final)
     write_tracker(root, step)
