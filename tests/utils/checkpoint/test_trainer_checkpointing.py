@@ -101,9 +101,6 @@ def test_resume_mid_epoch_replays_the_rest_of_that_epoch(tmp_path, uninterrupted
     assert resumed.seen == uninterrupted.seen[5:]
 
 
-@pytest.mark.xfail(reason="verl.utils.dataset.rl_loading.create_rl_sampler returns torch's RandomSampler, which does "
-                          "not checkpoint its generator; needs torchdata.stateful_dataloader.sampler.RandomSampler",
-                   strict=False)
 def test_resume_mid_epoch_with_the_sampler_main_ppo_builds(tmp_path):
     from omegaconf import OmegaConf
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
-from torch.utils.data import RandomSampler, SequentialSampler
+from torch.utils.data import SequentialSampler
+from torchdata.stateful_dataloader.sampler import RandomSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tests.utils.dataset.conftest import make_row, write_rows
