@@ -26,6 +26,20 @@ def _build_hf(config, module, tokenizer, model_path, device_mesh):
     return HFRollout(module, config), FSDPHFShardingManager(module)
 
 
+@register_rollout("vllm")
+def _build_vllm(config, module, tokenizer, model_path, device_mesh):
+    import os
+
+    from verl.workers.rollout.vllm_rollout import vLLMRollout
+    from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
+
+    env = os.environ
+    rollout = vLLMRollout(model_path, config, tokenizer, getattr(module, "config", None),
+                          rank=int(env.get("RANK", 0)), local_rank=int(env.get("LOCAL_RANK", 0)),
+                          local_world_size=int(env.get("LOCAL_WORLD_SIZE", 1)), seed=int(config.get("seed", 0) or 0))
+    return rollout, FSDPVLLMShardingManager(module, rollout, tp_size=int(config.get("tensor_model_parallel_size", 1)))
+
+
 def build_rollout(config, module, tokenizer, model_path: str, device_mesh):
     name = str(config.get("name", "hf"))
     if name not in _BUILDERS:

@@ -1,0 +1,4 @@
+"""Pieces of the vLLM rollout (engine construction, sampling, batching, KV-cache sleep, metrics).
+
+Importing this package does not import vLLM; only building an engine does.
+"""

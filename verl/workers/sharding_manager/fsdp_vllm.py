@@ -1,0 +1,119 @@
+"""FSDP2 actor -> in-process vLLM engine: the hand-over around every rollout (verl's 3D-HybridEngine on one host).
+
+Entering: wake the engine, gather the actor's current weights one parameter at a time (``DTensor.full_tensor()``,
+a collective every rank runs in the same order), cast each to the engine's dtype and stream it into the engine,
+which copies it into its own (repacked) layout — so at most one full parameter exists outside the engine at a time
+and nothing touches the disk. Leaving: put the KV cache to sleep so training never holds it.
+
+With ``tensor_model_parallel_size`` > 1 the ranks of one vLLM tensor-parallel group are one engine: they gather
+their prompt shards before generating and each keeps its own rows afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from verl.protocol import DataProto
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FSDPVLLMShardingManager", "full_named_weights"]
+
+# wrappers that prefix parameter names without being part of the HF model (torch.compile, activation checkpointing)
+_WRAPPER_PREFIXES = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_module.")
+
+
+def _hf_name(name: str) -> str:
+    for prefix in _WRAPPER_PREFIXES:
+        name = name.replace(prefix, "")
+    return name
+
+
+def full_named_weights(module: torch.nn.Module, dtype: torch.dtype | None, tied_lm_head: bool
+                       ) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, full tensor) for every parameter, gathered lazily. Every rank must consume the whole iterator:
+    each ``full_tensor()`` is an all-gather. A tied parameter is gathered once and yielded under each of its names
+    (vLLM expects ``lm_head.weight`` even when it is the embedding); it is appended if the module lists it once."""
+    params = list(module.named_parameters(remove_duplicate=False))
+    uses = Counter(id(p) for _, p in params)
+    shared: dict[int, torch.Tensor] = {}
+    names = set()
+    embed: torch.Tensor | None = None
+    for name, param in params:
+        key = id(param)
+        tensor = shared.get(key)
+        if tensor is None:
+            tensor = param.full_tensor() if isinstance(param, DTensor) else param
+            tensor = tensor.detach().to(dtype) if dtype is not None else tensor.detach()
+            if uses[key] > 1:
+                shared[key] = tensor
+        uses[key] -= 1
+        if uses[key] == 0:
+            shared.pop(key, None)
+        hf_name = _hf_name(name)
+        names.add(hf_name)
+        if hf_name == "model.embed_tokens.weight" and tied_lm_head:
+            embed = tensor
+        yield hf_name, tensor
+    if tied_lm_head and "lm_head.weight" not in names and embed is not None:
+        yield "lm_head.weight", embed
+
+
+class FSDPVLLMShardingManager:
+    def __init__(self, module: torch.nn.Module, rollout, tp_size: int = 1) -> None:
+        self.module = module
+        self.rollout = rollout
+        self.tp_size = int(tp_size)
+        dtype = rollout.engine_kwargs.get("dtype", "auto")
+        self.engine_dtype = getattr(torch, dtype) if dtype != "auto" else getattr(rollout.model_hf_config, "dtype", None)
+        self.tied_lm_head = bool(getattr(rollout, "tied_embeddings", False))
+        self.last_sync_s = 0.0
+
+    def __enter__(self) -> FSDPVLLMShardingManager:
+        self.rollout.wake_up_weights()
+        self.sync_weights()
+        self.rollout.wake_up()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # free the KV cache even when the rollout failed: the trainer may still want the memory
+        self.rollout.sleep()
+
+    def sync_weights(self) -> float:
+        """Push the actor's current weights into the engine; returns the seconds it took (gather + load)."""
+        start = time.perf_counter()
+        with torch.no_grad():
+            self.rollout.update_weights(full_named_weights(self.module, self.engine_dtype, self.tied_lm_head))
+        self.last_sync_s = time.perf_counter() - start
+        logger.debug("weight sync into vLLM took %.3fs", self.last_sync_s)
+        return self.last_sync_s
+
+    # -- data across a vLLM tensor-parallel group -----------------------------------------------------------------
+
+    def _tp_group(self):
+        from vllm.distributed.parallel_state import get_tp_group
+
+        group = get_tp_group()
+        return group.cpu_group, group.rank_in_group
+
+    def preprocess_data(self, data: DataProto) -> DataProto:
+        """TP > 1: every rank of the group submits the group's whole batch (one engine, identical inputs)."""
+        if self.tp_size <= 1:
+            return data
+        group, _ = self._tp_group()
+        parts: list[DataProto | None] = [None] * self.tp_size
+        dist.all_gather_object(parts, data, group=group)
+        return DataProto.concat(parts)
+
+    def postprocess_data(self, data: DataProto) -> DataProto:
+        if self.tp_size <= 1:
+            return data
+        _, rank = self._tp_group()
+        return data.chunk(self.tp_size)[rank]
