@@ -1,7 +1,8 @@
 """The vLLM rollout with a real in-process engine on an FSDP2 (1 rank, gloo) tiny Llama, engine in fp32 so it must
 agree with the actor to float precision: greedy tokens equal HF generate's, its log-probs equal the actor's
 recomputation (sampled at T, and scored), a weight change is invisible to the engine until the sharding manager
-syncs it, the KV cache sleeps between rollouts, and a sync that misses weights fails loudly.
+syncs it, the KV cache sleeps between rollouts, and a sync that misses weights fails loudly. With
+tensor_model_parallel_size=2 one engine spans two ranks, which pool their prompts and each get their rows back.
 
 Runs in a forked child: vLLM's teardown destroys the process group it shares with FSDP, so each engine gets a
 process of its own. Needs vLLM (skipped without it).
@@ -154,3 +155,44 @@ def test_vllm_rollout_matches_the_actor_and_follows_syncs(tmp_path):
     assert r["same_after_sleep"], r
     assert r["ignore_eos_lengths"] == [RESPONSE_LEN] * 4, r
     assert r["missing_raised"] == "WeightSyncError", r
+
+
+def _tensor_parallel_scenario(rank: int, port: int, tmp: str, results) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    from verl.utils.fsdp_utils import apply_fsdp2, create_device_mesh
+    from verl.workers.rollout.registry import build_rollout
+
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    model = tiny_llama(vocab_size=VOCAB, hidden_size=64, num_attention_heads=2, num_key_value_heads=2,
+                       initializer_range=0.2)
+    if rank == 0:
+        model.save_pretrained(tmp)
+    dist.barrier()
+    mesh = create_device_mesh(2)
+    module = apply_fsdp2(model, {}, mesh)
+    rollout, manager = build_rollout(OmegaConf.merge(_config(tmp), {"tensor_model_parallel_size": 2}), module, None,
+                                     tmp, mesh)
+    mine = _prompts(2, do_sample=False).slice(2 * rank, 2 * rank + 2)  # each rank brings its own two prompts
+    with manager:
+        out = manager.postprocess_data(rollout.generate_sequences(manager.preprocess_data(mine)))
+    results[rank] = {
+        "own_rows": out.batch["prompts"].tolist() == mine.batch["input_ids"].tolist(),
+        "lp_err": (out.batch["rollout_log_probs"] - _actor_log_probs(module, out)).abs().max().item(),
+    }
+
+
+@pytest.mark.timeout(600)
+def test_tensor_parallel_engine_spans_two_ranks_and_returns_each_its_rows(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = mp.Manager().dict()
+    mp.start_processes(_tensor_parallel_scenario, args=(port, str(tmp_path), results), nprocs=2, join=True,
+                       start_method="fork")
+    for rank in range(2):
+        assert results[rank]["own_rows"] and results[rank]["lp_err"] < 1e-4, (rank, results[rank])

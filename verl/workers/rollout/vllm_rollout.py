@@ -85,6 +85,11 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
                                       enabled=bool(cfg_select(config, "free_cache_engine", True)))
         self.needs_weights = kwargs["load_format"] == "dummy"
         self.last_sync_s = 0.0
+        kv = kwargs.get("kv_cache_memory_bytes")
+        logger.info("vLLM engine up in %.1fs (rank %d, dtype %s%s, core %s, %s threads)", self.engine_start_s, rank,
+                    kwargs["dtype"], f", KV cache {kv / 2**20:.0f} MiB" if kv else "", self.core, self.threads)
+        # vLLM zero-fills the whole KV cache at start; give it back until the first rollout needs it
+        self.sleeper.sleep()
 
     # -- generation -----------------------------------------------------------------------------------------------
 
