@@ -110,10 +110,22 @@ class FSDPSFTTrainer:
         self.steps_in_epoch = int(state.get("steps_in_epoch", 0))
         if self.steps_in_epoch >= self.steps_per_epoch:
             self.epoch, self.steps_in_epoch = self.epoch + 1, 0
-        elif self.steps_in_epoch > 0 and "dataloader" in state:
-            self._pending_loader_state = state["dataloader"]
+        elif self.steps_in_epoch > 0:
+            same_layout = state.get("world_size") == self.world_size and "dataloader" in state
+            # a global batch is the same samples whatever the number of ranks (see build_dataloader), so on another
+            # layout each rank just skips the batches already trained in this epoch
+            self._pending_loader_state = state["dataloader"] if same_layout else {"skip_batches": self.steps_in_epoch}
         if self.rank == 0:
             print(f"[sft] resumed from {folder} at step {self.global_step} (epoch {self.epoch})", flush=True)
+
+    def _position_loader(self, state: dict) -> None:
+        if "skip_batches" not in state:
+            self.train_dataloader.load_state_dict(state)
+            return
+        batches = iter(self.train_dataloader)
+        for _ in range(int(state["skip_batches"])):
+            next(batches)
+        self.train_dataloader.load_state_dict(self.train_dataloader.state_dict())
 
     # -- steps ----------------------------------------------------------------------------------------------------
 
@@ -195,7 +207,7 @@ class FSDPSFTTrainer:
         while self.global_step < self.total_steps:
             self.train_sampler.set_epoch(self.epoch)
             if self._pending_loader_state is not None:
-                self.train_dataloader.load_state_dict(self._pending_loader_state)
+                self._position_loader(self._pending_loader_state)
                 self._pending_loader_state = None
             finished_epoch = True
             for batch in self.train_dataloader:

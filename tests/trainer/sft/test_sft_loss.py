@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.helpers.tiny_model import tiny_llama
-from verl.trainer.sft.loss import count_trained_tokens, pack, sft_nll_sum
+from verl.trainer.sft.loss import count_trained_tokens, pack, sft_nll_sum, trained_positions
 
 
 class FixedLogits(torch.nn.Module):
@@ -89,4 +89,11 @@ def test_packed_equals_padded_on_tiny_llama(attn):
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     assert values[0][1] == values[1][1] == count_trained_tokens(batch)
     assert values[0][0] == pytest.approx(values[1][0], rel=1e-5)
+    # both run the LM head on trained positions only; the plain full-logits computation agrees
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       position_ids=batch["position_ids"]).logits
+    mask = trained_positions(batch)
+    plain = torch.nn.functional.cross_entropy(logits[:, :-1][mask], batch["input_ids"][:, 1:][mask], reduction="sum")
+    assert values[0][0] == pytest.approx(plain.item(), rel=1e-5)
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6)

@@ -44,7 +44,11 @@ def create_sft_dataset(data_paths, data_config: DictConfig, tokenizer: Any, max_
 
 def build_dataloader(dataset: Dataset, batch_size: int, rank: int, world_size: int, seed: int, shuffle: bool,
                      drop_last: bool) -> tuple[StatefulDataLoader, DistributedSampler]:
-    """Each rank reads its own slice of every global batch; the order is the seed's, the same on resume."""
+    """Each rank reads its own slice of every global batch; the order is the seed's, the same on resume.
+
+    DistributedSampler gives rank r the samples r, r + W, r + 2W, ... of the epoch's permutation, so global batch
+    k (the k-th local batch of every rank) is samples [k * B, (k + 1) * B) of it whatever the number of ranks W.
+    """
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed,
                                  drop_last=drop_last)
     loader = StatefulDataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=0, drop_last=drop_last)

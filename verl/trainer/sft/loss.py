@@ -12,6 +12,8 @@ Two layouts give the same numbers:
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.nn.functional as F
 
@@ -20,7 +22,7 @@ BatchDict = dict[str, torch.Tensor]
 
 def trained_positions(batch: BatchDict) -> torch.Tensor:
     """loss_mask[:, :-1] restricted to positions whose next token is real (labels input_ids[:, 1:])."""
-    return batch["loss_mask"][:, :-1] * batch["attention_mask"][:, 1:]
+    return (batch["loss_mask"][:, :-1] * batch["attention_mask"][:, 1:]).bool()
 
 
 def count_trained_tokens(batch: BatchDict) -> int:
@@ -31,13 +33,38 @@ def _nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), reduction="none")
 
 
+def accepts_logits_to_keep(module: torch.nn.Module) -> bool:
+    """Whether the HF model (inside a peft wrapper too) can run its LM head on chosen positions only."""
+    get_base = getattr(module, "get_base_model", None)
+    target = get_base() if callable(get_base) and hasattr(module, "peft_config") else module
+    try:
+        return "logits_to_keep" in inspect.signature(target.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _masked_nll_sum(module: torch.nn.Module, input_ids: torch.Tensor, mask: torch.Tensor,
+                    **inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """NLL of input_ids[:, t + 1] at the positions t where mask (bs, L - 1) is set.
+
+    The LM head and softmax run only on columns some row trains (most prompt positions cost nothing there); at
+    least one column is kept so every rank runs the same forward and backward (FSDP's collectives need that).
+    """
+    columns = torch.nonzero(mask.any(0)).flatten()
+    if columns.numel() == 0:
+        columns = columns.new_zeros(1)
+    if accepts_logits_to_keep(module):
+        logits = module(input_ids=input_ids, use_cache=False, logits_to_keep=columns, **inputs).logits
+    else:
+        logits = module(input_ids=input_ids, use_cache=False, **inputs).logits[:, columns]
+    kept = mask[:, columns].to(logits.dtype)
+    nll = _nll(logits, input_ids[:, columns + 1]).view_as(kept)
+    return (nll * kept).sum(), kept.sum()
+
+
 def padded_nll_sum(module: torch.nn.Module, batch: BatchDict) -> tuple[torch.Tensor, torch.Tensor]:
-    input_ids = batch["input_ids"]
-    logits = module(input_ids=input_ids, attention_mask=batch["attention_mask"], position_ids=batch["position_ids"],
-                    use_cache=False).logits
-    mask = trained_positions(batch).to(logits.dtype)
-    nll = _nll(logits[:, :-1], input_ids[:, 1:]).view_as(mask)
-    return (nll * mask).sum(), mask.sum()
+    return _masked_nll_sum(module, batch["input_ids"], trained_positions(batch),
+                           attention_mask=batch["attention_mask"], position_ids=batch["position_ids"])
 
 
 def pack(batch: BatchDict) -> BatchDict:
@@ -58,12 +85,8 @@ def pack(batch: BatchDict) -> BatchDict:
 
 def packed_nll_sum(module: torch.nn.Module, batch: BatchDict) -> tuple[torch.Tensor, torch.Tensor]:
     packed = pack(batch)
-    input_ids = packed["input_ids"]
-    logits = module(input_ids=input_ids, position_ids=packed["position_ids"], attention_mask=None,
-                    use_cache=False).logits
-    mask = packed["loss_mask"][:, :-1].to(logits.dtype)
-    nll = _nll(logits[:, :-1], input_ids[:, 1:]).view_as(mask)
-    return (nll * mask).sum(), mask.sum()
+    return _masked_nll_sum(module, packed["input_ids"], packed["loss_mask"][:, :-1].bool(),
+                           position_ids=packed["position_ids"], attention_mask=None)
 
 
 def sft_nll_sum(module: torch.nn.Module, batch: BatchDict, use_remove_padding: bool) -> tuple[torch.Tensor, torch.Tensor]:
