@@ -95,27 +95,33 @@ def gather_full_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
+_LORA_WEIGHT = re.compile(r"^(.*)\.lora_([AB])\.[^.]+\.weight$")
+
+
 def merge_lora_weights(state: dict[str, torch.Tensor], scaling: float) -> dict[str, torch.Tensor]:
     """A peft LoRA model's state -> the plain HF state of the merged model: W + scaling * B @ A, peft's wrapper
     prefixes and `.base_layer` removed, adapter matrices dropped."""
+    adapters: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in state.items():
+        if ".lora_" not in key:
+            continue
+        match = _LORA_WEIGHT.match(key)
+        if match is None:
+            raise NotImplementedError(f"cannot merge LoRA parameter {key!r}: only Linear adapters (lora_A/lora_B) are "
+                                      "supported; limit model.target_modules to linear layers")
+        adapters.setdefault(match.group(1), {})[match.group(2)] = value
     merged: dict[str, torch.Tensor] = {}
     for key, value in state.items():
         if ".lora_" in key:
-            if not re.search(r"\.lora_[AB]\.[^.]+\.weight$", key):
-                raise NotImplementedError(f"cannot merge LoRA parameter {key!r}: only Linear adapters (lora_A/lora_B)"
-                                          " are supported; limit model.target_modules to linear layers")
             continue
         name = key[len(_PEFT_PREFIX):] if key.startswith(_PEFT_PREFIX) else key
-        if ".base_layer." in name:
-            prefix = key.rsplit(".base_layer.", 1)[0]
-            suffix = key.rsplit(".base_layer.", 1)[1]
-            if suffix == "weight":
-                a_key = next((k for k in state if k.startswith(prefix + ".lora_A.") and k.endswith(".weight")), None)
-                b_key = next((k for k in state if k.startswith(prefix + ".lora_B.") and k.endswith(".weight")), None)
-                if a_key is None or b_key is None:
+        if ".base_layer." in key:
+            layer, _, param = key.rpartition(".base_layer.")
+            if param == "weight":
+                pair = adapters.get(layer, {})
+                if set(pair) != {"A", "B"}:
                     raise KeyError(f"{key!r} has a base_layer but no lora_A/lora_B weights next to it")
-                lora_a, lora_b = state[a_key].float(), state[b_key].float()
-                value = (value.float() + scaling * (lora_b @ lora_a)).to(value.dtype)
+                value = (value.float() + scaling * (pair["B"].float() @ pair["A"].float())).to(value.dtype)
             name = name.replace(".base_layer.", ".")
         merged[name] = value
     return merged
