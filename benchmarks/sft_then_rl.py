@@ -92,7 +92,7 @@ def sft(args, work: Path, sft_data: Path, timeout_s: float) -> tuple[str, float]
            f"data.max_length={prompt_length(args) + args.response_length}", "data.truncation=left",
            f"data.train_batch_size={args.sft_batch_size}", f"data.micro_batch_size_per_gpu={args.sft_micro_batch_size}",
            f"model.partial_pretrain={args.model or 'null'}", "model.enable_gradient_checkpointing=false",
-           "use_remove_padding=true", f"optim.lr={args.sft_lr}", "optim.warmup_steps_ratio=0.1",
+           "use_remove_padding=true", f"optim.lr={args.sft_lr}", "optim.warmup_steps_ratio=0",
            f"trainer.total_training_steps={args.sft_steps}", "trainer.total_epochs=100", "trainer.save_freq=-1",
            "trainer.test_freq=-1", f"trainer.default_local_dir={out}", "trainer.resume_mode=disable",
            "trainer.logger=[console]"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import warnings
 from typing import Any
 
 from omegaconf import DictConfig
@@ -49,6 +50,8 @@ def build_dataloader(dataset: Dataset, batch_size: int, rank: int, world_size: i
     DistributedSampler gives rank r the samples r, r + W, r + 2W, ... of the epoch's permutation, so global batch
     k (the k-th local batch of every rank) is samples [k * B, (k + 1) * B) of it whatever the number of ranks W.
     """
+    # torchdata calls a torch API torch now deprecates, once per loader; nothing a user can act on
+    warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed,
                                  drop_last=drop_last)
     loader = StatefulDataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=0, drop_last=drop_last)
