@@ -1,17 +1,24 @@
 """Generate the bundled arithmetic word-problem task as verl parquet files (no downloads).
 
-    python examples/data_preprocess/arithmetic.py --local_save_dir ~/data/arithmetic --difficulty 2
+    python examples/data_preprocess/arithmetic.py --local_save_dir ~/data/arithmetic --difficulty 1
 
 Each problem is a short story over one running count ("Tom has 12 apples. He buys 5 more. He gives away 3.
 How many apples does Tom have now?"); the answer is an integer written after `####`, scored by
 verl.utils.reward_score.arithmetic (data_source "arithmetic").
 
-Small instruct models rarely write `####` unprompted, so by default the prompt carries the instruction and one
-worked example in the exact answer format; `--no_fewshot` drops the example. Difficulty levels:
-  1: one step, + or -, numbers up to 10        2: two steps, + -, up to 20
-  3: three steps, + -, up to 50                4: three steps, + - and "k boxes of n" (a product), up to 50
-  L >= 5: L-1 steps, + - and products, up to 100
-Choose the level whose step-0 accuracy is 10-50% for the model you train, so GRPO gets a learning signal.
+Small instruct models rarely write `####` unprompted. By default the prompt is a short conversation that
+shows the format once: the instruction with a worked example question, the example's answer as an assistant
+turn ("9 + 6 = 15. 15 - 4 = 11.\n#### 11"), then the real question. `--no_fewshot` gives a single user
+message with the question and the instruction instead.
+
+Difficulty levels (steps, numbers up to, operations):
+  1: 1 step, 10, +        2: 1 step, 10, + -      3: 2 steps, 10, + -     4: 2 steps, 20, + -
+  5: 3 steps, 20, + -     6: 3 steps, 50, + - and "k boxes of n" (a product)
+  L >= 7: L-3 steps, 100, + - and products
+Choose the level whose step-0 accuracy at the rollout temperature is 10-50% for the model you train, so GRPO
+gets a learning signal. Measured with SmolLM2-135M-Instruct (64 test prompts, 48 new tokens, sampled at T=1):
+level 1: 23%, level 2: 17%, level 3: ~8%, level 4: ~2% (greedy: about 56%, 39%, 13%, 3%). The worked example
+alone moves these by several points.
 """
 
 from __future__ import annotations
@@ -52,17 +59,19 @@ class Level:
 
 
 _LEVELS = {
-    1: Level(steps=1, max_number=10, ops=("add", "sub")),
-    2: Level(steps=2, max_number=20, ops=("add", "sub")),
-    3: Level(steps=3, max_number=50, ops=("add", "sub")),
-    4: Level(steps=3, max_number=50, ops=("add", "sub", "box")),
+    1: Level(steps=1, max_number=10, ops=("add",)),
+    2: Level(steps=1, max_number=10, ops=("add", "sub")),
+    3: Level(steps=2, max_number=10, ops=("add", "sub")),
+    4: Level(steps=2, max_number=20, ops=("add", "sub")),
+    5: Level(steps=3, max_number=20, ops=("add", "sub")),
+    6: Level(steps=3, max_number=50, ops=("add", "sub", "box")),
 }
 
 
 def level_spec(level: int) -> Level:
     if level < 1:
         raise ValueError(f"--difficulty must be >= 1, got {level}")
-    return _LEVELS.get(level) or Level(steps=level - 1, max_number=100, ops=("add", "sub", "box"))
+    return _LEVELS.get(level) or Level(steps=level - 3, max_number=100, ops=("add", "sub", "box"))
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,12 @@ class Problem:
     question: str
     solution: str  # the worked calculation ending in "#### <answer>"
     answer: int
+
+
+def format_answer(problem: Problem) -> str:
+    """The answer as the model should write it: the calculation, then "#### N" on its own line."""
+    calculation = problem.solution.rsplit(" ####", 1)[0]
+    return f"{calculation}\n#### {problem.answer}"
 
 
 def _step(rng: random.Random, op: str, value: int, spec: Level, words: dict) -> tuple[str, str, int]:
@@ -118,16 +133,21 @@ def example_problem(level: int) -> Problem:
             return problem
 
 
-def build_prompt(question: str, level: int, fewshot: bool = True) -> str:
-    """The user message: instruction, one worked example in the exact answer format, then the question."""
+def build_prompt(question: str, level: int, fewshot: bool = True) -> list[dict[str, str]]:
+    """The chat messages of one prompt.
+
+    With `fewshot`, the worked example is a finished exchange (user question, assistant answer ending in
+    "\n#### N"): small chat models copy the format, and stop after it, far more reliably from an earlier
+    assistant turn than from an example inside the user's text.
+    """
     if not fewshot:
-        return f"{question} {NO_FEWSHOT_INSTRUCTION}"
+        return [{"role": "user", "content": f"{question} {NO_FEWSHOT_INSTRUCTION}"}]
     example = example_problem(level)
-    return (
-        f"{INSTRUCTION}\n\n"
-        f"Question: {example.question}\nAnswer: {example.solution}\n\n"
-        f"Question: {question}\nAnswer:"
-    )
+    return [
+        {"role": "user", "content": f"{INSTRUCTION}\n\nQuestion: {example.question}"},
+        {"role": "assistant", "content": format_answer(example)},
+        {"role": "user", "content": f"Question: {question}"},
+    ]
 
 
 def generate_problems(count: int, level: int, seed: int) -> list[Problem]:
@@ -153,14 +173,14 @@ def generate_problems(count: int, level: int, seed: int) -> list[Problem]:
 def to_row(problem: Problem, split: str, index: int, level: int, fewshot: bool) -> dict:
     return {
         "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": build_prompt(problem.question, level, fewshot)}],
+        "prompt": build_prompt(problem.question, level, fewshot),
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": str(problem.answer)},
         "extra_info": {
             "split": split,
             "index": index,
             "question": problem.question,
-            "answer": problem.solution,
+            "answer": format_answer(problem),
             "level": level,
         },
     }
@@ -173,7 +193,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--train_size", type=int, default=5000)
     parser.add_argument("--test_size", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--difficulty", type=int, default=2, help="level 1.. (see the module docstring)")
+    parser.add_argument("--difficulty", type=int, default=1, help="level 1.. (see the module docstring)")
     parser.add_argument("--no_fewshot", action="store_true", help="drop the worked example from the prompt")
     return parser.parse_args(argv)
 

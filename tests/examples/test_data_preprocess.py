@@ -58,37 +58,39 @@ def test_arithmetic_writes_disjoint_deterministic_splits(arithmetic, tmp_path):
     assert row["reward_model"]["style"] == "rule"
     assert row["extra_info"]["split"] == "train" and row["extra_info"]["index"] == 0
     assert test[3]["extra_info"] == {**test[3]["extra_info"], "split": "test", "index": 3}
-    assert [m["role"] for m in row["prompt"]] == ["user"]
+    assert row["prompt"][-1] == {"role": "user", "content": "Question: " + row["extra_info"]["question"]}
 
 
 def test_arithmetic_ground_truth_matches_the_worked_solution(arithmetic, tmp_path):
     train_path, _ = arithmetic.main(["--local_save_dir", str(tmp_path), "--train_size", "30", "--test_size", "5",
-                                     "--difficulty", "4"])
+                                     "--difficulty", "6"])
     for row in read(train_path):
         info = row["extra_info"]
         assert check_worked_solution(info["answer"]) == int(row["reward_model"]["ground_truth"])
-        assert len(re.findall(r" = ", info["answer"])) >= 3  # level 4: three steps (a box step takes two)
+        assert len(re.findall(r" = ", info["answer"])) >= 3  # level 6: three steps (a box step takes two)
         assert default_compute_score("arithmetic", info["answer"], row["reward_model"]["ground_truth"]) == 1.0
 
 
-def test_arithmetic_prompt_has_instruction_and_one_worked_example(arithmetic, tmp_path):
+def test_arithmetic_prompt_shows_one_worked_example_as_a_finished_exchange(arithmetic, tmp_path):
     train_path, _ = arithmetic.main(["--local_save_dir", str(tmp_path), "--train_size", "3", "--test_size", "1"])
-    row = read(train_path)[0]
-    content = row["prompt"][0]["content"]
-    assert '"####"' in content
-    assert content.count("Question:") == 2 and content.endswith("Answer:")
-    example_answer = content.split("Answer: ", 1)[1].split("\n", 1)[0]
-    assert re.search(r"#### \d+$", example_answer)  # the example shows the exact format
+    rows = read(train_path)
+    prompt = rows[0]["prompt"]
+    assert [m["role"] for m in prompt] == ["user", "assistant", "user"]
+    assert '"####"' in prompt[0]["content"] and "Question: " in prompt[0]["content"]
+    example_answer = prompt[1]["content"]
+    assert re.fullmatch(r"[0-9+\-*=. ]+\n#### \d+", example_answer)  # the exact format, answer on its own line
     check_worked_solution(example_answer)
-    assert row["extra_info"]["question"] in content
+    assert prompt[2]["content"] == "Question: " + rows[0]["extra_info"]["question"]
+    assert rows[1]["prompt"][:2] == prompt[:2]  # one shared example per level
 
     no_shot, _ = arithmetic.main(["--local_save_dir", str(tmp_path / "n"), "--train_size", "3", "--test_size", "1",
                                   "--no_fewshot"])
-    plain = read(no_shot)[0]["prompt"][0]["content"]
-    assert "Question:" not in plain and plain.endswith('output the final answer after "####".')
+    plain = read(no_shot)[0]["prompt"]
+    assert len(plain) == 1 and plain[0]["role"] == "user"
+    assert plain[0]["content"].endswith('output the final answer after "####".')
 
 
-@pytest.mark.parametrize("level, steps", [(1, 1), (2, 2), (3, 3), (6, 5)])
+@pytest.mark.parametrize("level, steps", [(1, 1), (2, 1), (3, 2), (4, 2), (5, 3), (6, 3), (9, 6)])
 def test_arithmetic_levels_set_the_number_of_steps(arithmetic, level, steps):
     import random
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from torch.utils.data import SequentialSampler
-from torchdata.stateful_dataloader.sampler import RandomSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from tests.utils.dataset.conftest import make_row, write_rows
 from verl.protocol import DataProto

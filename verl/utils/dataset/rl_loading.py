@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from torch.utils.data import Dataset, Sampler, SequentialSampler
+
 # torchdata's RandomSampler saves its generator with the dataloader state, so a mid-epoch resume replays the
 # rest of the epoch in the same order (torch's does not).
 from torchdata.stateful_dataloader.sampler import RandomSampler
