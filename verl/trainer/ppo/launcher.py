@@ -67,8 +67,9 @@ def build_trainer(config: DictConfig):
     if data.get("val_files"):
         val_dataset = create_rl_dataset(data.val_files, data, tokenizer, is_train=False,
                                         max_samples=int(data.get("val_max_samples", -1)))
-    reward_fn = load_reward_manager(config, tokenizer, num_examine=0)
-    val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
+    reward_kwargs = dict(config.reward_model.get("reward_kwargs") or {})
+    reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **reward_kwargs)
+    val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **reward_kwargs)
     workers = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
     init_ray(config.get("ray_kwargs"), run_dir=run_dir, num_cpus=max(workers + 1, os.cpu_count() or 1))
     mapping, pools = role_worker_mapping(config)
