@@ -14,7 +14,7 @@ demo: setup
 
 # Default suite: unit tests plus the small e2e set; whole-run tests marked `slow` are left to `make test-all`.
 test: setup
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" --durations=15 $(PYTEST_ARGS)
 
 test-all: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
