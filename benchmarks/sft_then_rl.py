@@ -1,7 +1,15 @@
 """SFT then GRPO on the bundled arithmetic task, against GRPO from the base model.
 
-    .venv/bin/python benchmarks/sft_then_rl.py                # defaults: about 25-30 minutes on an idle 2-core CPU
-    .venv/bin/python benchmarks/sft_then_rl.py --sft_steps 4 --grpo_steps 1 --eval_size 8   # a quick check
+    .venv/bin/python benchmarks/sft_then_rl.py     # defaults: sized for about 25 minutes on an idle 2-core CPU
+    .venv/bin/python benchmarks/sft_then_rl.py --grpo_steps 2 --grpo_batch_size 2 --grpo_train_size 32 \
+        --eval_size 16 --response_length 40                   # smaller: what was measured below
+
+Measured with the second command (then with one 10% LR-warmup SFT step, now 0), on a 2-core CPU shared with
+other jobs (load average 6-10), 32 minutes in all (SFT 19 of them):
+    base_model/pass@1: 0.0            sft_model/pass@1: 0.9375
+    grpo_from_base/val_acc@step2: 0.0 grpo_from_sft/val_acc@step2: 0.9375
+The SFT loss falls from 2.6 to 0.03 in 12 steps of 16 worked solutions; the base model answers in prose and never
+writes the `#### <n>` line the strict reward needs, so GRPO from it sees no reward at all.
 
 Stages, each a real command line (subprocess), run on the default model (SmolLM2-135M-Instruct) unless --model:
   1. data      examples/data_preprocess/arithmetic.py (RL prompts; its test split is the evaluation set) and
@@ -38,13 +46,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--fewshot", action="store_true", help="keep the worked example in the prompt (longer, slower)")
     p.add_argument("--eval_size", type=int, default=32, help="evaluation prompts (main_eval and GRPO validation)")
     p.add_argument("--response_length", type=int, default=48)
-    p.add_argument("--sft_train_size", type=int, default=512)
-    p.add_argument("--sft_steps", type=int, default=16)
+    p.add_argument("--sft_train_size", type=int, default=256)
+    p.add_argument("--sft_steps", type=int, default=12)
     p.add_argument("--sft_batch_size", type=int, default=16)
     p.add_argument("--sft_micro_batch_size", type=int, default=8)
-    p.add_argument("--sft_lr", type=float, default=2e-5)
-    p.add_argument("--grpo_train_size", type=int, default=256)
-    p.add_argument("--grpo_steps", type=int, default=4)
+    p.add_argument("--sft_lr", type=float, default=3e-5)
+    p.add_argument("--grpo_train_size", type=int, default=64)
+    p.add_argument("--grpo_steps", type=int, default=3)
     p.add_argument("--grpo_batch_size", type=int, default=4, help="prompts per GRPO step")
     p.add_argument("--grpo_n", type=int, default=4, help="responses per prompt")
     p.add_argument("--grpo_lr", type=float, default=2e-6)
