@@ -120,26 +120,36 @@ def test_lora_trains_only_the_adapter(tiny_model_dir, arithmetic_sft_files, tmp_
         torch.testing.assert_close(adapter(input_ids=ids).logits, expected, rtol=1e-4, atol=1e-5)
 
 
-def _weights_after_one_step(config) -> dict[str, torch.Tensor]:
+def _first_step(config) -> tuple[float, dict[str, torch.Tensor]]:
+    """(loss, gradients) of the first training step; the optimizer step is replaced by a recorder."""
     trainer = create_trainer(config)
-    trainer.fit()
-    state = {k: v.detach().clone() for k, v in trainer.fsdp_model.state_dict().items()}
+    grads: dict[str, torch.Tensor] = {}
+
+    def record(*args, **kwargs):
+        for name, param in trainer.fsdp_model.named_parameters():
+            grad = param.grad.full_tensor() if hasattr(param.grad, "full_tensor") else param.grad
+            grads[name] = grad.detach().clone()
+
+    trainer.optimizer.step = record
+    metrics = trainer.training_step(next(iter(trainer.train_dataloader)))
     dist.destroy_process_group()
-    return state
+    return metrics["train/loss"], grads
 
 
 def test_loss_is_a_global_token_mean_whatever_the_micro_batching(tiny_model_dir, arithmetic_sft_files, tmp_path):
-    common = ["trainer.total_training_steps=1", "trainer.resume_mode=disable", "trainer.save_freq=100",
-              "data.val_files=null"]
-    one = _weights_after_one_step(sft_config(tiny_model_dir, arithmetic_sft_files, tmp_path / "a",
-                                             "data.micro_batch_size_per_gpu=1", *common))
-    four = _weights_after_one_step(sft_config(tiny_model_dir, arithmetic_sft_files, tmp_path / "b",
-                                              "data.micro_batch_size_per_gpu=4", *common))
-    packed = _weights_after_one_step(sft_config(tiny_model_dir, arithmetic_sft_files, tmp_path / "c",
-                                                "data.micro_batch_size_per_gpu=2", "use_remove_padding=true", *common))
-    for name in one:
-        torch.testing.assert_close(one[name], four[name], rtol=1e-4, atol=1e-6)
-        torch.testing.assert_close(one[name], packed[name], rtol=1e-4, atol=1e-6)
+    common = ["trainer.resume_mode=disable", "data.val_files=null", "optim.clip_grad=1e9"]
+    runs = {
+        "micro 1": ["data.micro_batch_size_per_gpu=1"],
+        "micro 4": ["data.micro_batch_size_per_gpu=4"],
+        "micro 2, packed": ["data.micro_batch_size_per_gpu=2", "use_remove_padding=true"],
+    }
+    results = {label: _first_step(sft_config(tiny_model_dir, arithmetic_sft_files, tmp_path / str(i), *extra, *common))
+               for i, (label, extra) in enumerate(runs.items())}
+    loss, grads = results["micro 1"]
+    for label, (other_loss, other_grads) in results.items():
+        assert other_loss == pytest.approx(loss, rel=1e-5), label
+        for name in grads:
+            torch.testing.assert_close(other_grads[name], grads[name], rtol=1e-4, atol=1e-7, msg=f"{label}: {name}")
 
 
 def test_config_problems_name_their_keys(tiny_model_dir, arithmetic_sft_files, tmp_path):
