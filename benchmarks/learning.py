@@ -38,7 +38,7 @@ def common_overrides(data: Path, out: Path, args: argparse.Namespace) -> list[st
         f"data.train_batch_size={args.batch}", "data.max_prompt_length=256", f"data.max_response_length={args.response_length}",
         f"actor_rollout_ref.rollout.n={args.n}", f"actor_rollout_ref.rollout.temperature={args.temperature}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.batch * args.n}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={min(8, args.batch * args.n)}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.batch * args.n}",
         f"actor_rollout_ref.actor.optim.lr={args.lr}",
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",

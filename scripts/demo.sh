@@ -23,7 +23,7 @@ start=$(date +%s)
   data.train_batch_size=8 data.max_prompt_length=256 data.max_response_length=48 \
   actor_rollout_ref.model.path="$("$PY" -m verl.utils.default_model --quiet)" \
   actor_rollout_ref.rollout.n=4 actor_rollout_ref.rollout.temperature=1.0 \
-  actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32 \
+  actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8 \
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32 \
   actor_rollout_ref.actor.optim.lr=1e-5 \
   actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16 \
