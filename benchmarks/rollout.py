@@ -164,7 +164,7 @@ def run(rank: int, world: int, args, port: int) -> None:
     actor = _actor_log_probs(module, out, args.temperature)
     resp_mask = out.batch["response_mask"].bool()
     diff = (out.batch["rollout_log_probs"] - actor)[resp_mask].abs()
-    say(f"threads: hf/actor {threads} per rank, vllm engine {vllm_rollout.threads} per rank, "
+    say(f"threads: hf/actor {threads} per rank, vllm engine {vllm_rollout.threads or threads} per rank, "
         f"engine core {vllm_rollout.core}")
     peak = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20], dtype=torch.float64)
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)
@@ -203,7 +203,7 @@ def main() -> None:
     parser.add_argument("--vllm-dtype", default="bfloat16")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch threads per rank for the trainer and HF generate (default: cores / ranks, as the "
-                             "workers set it); the vLLM engine uses VERL_VLLM_THREADS (default 1)")
+                             "workers set it); the vLLM engine the same unless VERL_VLLM_THREADS is set)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--syncs", type=int, default=3)
     args = parser.parse_args()

