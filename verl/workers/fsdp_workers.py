@@ -93,10 +93,18 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         if self._is_ref:
             self._build_ref()
 
+    def _with_model_flags(self, section: DictConfig) -> DictConfig:
+        """A resolved copy of the actor/ref section with the model-level switches the compute classes read
+        (upstream copies actor_rollout_ref.model.use_remove_padding into the actor config the same way)."""
+        cfg = OmegaConf.create(OmegaConf.to_container(section, resolve=True))
+        with open_dict(cfg):
+            cfg.use_remove_padding = bool(self.config.model.get("use_remove_padding", False))
+        return cfg
+
     def _build_actor(self) -> None:
         from verl.workers.actor import DataParallelPPOActor
 
-        actor_cfg = OmegaConf.create(OmegaConf.to_container(self.config.actor, resolve=True))
+        actor_cfg = self._with_model_flags(self.config.actor)
         normalize_ppo_batch_sizes(actor_cfg, "actor_rollout_ref.actor", int(self.config.rollout.n), self.world_size)
         self.actor_optimizer = build_optimizer(self.actor_module, actor_cfg.optim, "actor_rollout_ref.actor.optim")
         self.actor_lr_scheduler = build_lr_scheduler(self.actor_optimizer, actor_cfg.optim, "actor_rollout_ref.actor.optim")
@@ -111,7 +119,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         if not self._is_actor:
             from verl.workers.actor import DataParallelPPOActor
 
-            self.actor = DataParallelPPOActor(self.config.actor, self.actor_module)
+            self.actor = DataParallelPPOActor(self._with_model_flags(self.config.actor), self.actor_module)
 
     def _build_ref(self) -> None:
         from verl.models.loader import load_causal_lm
@@ -123,7 +131,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
                                    dtype=self._model_dtype(fsdp_cfg, "actor_rollout_ref.ref"))
         module.requires_grad_(False)
         self.ref_module = apply_fsdp2(module, fsdp_cfg, self.device_mesh)
-        self.ref_policy = DataParallelPPOActor(ref_cfg, self.ref_module)
+        self.ref_policy = DataParallelPPOActor(self._with_model_flags(ref_cfg), self.ref_module)
 
     # -- compute --------------------------------------------------------------------------------------------------
 

@@ -12,10 +12,13 @@ Two layouts give the same numbers:
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 import torch.nn.functional as F
+
+from verl.utils.packing import accepts_logits_to_keep, logits_at, pack_sequences
+
+__all__ = ["trained_positions", "count_trained_tokens", "accepts_logits_to_keep", "padded_nll_sum", "pack",
+           "packed_nll_sum", "sft_nll_sum"]
 
 BatchDict = dict[str, torch.Tensor]
 
@@ -33,16 +36,6 @@ def _nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), reduction="none")
 
 
-def accepts_logits_to_keep(module: torch.nn.Module) -> bool:
-    """Whether the HF model (inside a peft wrapper too) can run its LM head on chosen positions only."""
-    get_base = getattr(module, "get_base_model", None)
-    target = get_base() if callable(get_base) and hasattr(module, "peft_config") else module
-    try:
-        return "logits_to_keep" in inspect.signature(target.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def _masked_nll_sum(module: torch.nn.Module, input_ids: torch.Tensor, mask: torch.Tensor,
                     **inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """NLL of input_ids[:, t + 1] at the positions t where mask (bs, L - 1) is set.
@@ -53,10 +46,7 @@ def _masked_nll_sum(module: torch.nn.Module, input_ids: torch.Tensor, mask: torc
     columns = torch.nonzero(mask.any(0)).flatten()
     if columns.numel() == 0:
         columns = columns.new_zeros(1)
-    if accepts_logits_to_keep(module):
-        logits = module(input_ids=input_ids, use_cache=False, logits_to_keep=columns, **inputs).logits
-    else:
-        logits = module(input_ids=input_ids, use_cache=False, **inputs).logits[:, columns]
+    logits = logits_at(module, columns, input_ids=input_ids, use_cache=False, **inputs)
     kept = mask[:, columns].to(logits.dtype)
     nll = _nll(logits, input_ids[:, columns + 1]).view_as(kept)
     return (nll * kept).sum(), kept.sum()
@@ -75,12 +65,10 @@ def pack(batch: BatchDict) -> BatchDict:
     if not torch.equal(attention_mask, torch.arange(attention_mask.size(1), device=lengths.device) < lengths[:, None]):
         raise ValueError("use_remove_padding=true needs right-padded samples (real tokens first, then padding); "
                          "the SFT datasets produce that — check a custom data.custom_cls dataset")
-    input_ids = batch["input_ids"][attention_mask]
+    packed = pack_sequences(batch["input_ids"], attention_mask)
     loss_mask = batch["loss_mask"][attention_mask].clone()
-    ends = torch.cumsum(lengths, 0) - 1
-    loss_mask[ends[lengths > 0]] = 0
-    positions = torch.cat([torch.arange(int(n), device=input_ids.device) for n in lengths.tolist()])
-    return {"input_ids": input_ids[None], "position_ids": positions[None], "loss_mask": loss_mask[None]}
+    loss_mask[packed.cu_seqlens[1:].long() - 1] = 0
+    return {"input_ids": packed.input_ids, "position_ids": packed.position_ids, "loss_mask": loss_mask[None]}
 
 
 def packed_nll_sum(module: torch.nn.Module, batch: BatchDict) -> tuple[torch.Tensor, torch.Tensor]:

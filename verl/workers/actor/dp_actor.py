@@ -14,11 +14,14 @@ Micro-batch losses are weighted so the accumulated gradient is the gradient of t
 by ``loss_agg_mode`` (token-mean: each micro-batch's share of the mini-batch's response tokens), so results do
 not depend on the micro-batch size. Across ranks FSDP averages gradients, so the step follows the mean of the
 ranks' mini-batch losses; the clipped grad norm is the global one. The LR scheduler is stepped by the worker.
+
+``use_remove_padding``: each micro-batch's real tokens are packed into one row (``verl.utils.packing``) with
+per-sample attention (``verl.utils.varlen_attention``), and the LM head runs only on positions that predict a real
+response token — the same log-probs as the padded path, without compute on padding.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import torch
@@ -28,7 +31,9 @@ from tensordict import TensorDict
 from verl.protocol import DataProto
 from verl.trainer.ppo import core_algos
 from verl.utils.metric import append_to_dict
+from verl.utils.packing import accepts_logits_to_keep, logits_at, pack_sequences, scatter_to_padded
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+from verl.utils.varlen_attention import enable_varlen_attention, packed_forward
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.micro_batching import (
     NonFiniteLossError,
@@ -43,17 +48,9 @@ from verl.workers.micro_batching import (
     stop_on_nonfinite_loss,
 )
 
-__all__ = ["DataParallelPPOActor", "NonFiniteLossError"]
+__all__ = ["DataParallelPPOActor", "NonFiniteLossError", "accepts_logits_to_keep"]
 
 _FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
-
-
-def accepts_logits_to_keep(module: torch.nn.Module) -> bool:
-    """Whether forward takes ``logits_to_keep`` (HF causal LMs do): then the LM head runs on R+1 positions only."""
-    try:
-        return "logits_to_keep" in inspect.signature(module.forward).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 class DataParallelPPOActor(BasePPOActor):
@@ -64,12 +61,18 @@ class DataParallelPPOActor(BasePPOActor):
         self.actor_optimizer = actor_optimizer
         self._logits_to_keep = accepts_logits_to_keep(actor_module)
         self._update_calls = 0  # varies the shuffle seed from one training step to the next
+        # the worker copies actor_rollout_ref.model.use_remove_padding here, as upstream does
+        self.use_remove_padding = bool(self._cfg("use_remove_padding", False))
+        if self.use_remove_padding:
+            enable_varlen_attention(actor_module)
 
     # -- forward -------------------------------------------------------------------------------------------------
 
     def _forward_micro_batch(self, micro_batch: TensorDict, temperature: float,
                              calculate_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs (and entropies) of the response tokens: logits at positions P-1 .. P+R-2 predict them."""
+        if self.use_remove_padding:
+            return self._forward_packed(micro_batch, temperature, calculate_entropy)
         responses = micro_batch["responses"]
         response_length = responses.size(-1)
         kwargs = {}
@@ -82,6 +85,30 @@ class DataParallelPPOActor(BasePPOActor):
             logits = logits / temperature
         log_probs = logprobs_from_logits(logits, responses)
         entropy = entropy_from_logits(logits) if calculate_entropy else None
+        return log_probs, entropy
+
+    def _forward_packed(self, micro_batch: TensorDict, temperature: float,
+                        calculate_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The same numbers from the real tokens only: one packed row, the LM head on the positions that predict
+        real response tokens; zeros where the response is padding (those entries are masked downstream)."""
+        responses = micro_batch["responses"]
+        response_length = responses.size(-1)
+        attention_mask = micro_batch["attention_mask"]
+        packed = pack_sequences(micro_batch["input_ids"], attention_mask, micro_batch["position_ids"])
+        targets = attention_mask[:, -response_length:].bool()
+        predictors = packed.token_index[:, -response_length - 1 : -1][targets]
+        if bool((predictors < 0).any()):
+            raise ValueError("use_remove_padding: a response token follows a padding position; expected a "
+                             "left-padded prompt and a right-padded response (attention_mask 0 only at the ends)")
+        # at least one position, so every rank runs the LM head and its backward (FSDP collectives need that)
+        keep = predictors if predictors.numel() else predictors.new_zeros(1)
+        with packed_forward():
+            logits = logits_at(self.actor_module, keep, self._logits_to_keep, use_cache=False,
+                               **packed.model_inputs())[0, : predictors.numel()]
+        if temperature != 1.0:
+            logits = logits / temperature
+        log_probs = scatter_to_padded(logprobs_from_logits(logits, responses[targets]), targets)
+        entropy = scatter_to_padded(entropy_from_logits(logits), targets) if calculate_entropy else None
         return log_probs, entropy
 
     def compute_log_prob(self, data: DataProto, calculate_entropy: bool = False

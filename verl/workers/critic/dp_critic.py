@@ -8,6 +8,7 @@ Batch sizes follow the actor: ``ppo_mini_batch_size`` is already per-rank respon
 ``rollout.n`` and divides by the data-parallel size), ``ppo_micro_batch_size_per_gpu`` / dynamic token budgets
 for the update, ``forward_micro_batch_size_per_gpu`` for ``compute_values`` (meta_info overrides it).
 Micro-batch losses are weighted by their share of the mini-batch (tokens for token-mean), as in the actor.
+``critic.model.use_remove_padding`` packs each micro-batch's real tokens into one row, as the actor does.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from verl.models.value_head import values_from_output
 from verl.protocol import DataProto
 from verl.trainer.ppo import core_algos
 from verl.utils.metric import append_to_dict
+from verl.utils.packing import pack_sequences, scatter_to_padded
 from verl.utils.torch_masked import masked_mean
+from verl.utils.varlen_attention import enable_varlen_attention, packed_forward
 from verl.workers.critic.base import BasePPOCritic
 from verl.workers.micro_batching import (
     cfg_select,
@@ -45,15 +48,34 @@ class DataParallelPPOCritic(BasePPOCritic):
         self.critic_module = critic_module
         self.critic_optimizer = critic_optimizer
         self._update_calls = 0
+        self.use_remove_padding = bool(self._cfg("model.use_remove_padding", False)
+                                       or self._cfg("use_remove_padding", False))
+        if self.use_remove_padding:
+            enable_varlen_attention(critic_module)
 
     def _cfg(self, key: str, default=None):
         return cfg_select(self.config, key, default)
 
     def _forward_micro_batch(self, micro_batch: TensorDict) -> torch.Tensor:
         response_length = micro_batch["responses"].size(-1)
+        if self.use_remove_padding:
+            return self._forward_packed(micro_batch, response_length)
         output = self.critic_module(input_ids=micro_batch["input_ids"], attention_mask=micro_batch["attention_mask"],
                                     position_ids=micro_batch["position_ids"], use_cache=False)
         return values_from_output(output)[:, -response_length - 1 : -1]
+
+    def _forward_packed(self, micro_batch: TensorDict, response_length: int) -> torch.Tensor:
+        """Values read at the packed positions before each real response token; zeros on response padding."""
+        attention_mask = micro_batch["attention_mask"]
+        packed = pack_sequences(micro_batch["input_ids"], attention_mask, micro_batch["position_ids"])
+        targets = attention_mask[:, -response_length:].bool()
+        predictors = packed.token_index[:, -response_length - 1 : -1][targets]
+        if bool((predictors < 0).any()):
+            raise ValueError("critic.model.use_remove_padding: a response token follows a padding position; expected "
+                             "a left-padded prompt and a right-padded response")
+        with packed_forward():
+            output = self.critic_module(use_cache=False, **packed.model_inputs())
+        return scatter_to_padded(values_from_output(output)[0, predictors], targets)
 
     @staticmethod
     def _response_mask(batch: TensorDict) -> torch.Tensor:
