@@ -1,0 +1,109 @@
+"""Model FLOPs of a training step, and a matmul peak measured on this machine to divide them by (MFU).
+
+FLOPs counted (useful work on real tokens only; padding, recomputation and optimizer steps are not work):
+
+    training = 6 * N * sum(L_i)                   every non-embedding weight: one multiply-add forward, two backward
+             + 6 * V * H * K                      the LM head (vocab V x hidden H) on the K positions that need logits
+             + 6 * layers * d_attn * sum(L_i^2)   causal attention: QK^T and AV over the lower triangle, x3 for backward
+    forward  = training / 3
+
+N counts every parameter except the input embedding and the output embedding (LM head) — a lookup costs no FLOPs,
+and the LM head is charged per logit position instead, since the actor computes logits only where a response token
+is predicted. d_attn = heads x head_dim. Upstream verl's flops_counter charges attention as a full L x L square
+(12 instead of 6) and the LM head on every token; this counter charges what a causal kernel and the remove-padding
+path actually need, so MFU here is a lower bound of theirs.
+
+The peak is what this device reaches on one large matmul in the compute dtype (``measure_matmul_peak``): on a CPU
+that is the attainable figure for these threads, not a datasheet number. MFU = achieved FLOP/s / that peak.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["FlopsCounter", "non_embedding_params", "measure_matmul_peak", "mfu"]
+
+_PEAK_CACHE: dict[tuple, float] = {}
+
+
+def _unique_params(module: torch.nn.Module | None) -> dict[int, torch.nn.Parameter]:
+    return {} if module is None else {id(p): p for p in module.parameters()}
+
+
+def non_embedding_params(model: torch.nn.Module) -> tuple[int, int]:
+    """(N, LM-head parameters): N excludes the input and output embeddings; a tied head is counted once.
+
+    FSDP2 parameters are DTensors whose ``numel()`` is the full (unsharded) size, so every rank gets the same N.
+    """
+    embeddings = _unique_params(model.get_input_embeddings()) if hasattr(model, "get_input_embeddings") else {}
+    get_output = getattr(model, "get_output_embeddings", None)
+    head = _unique_params(get_output()) if callable(get_output) else {}
+    skip = embeddings.keys() | head.keys()
+    total = sum(p.numel() for p in _unique_params(model).values() if id(p) not in skip)
+    head_params = sum(p.numel() for p in head.values() if p.dim() == 2)  # the weight matrix, not a bias
+    return int(total), int(head_params)
+
+
+class FlopsCounter:
+    """FLOPs of forwards/backwards of one HF decoder model (its config gives the attention shape)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        config = getattr(model, "config", None)
+        if config is None:
+            raise TypeError(f"FlopsCounter needs an HF model with a config, got {type(model).__name__}")
+        config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        heads = int(config.num_attention_heads)
+        head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+        self.num_layers = int(config.num_hidden_layers)
+        self.attn_dim = heads * head_dim
+        self.params, self.head_params = non_embedding_params(model)
+
+    def training_flops(self, seqlens: Sequence[int], logit_positions: int) -> float:
+        """FLOPs of forward + backward over sequences of ``seqlens`` real tokens, logits at ``logit_positions``."""
+        lengths = [int(n) for n in seqlens]
+        tokens = sum(lengths)
+        squares = sum(n * n for n in lengths)
+        return float(6 * self.params * tokens + 6 * self.head_params * int(logit_positions)
+                     + 6 * self.num_layers * self.attn_dim * squares)
+
+    def forward_flops(self, seqlens: Sequence[int], logit_positions: int) -> float:
+        return self.training_flops(seqlens, logit_positions) / 3.0
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_matmul_peak(device: torch.device | str | None = None, dtype: torch.dtype = torch.float32,
+                        size: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of the fastest of ``repeats`` (size x size) @ (size x size) matmuls after one warm-up.
+
+    Cached per (device, dtype, size, torch threads): measured once per process, e.g. at worker start-up.
+    """
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    key = (str(device), dtype, size, torch.get_num_threads())
+    if key not in _PEAK_CACHE:
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        a = torch.randn(size, size, generator=gen).to(device=device, dtype=dtype)
+        b = torch.randn(size, size, generator=gen).to(device=device, dtype=dtype)
+        out = torch.matmul(a, b)
+        _synchronize(device)
+        best = float("inf")
+        for _ in range(max(1, repeats)):
+            start = time.perf_counter()
+            torch.matmul(a, b, out=out)
+            _synchronize(device)
+            best = min(best, time.perf_counter() - start)
+        _PEAK_CACHE[key] = 2.0 * size**3 / best
+    return _PEAK_CACHE[key]
+
+
+def mfu(flops: float, seconds: float, peak_flops_per_s: float) -> float:
+    """Model FLOPs utilisation: achieved FLOP/s over the peak (0 when nothing was timed)."""
+    if seconds <= 0 or peak_flops_per_s <= 0:
+        return 0.0
+    return flops / seconds / peak_flops_per_s
