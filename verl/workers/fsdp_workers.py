@@ -16,13 +16,17 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, Worker, register
+from verl.utils.device import get_default_device
+from verl.utils.flops_counter import FlopsCounter, measure_matmul_peak, mfu
 from verl.utils.fsdp_utils import (
     apply_fsdp2,
     build_lr_scheduler,
     build_optimizer,
     create_device_mesh,
+    mixed_precision_policy,
     to_torch_dtype,
 )
+from verl.utils.memory_stats import peak_memory_metrics
 from verl.workers.micro_batching import cfg_select
 
 logger = logging.getLogger(__name__)
@@ -52,6 +56,25 @@ class _FSDPWorkerBase(Worker):
 
     def _model_dtype(self, fsdp_config, key: str) -> torch.dtype:
         return to_torch_dtype(cfg_select(fsdp_config, "model_dtype", "fp32"), f"{key}.fsdp_config.model_dtype")
+
+    def _init_perf(self, module: torch.nn.Module, fsdp_config, key: str) -> None:
+        """FLOPs counter and the matmul peak of this rank, in the dtype the matmuls run in (measured once)."""
+        policy = mixed_precision_policy(fsdp_config)
+        dtype = policy.param_dtype if policy is not None and policy.param_dtype is not None \
+            else self._model_dtype(fsdp_config, key)
+        self._flops_counter = FlopsCounter(module)
+        self._matmul_peak = measure_matmul_peak(get_default_device(), dtype)
+
+    def _perf_metrics(self, role: str, data: DataProto, seconds: float, epochs: int) -> dict[str, float]:
+        """perf/mfu/<role> of one update on this rank's shard (real tokens, epochs passes), and peak memory."""
+        batch = data.batch
+        seqlens = batch["attention_mask"].sum(-1).tolist()
+        logit_positions = int(batch["response_mask"].sum().item()) if role == "actor" else 0
+        flops = self._flops_counter.training_flops(seqlens, logit_positions) * epochs
+        metrics = {f"perf/mfu/{role}": mfu(flops, seconds, self._matmul_peak),
+                   f"perf/matmul_peak_tflops/{role}": self._matmul_peak / 1e12}
+        metrics.update(peak_memory_metrics())
+        return metrics
 
 
 class ActorRolloutRefWorker(_FSDPWorkerBase):
@@ -109,6 +132,8 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         self.actor_optimizer = build_optimizer(self.actor_module, actor_cfg.optim, "actor_rollout_ref.actor.optim")
         self.actor_lr_scheduler = build_lr_scheduler(self.actor_optimizer, actor_cfg.optim, "actor_rollout_ref.actor.optim")
         self.actor = DataParallelPPOActor(actor_cfg, self.actor_module, self.actor_optimizer)
+        self._init_perf(self.actor_module, self.config.actor.fsdp_config, "actor_rollout_ref.actor")
+        self._ppo_epochs = int(actor_cfg.get("ppo_epochs", 1))
 
     def _build_rollout(self) -> None:
         from verl.workers.rollout.registry import build_rollout
@@ -186,7 +211,9 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         metrics = self.actor.update_policy(data)
         self.actor_lr_scheduler.step()
         metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
-        metrics["perf/update_actor_s"] = time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        metrics["perf/update_actor_s"] = seconds
+        metrics.update(self._perf_metrics("actor", data, seconds, self._ppo_epochs))
         return DataProto(meta_info={"metrics": metrics})
 
     # -- state ----------------------------------------------------------------------------------------------------
@@ -240,6 +267,7 @@ class CriticWorker(_FSDPWorkerBase):
         self.critic_lr_scheduler = build_lr_scheduler(self.critic_optimizer, cfg.optim, "critic.optim")
         self.critic = DataParallelPPOCritic(cfg, self.critic_module, self.critic_optimizer)
         self._cfg = cfg
+        self._init_perf(self.critic_module, fsdp_cfg, "critic.model")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
@@ -252,9 +280,12 @@ class CriticWorker(_FSDPWorkerBase):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
+        start = time.perf_counter()
         metrics = self.critic.update_critic(data)
         self.critic_lr_scheduler.step()
         metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]
+        seconds = time.perf_counter() - start
+        metrics.update(self._perf_metrics("critic", data, seconds, int(self._cfg.get("ppo_epochs", 1))))
         return DataProto(meta_info={"metrics": metrics})
 
     def _checkpoint_manager(self):

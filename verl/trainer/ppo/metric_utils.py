@@ -25,6 +25,7 @@ __all__ = [
     "compute_timing_metrics",
     "compute_throughout_metrics",
     "compute_throughput_metrics",
+    "compute_stage_throughput_metrics",
     "process_validation_metrics",
     "validation_metrics_to_dict",
     "bootstrap_metric",
@@ -145,6 +146,28 @@ def compute_throughout_metrics(batch: DataProto, timing_raw: dict[str, float], n
 
 
 compute_throughput_metrics = compute_throughout_metrics
+
+# Stages that run a model over this step's tokens; their tokens per second is a throughput worth watching.
+_MODEL_STAGES = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor")
+
+
+def compute_stage_throughput_metrics(batch: DataProto, timing_raw: dict[str, float]) -> dict[str, float]:
+    """``perf/tokens_per_s/<stage>``: real tokens the stage processed over its wall time, for the whole batch
+    (all ranks together, unlike ``perf/throughput`` which is per device).
+
+    ``gen`` counts response tokens (what it generated); the other model stages count prompt + response tokens.
+    """
+    _require(batch, ["responses", "attention_mask"], "compute_stage_throughput_metrics")
+    prompt_length, response_length, _, _ = _prompt_response_lengths(batch)
+    response_tokens = response_length.sum().item()
+    all_tokens = prompt_length.sum().item() + response_tokens
+    metrics = {}
+    for name in _MODEL_STAGES:
+        seconds = timing_raw.get(name)
+        if seconds is not None and seconds > 0:
+            tokens = response_tokens if name in _RESPONSE_ONLY else all_tokens
+            metrics[f"perf/tokens_per_s/{name}"] = float(tokens) / float(seconds)
+    return metrics
 
 
 # ---------------------------------------------------------------------------------------------------------------

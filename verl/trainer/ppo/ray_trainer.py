@@ -19,11 +19,16 @@ from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup, Res
 from verl.single_controller.roles import Role
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
-from verl.trainer.ppo.metric_utils import compute_data_metrics, compute_throughout_metrics, compute_timing_metrics
+from verl.trainer.ppo.metric_utils import (
+    compute_data_metrics,
+    compute_stage_throughput_metrics,
+    compute_throughout_metrics,
+    compute_timing_metrics,
+)
 from verl.trainer.ppo.reward import compute_reward
 from verl.trainer.ppo.validation import Validator
 from verl.utils.metric import reduce_metrics
-from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
+from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
 from verl.utils.timer import marked_timer
 
 
@@ -176,6 +181,7 @@ class RayPPOTrainer:
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughout_metrics(batch, timing, n_gpus=self.resource_pool_manager.get_n_gpus()))
+        metrics.update(compute_stage_throughput_metrics(batch, timing))
         return metrics
 
     # -- stages ---------------------------------------------------------------------------------------------------
@@ -211,7 +217,11 @@ class RayPPOTrainer:
         batch.batch["reward_baselines"] = baseline.sum(dim=-1)
 
     def _balance_batch(self, batch: DataProto, metrics: dict[str, float]) -> None:
-        """Reorder so each data-parallel rank gets a similar number of real tokens (rows stay whole)."""
+        """Reorder so each data-parallel rank gets a similar number of real tokens (rows stay whole).
+
+        Metrics (upstream names): ``global_seqlen/{min,max,minmax_diff}`` per rank for the split the batch arrived
+        in, ``global_seqlen/{balanced_min,balanced_max}`` after balancing, ``global_seqlen/mean``.
+        """
         world = self.actor_rollout_wg.world_size
         if world <= 1 or len(batch) % world:
             return
@@ -219,6 +229,7 @@ class RayPPOTrainer:
         parts = get_seqlen_balanced_partitions(seqlens, k_partitions=world, equal_size=True)
         order = torch.tensor([i for part in parts for i in sorted(part)])
         batch.reorder(order)
+        metrics.update(log_seqlen_unbalance(seqlens, parts, prefix="global_seqlen"))
         per_rank = [sum(seqlens[i] for i in part) for part in parts]
         metrics["perf/balance_max_over_min_tokens"] = max(per_rank) / max(1, min(per_rank))
 
