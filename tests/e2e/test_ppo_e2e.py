@@ -78,5 +78,8 @@ def test_two_rank_run_updates_weights_and_rollout_follows(tmp_path: Path, adv_es
     for row in steps:
         assert math.isfinite(row["actor/pg_loss"]) and math.isfinite(row["actor/grad_norm"])
         assert row["actor/grad_norm"] > 0
+        # the trainer compares the rollout's log-probs with the actor's: same weights, so the probabilities agree
+        assert row["training/rollout_probs_diff_max"] < 1e-3
+        assert row["training/rollout_actor_probs_pearson_corr"] > 0.999
         if adv_estimator == "gae":
             assert math.isfinite(row["critic/vf_loss"]) and "critic/values/mean" in row

@@ -30,6 +30,7 @@ from verl.trainer.ppo.validation import Validator
 from verl.utils.metric import reduce_metrics
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
 from verl.utils.timer import marked_timer
+from verl.workers.rollout.vllm.metrics import rollout_probs_diff_metrics
 
 
 class RayPPOTrainer:
@@ -120,7 +121,7 @@ class RayPPOTrainer:
         while self.global_steps < self.total_training_steps:
             for batch_dict in self.train_dataloader:
                 self.global_steps += 1
-                metrics = self.train_step(batch_dict)
+                metrics = self._train_step_noting_failures(batch_dict)
                 is_last = self.global_steps >= self.total_training_steps
                 if self.validator.enabled and trainer.test_freq > 0 and (
                         is_last or self.global_steps % trainer.test_freq == 0):
@@ -144,6 +145,14 @@ class RayPPOTrainer:
         from verl.trainer.ppo.checkpointing import load_checkpoint
 
         return load_checkpoint(self)
+
+    def _train_step_noting_failures(self, batch_dict: dict) -> dict[str, float]:
+        try:
+            return self.train_step(batch_dict)
+        except Exception as err:  # a worker's error names its rank and micro-batch; the step is only known here
+            if hasattr(err, "add_note"):  # Python >= 3.11
+                err.add_note(f"during training step {self.global_steps}; no checkpoint was written from this step")
+            raise
 
     def train_step(self, batch_dict: dict) -> dict[str, float]:
         """One PPO/GRPO iteration: generate, score, log-probs, values, advantages, updates."""
@@ -240,6 +249,9 @@ class RayPPOTrainer:
             mode = self.config.actor_rollout_ref.actor.loss_agg_mode
             metrics["actor/entropy"] = agg_loss(entropys, batch.batch["response_mask"], mode).item()
         batch.union(out)
+        if "rollout_log_probs" in batch.batch.keys():  # rollout.calculate_log_probs: is the engine on the actor's weights?
+            metrics.update(rollout_probs_diff_metrics(batch.batch["rollout_log_probs"], batch.batch["old_log_probs"],
+                                                      batch.batch["response_mask"]))
 
     def _compute_advantage(self, batch: DataProto, reward_tensor: torch.Tensor, reward_extra: dict,
                            metrics: dict[str, float]) -> DataProto:

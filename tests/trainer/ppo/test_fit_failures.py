@@ -1,0 +1,40 @@
+"""fit() stops at a failing step with the step number on the error, and writes no checkpoint from it."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl.trainer.config.validate import load_config
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.workers.micro_batching import NonFiniteLossError
+
+
+class _Trainer(RayPPOTrainer):
+    """The real loop; the stages a Ray run would execute are replaced by a step that fails at step 2."""
+
+    def __init__(self, config) -> None:
+        super().__init__(config, tokenizer=None, role_worker_mapping={}, resource_pool_manager=None,
+                         train_dataset=[{"x": i} for i in range(8)], collate_fn=lambda rows: rows)
+        self.saved: list[int] = []
+
+    def train_step(self, batch_dict):
+        if self.global_steps == 2:  # what the actor worker raises on a NaN loss
+            raise NonFiniteLossError("actor: non-finite loss nan at epoch 0, mini-batch 0, micro-batch 1")
+        return {"actor/pg_loss": 0.5}
+
+    def _save_checkpoint(self) -> None:
+        self.saved.append(self.global_steps)
+
+    def _load_checkpoint(self) -> int:
+        return 0
+
+
+def test_nan_loss_stops_fit_with_the_step_and_no_checkpoint_from_it():
+    config = load_config(["data.train_batch_size=2", "trainer.total_training_steps=4", "trainer.save_freq=1",
+                          "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.logger=[]"])
+    trainer = _Trainer(config)
+    with pytest.raises(NonFiniteLossError) as info:
+        trainer.fit()
+    assert "micro-batch 1" in str(info.value)
+    assert info.value.__notes__ == ["during training step 2; no checkpoint was written from this step"]
+    assert trainer.saved == [1]  # step 1 was saved, step 2 (and its weights) never
