@@ -53,9 +53,9 @@ def _base_attention(base: str, module: torch.nn.Module):
     return ALL_ATTENTION_FUNCTIONS[base]
 
 
-def _segment_bounds(cu_seqlens: torch.Tensor) -> list[tuple[int, int]]:
+def _segment_lengths(cu_seqlens: torch.Tensor) -> list[int]:
     bounds = cu_seqlens.tolist()
-    return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1) if bounds[i + 1] > bounds[i]]
+    return [bounds[i + 1] - bounds[i] for i in range(len(bounds) - 1)]
 
 
 def _check_supported(module: torch.nn.Module, max_len: int, kwargs: dict) -> None:
@@ -73,16 +73,18 @@ def _varlen_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     """query (1, Hq, T, D), key/value (1, Hkv, T, D) -> (1, T, Hq, D), causal within each segment only."""
     if query.size(0) != 1:
         raise ValueError(f"varlen attention expects one packed row, got a batch of {query.size(0)}")
+    lengths = _segment_lengths(cu_seqlens)
+    if sum(lengths) != query.size(2):
+        raise ValueError(f"cu_seq_lens_q covers {sum(lengths)} tokens but the packed row has {query.size(2)}")
     gqa = query.size(1) != key.size(1)
-    outputs = []
-    for start, end in _segment_bounds(cu_seqlens):
-        outputs.append(F.scaled_dot_product_attention(
-            query[:, :, start:end], key[:, :, start:end], value[:, :, start:end], is_causal=True, scale=scaling,
-            dropout_p=dropout if module.training else 0.0, enable_gqa=gqa))
-    out = torch.cat(outputs, dim=2)
-    if out.size(2) != query.size(2):
-        raise ValueError(f"cu_seq_lens_q covers {out.size(2)} tokens but the packed row has {query.size(2)}")
-    return out.transpose(1, 2).contiguous(), None
+    dropout_p = dropout if module.training else 0.0
+    # split, not slicing: the backward of one split is one concatenation, while every slice's backward would
+    # zero-fill a full-size gradient (segments x T work per layer)
+    outputs = [F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, dropout_p=dropout_p,
+                                              enable_gqa=gqa)
+               for q, k, v in zip(query.split(lengths, dim=2), key.split(lengths, dim=2), value.split(lengths, dim=2))
+               if q.size(2) > 0]
+    return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
 
 
 def _make_attention(base: str):

@@ -1,0 +1,39 @@
+"""mallopt tuning: applied once on glibc, switched off by VERL_MALLOC_TUNING=0, and allocation still works.
+
+The glibc settings are process-wide and permanent, so they are applied in a forked child, not in pytest itself.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+
+import pytest
+import torch
+
+from verl.utils import malloc_tuning
+
+
+def test_switched_off_by_env(monkeypatch):
+    monkeypatch.setattr(malloc_tuning, "_applied", False)
+    monkeypatch.setenv("VERL_MALLOC_TUNING", "0")
+    assert malloc_tuning.tune_malloc_for_training() is False
+
+
+def _child(queue) -> None:
+    first = malloc_tuning.tune_malloc_for_training()
+    second = malloc_tuning.tune_malloc_for_training()
+    big = torch.ones(64 << 18)  # 64 MiB, above glibc's largest mmap threshold: now served from the heap
+    queue.put((first, second, big.sum().item()))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_applied_on_glibc_and_idempotent(monkeypatch):
+    monkeypatch.delenv("VERL_MALLOC_TUNING", raising=False)
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child, args=(queue,))
+    child.start()
+    result = queue.get(timeout=60)
+    child.join(timeout=60)
+    assert result == (True, True, float(64 << 18))
