@@ -15,7 +15,12 @@ import torch
 from omegaconf import DictConfig, open_dict
 
 from verl.protocol import DataProto
-from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup, ResourcePoolManager, create_colocated_worker_cls
+from verl.single_controller.ray import (
+    RayClassWithInitArgs,
+    RayWorkerGroup,
+    ResourcePoolManager,
+    create_colocated_worker_cls,
+)
 from verl.single_controller.roles import Role
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
@@ -113,7 +118,7 @@ class RayPPOTrainer:
         trainer = self.config.trainer
         self._load_checkpoint()
         if self.validator.enabled and trainer.get("val_before_train", True):
-            self._log(self.validator.run(self.global_steps), step=0)
+            self._log(self.validator.run(self.global_steps), step=self.global_steps)  # resumed: its step
             if trainer.get("val_only", False):
                 return
         progress = TrainingProgress(self.total_training_steps, initial=self.global_steps)

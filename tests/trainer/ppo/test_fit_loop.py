@@ -38,3 +38,37 @@ def test_nan_loss_stops_fit_with_the_step_and_no_checkpoint_from_it():
     assert "micro-batch 1" in str(info.value)
     assert info.value.__notes__ == ["during training step 2; no checkpoint was written from this step"]
     assert trainer.saved == [1]  # step 1 was saved, step 2 (and its weights) never
+
+
+class _Validator:
+    enabled = True
+
+    def run(self, step: int) -> dict[str, float]:
+        return {"val-core/arithmetic/reward/mean@1": 0.25}
+
+
+class _Tracker:
+    def __init__(self) -> None:
+        self.logged: list[tuple[int, dict]] = []
+
+    def log(self, data: dict, step: int) -> None:
+        self.logged.append((step, dict(data)))
+
+
+class _ResumedTrainer(_Trainer):
+    def train_step(self, batch_dict):
+        return {"actor/pg_loss": 0.5}
+
+    def _load_checkpoint(self) -> int:
+        self.global_steps = 3  # as checkpointing.load_checkpoint sets it
+        return 3
+
+
+def test_validation_before_training_is_logged_at_the_step_a_resumed_run_starts_from():
+    config = load_config(["data.train_batch_size=2", "trainer.total_training_steps=4", "trainer.test_freq=-1",
+                          "trainer.logger=[]"])
+    trainer = _ResumedTrainer(config)
+    trainer.validator, trainer.tracker = _Validator(), _Tracker()
+    trainer.fit()
+    assert [step for step, _ in trainer.tracker.logged] == [3, 4]
+    assert "val-core/arithmetic/reward/mean@1" in trainer.tracker.logged[0][1]
