@@ -61,7 +61,7 @@ def _gguf_path() -> Path:
 
 def _convert(gguf: Path, out_dir: Path) -> None:
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src, name = str(gguf.parent), gguf.name
     tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=name)
