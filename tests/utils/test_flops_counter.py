@@ -9,7 +9,7 @@ from tests.helpers.tiny_model import tiny_llama, tiny_llama_config
 from verl.models.value_head import build_value_model
 from verl.utils import flops_counter
 from verl.utils.flops_counter import FlopsCounter, measure_matmul_peak, mfu, non_embedding_params
-from verl.utils.memory_stats import peak_memory_metrics
+from verl.utils.memory_stats import peak_memory_metrics, peak_rss_gb, reset_peak_rss
 
 # tiny Llama: hidden 32, intermediate 64, 2 layers, 4 heads x head_dim 8, vocab 128, tied embeddings.
 # per layer: q, k, v, o 4 x 32*32 = 4096; gate, up, down 3 x 32*64 = 6144; two RMSNorms 2 x 32 = 64 -> 10304
@@ -61,3 +61,15 @@ def test_matmul_peak_is_measured_once(monkeypatch):
 def test_peak_memory_metrics():
     metrics = peak_memory_metrics()
     assert 0.01 < metrics["perf/cpu_rss_peak_gb"] < 1024  # torch alone holds tens of MB
+
+
+@pytest.mark.skipif(not reset_peak_rss(), reason="needs Linux /proc/self/clear_refs")
+def test_peak_rss_grows_with_a_touched_block_and_resets():
+    reset_peak_rss()
+    before = peak_rss_gb()
+    block = torch.ones(64 << 20, dtype=torch.uint8)  # 64 MiB, every page written
+    grown = peak_rss_gb()
+    del block
+    reset_peak_rss()
+    assert grown - before > 0.05  # at least ~54 MB of the 64 MiB shows up
+    assert peak_rss_gb() < grown

@@ -21,10 +21,18 @@ def test_switched_off_by_env(monkeypatch):
 
 
 def _child(queue) -> None:
+    from verl.utils.memory_stats import peak_rss_gb, reset_peak_rss
+
     first = malloc_tuning.tune_malloc_for_training()
     second = malloc_tuning.tune_malloc_for_training()
     big = torch.ones(64 << 18)  # 64 MiB, above glibc's largest mmap threshold: now served from the heap
-    queue.put((first, second, big.sum().item()))
+    total = big.sum().item()
+    del big
+    reset_peak_rss()
+    kept = peak_rss_gb()  # the freed block stays mapped ...
+    malloc_tuning.release_free_memory()
+    reset_peak_rss()
+    queue.put((first, second, total, kept - peak_rss_gb()))  # ... until released
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
@@ -36,4 +44,5 @@ def test_applied_on_glibc_and_idempotent(monkeypatch):
     child.start()
     result = queue.get(timeout=60)
     child.join(timeout=60)
-    assert result == (True, True, float(64 << 18))
+    assert result[:3] == (True, True, float(64 << 18))
+    assert result[3] > 0.05  # ~64 MiB handed back by release_free_memory

@@ -9,7 +9,8 @@ compute. Serving every allocation from the heap and never trimming it keeps the 
 the cost is that the process's RSS stays at its peak (which the next step needs again anyway).
 
 ``tune_malloc_for_training()`` applies that with mallopt at run time (no restart, no LD_PRELOAD); it is a no-op off
-glibc. ``VERL_MALLOC_TUNING=0`` turns it off.
+glibc. ``VERL_MALLOC_TUNING=0`` turns it off. ``release_free_memory()`` hands the free blocks back on demand (e.g.
+between two phases whose peaks should be measured separately).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import logging
 import os
 import sys
 
-__all__ = ["tune_malloc_for_training"]
+__all__ = ["tune_malloc_for_training", "release_free_memory"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,13 @@ _TOP_PAD_BYTES = 64 << 20  # grow the heap in 64 MiB steps: fewer brk calls for 
 _applied = False
 
 
+def _libc():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
 def tune_malloc_for_training() -> bool:
     """Serve large blocks from the heap and never trim it (glibc only). Returns whether the settings were applied."""
     global _applied
@@ -39,11 +47,8 @@ def tune_malloc_for_training() -> bool:
         return True
     if not sys.platform.startswith("linux") or os.environ.get("VERL_MALLOC_TUNING", "1") == "0":
         return False
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # musl and other libcs have no mallopt: nothing to tune
+    mallopt = getattr(_libc(), "mallopt", None)
+    if mallopt is None:  # no libc found, or one without mallopt (musl): nothing to tune
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     ok = all(mallopt(param, value) == 1 for param, value in (
@@ -52,3 +57,13 @@ def tune_malloc_for_training() -> bool:
         logger.warning("mallopt refused a setting; host allocations keep glibc's defaults")
     _applied = ok
     return ok
+
+
+def release_free_memory() -> bool:
+    """Return the heap's free blocks to the OS now (glibc malloc_trim); False where unavailable."""
+    trim = getattr(_libc(), "malloc_trim", None) if sys.platform.startswith("linux") else None
+    if trim is None:
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
+    return True

@@ -7,15 +7,40 @@ import sys
 
 import torch
 
-__all__ = ["peak_rss_gb", "peak_memory_metrics"]
+__all__ = ["peak_rss_gb", "reset_peak_rss", "peak_memory_metrics"]
 
 _GIB = 1024**3
 
 
+def _vm_hwm_bytes() -> int | None:
+    """Linux's resettable peak RSS (VmHWM in /proc/self/status), None where there is no such file."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def peak_rss_gb() -> float:
-    """The process's peak resident set size since it started (ru_maxrss: KiB on Linux, bytes on macOS)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    """Peak resident set size in GiB: since the last ``reset_peak_rss()`` on Linux, since start elsewhere."""
+    hwm = _vm_hwm_bytes()
+    if hwm is not None:
+        return hwm / _GIB
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return peak / _GIB if sys.platform == "darwin" else peak * 1024 / _GIB
+
+
+def reset_peak_rss() -> bool:
+    """Restart the peak-RSS count from the current RSS (Linux ``/proc/self/clear_refs``); False where unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def peak_memory_metrics() -> dict[str, float]:

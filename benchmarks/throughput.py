@@ -1,0 +1,224 @@
+"""Actor-update throughput on the default model, every figure measured in this run on this machine:
+
+    python benchmarks/throughput.py                   # 32 responses of 8-256 tokens after 16-64 token prompts
+
+Prints `name: value` lines:
+    update_padded_s / update_rmpad_dynbsz_s       update_policy on the same batch: padded fixed micro-batches of
+                                                  --micro rows vs remove padding + dynamic bsz (--token-budget)
+    update_rmpad_dynbsz_over_padded: R            the speed-up (target >= 1.5)
+    update_bf16_s, update_bf16_over_fp32: R       remove padding + dynamic bsz with FSDP2 mixed precision
+                                                  param_dtype bf16 vs fp32
+    matmul_peak_gflops: X                         best (2048 x 2048) fp32 matmul of --repeats, same threads
+    update_achieved_gflops: Y, update_mfu: Y/X    model FLOPs of the real tokens (verl/utils/flops_counter.py)
+                                                  over the fp32 remove-padding update time (optimizer included)
+    update_fwd_bwd_mfu                            the same without the optimizer step's time
+    peak_rss_gb_{rmpad,padded,bf16}               this process during each configuration (VmHWM, reset between)
+Host memory: glibc is told to keep freed blocks (verl/utils/malloc_tuning.py); --no-malloc-tuning measures without.
+All three updates run the actor as the trainer does: DataParallelPPOActor on an FSDP2 module (gloo, world size 1),
+fused AdamW, token-mean loss, one optimizer step over the whole batch. Each configuration runs once to warm up, then
+--repeats times; the best time counts (other load on the machine only ever slows a run down).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default=None, help="HF folder (default: the bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--responses", type=int, default=32)
+    p.add_argument("--max-prompt-length", type=int, default=64)
+    p.add_argument("--min-prompt-length", type=int, default=16)
+    p.add_argument("--max-response-length", type=int, default=256)
+    p.add_argument("--min-response-length", type=int, default=8)
+    p.add_argument("--micro", type=int, default=4, help="padded baseline: rows per micro-batch")
+    p.add_argument("--token-budget", type=int, default=1280,
+                   help="ppo_max_token_len_per_gpu with dynamic bsz (default: the padded micro-batch's 4 x 320 slots, "
+                        "so both hold the same activation memory)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, i.e. the cores)")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-malloc-tuning", action="store_true", help="keep glibc's defaults (see malloc_tuning.py)")
+    return p.parse_args()
+
+
+def _init_single_rank() -> None:
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+
+
+def _batch(args, vocab_size: int, eos_id: int, pad_id: int):
+    """Left-padded prompts and right-padded responses (EOS at the end of shorter ones), lengths spread uniformly."""
+    import torch
+
+    from verl.protocol import DataProto
+    from verl.utils.torch_functional import compute_position_id_with_mask, get_response_mask
+
+    gen = torch.Generator().manual_seed(args.seed)
+    n, p_len, r_len = args.responses, args.max_prompt_length, args.max_response_length
+    prompt_lengths = torch.randint(args.min_prompt_length, p_len + 1, (n,), generator=gen)
+    response_lengths = torch.linspace(args.min_response_length, r_len, n).round().long()[torch.randperm(n, generator=gen)]
+    ids = torch.randint(3, vocab_size, (n, p_len + r_len), generator=gen)
+    ids[ids == eos_id] = eos_id + 1
+    prompt_mask = torch.zeros(n, p_len, dtype=torch.long)
+    for row in range(n):
+        ids[row, : p_len - prompt_lengths[row]] = pad_id
+        prompt_mask[row, p_len - prompt_lengths[row] :] = 1
+        length = int(response_lengths[row])
+        if length < r_len:
+            ids[row, p_len + length - 1] = eos_id
+            ids[row, p_len + length :] = pad_id
+    responses = ids[:, p_len:]
+    response_mask = get_response_mask(responses, eos_id)
+    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+    tensors = {"input_ids": ids, "responses": responses, "attention_mask": attention_mask,
+               "position_ids": compute_position_id_with_mask(attention_mask), "response_mask": response_mask}
+    return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
+
+
+def _actor(path: str, param_dtype: str, actor_overrides: dict):
+    from omegaconf import OmegaConf
+
+    from verl.models.loader import load_causal_lm
+    from verl.utils.fsdp_utils import apply_fsdp2, build_optimizer, create_device_mesh
+    from verl.workers.actor import DataParallelPPOActor
+
+    module, _ = load_causal_lm({"path": path}, "model")
+    fsdp_cfg = OmegaConf.create({"mixed_precision": {"param_dtype": param_dtype, "reduce_dtype": "fp32"}})
+    module = apply_fsdp2(module, fsdp_cfg, create_device_mesh(1))
+    cfg = OmegaConf.create({
+        "ppo_mini_batch_size": 1, "ppo_micro_batch_size_per_gpu": 8, "use_dynamic_bsz": False,
+        "ppo_max_token_len_per_gpu": 16384, "ppo_epochs": 1, "shuffle": False, "grad_clip": 1.0,
+        "clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0,
+        "loss_agg_mode": "token-mean", "entropy_coeff": 0.0, "use_kl_loss": False, "policy_loss": {"loss_mode": "vanilla"},
+        "optim": {"lr": 1e-7, "weight_decay": 0.0}, **actor_overrides})
+    optimizer = build_optimizer(module, cfg.optim, "actor.optim")
+    return DataParallelPPOActor(cfg, module, optimizer), module, optimizer
+
+
+class _OptimizerClock:
+    """Wraps optimizer.step to time it: the update's optimizer share is memory-bound work, not model FLOPs."""
+
+    def __init__(self, optimizer) -> None:
+        self.seconds = 0.0
+        self._step = optimizer.step
+
+        def timed(*a, **k):
+            start = time.perf_counter()
+            try:
+                return self._step(*a, **k)
+            finally:
+                self.seconds += time.perf_counter() - start
+
+        optimizer.step = timed
+
+
+def _time_update(actor, optimizer, data, repeats: int) -> tuple[float, float]:
+    """(best update seconds, that run's optimizer seconds) after one warm-up update."""
+    clock = _OptimizerClock(optimizer)
+    actor.update_policy(data)
+    best = (float("inf"), 0.0)
+    for _ in range(repeats):
+        clock.seconds = 0.0
+        start = time.perf_counter()
+        actor.update_policy(data)
+        best = min(best, (time.perf_counter() - start, clock.seconds))
+    return best
+
+
+def main() -> None:
+    args = _args()
+    if args.no_malloc_tuning:
+        os.environ["VERL_MALLOC_TUNING"] = "0"
+    import torch
+
+    from verl.utils.default_model import default_model_path
+    from verl.utils.flops_counter import FlopsCounter, measure_matmul_peak
+    from verl.utils.malloc_tuning import release_free_memory, tune_malloc_for_training
+    from verl.utils.memory_stats import peak_rss_gb, reset_peak_rss
+
+    print(f"malloc_tuned: {tune_malloc_for_training()}", flush=True)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    path = args.model or default_model_path()
+    _init_single_rank()
+    print(f"threads: {torch.get_num_threads()}", flush=True)
+    peak_fp32 = measure_matmul_peak("cpu", torch.float32, repeats=max(3, args.repeats))
+    peak_bf16 = measure_matmul_peak("cpu", torch.bfloat16, repeats=max(3, args.repeats))
+
+    one_step = {"ppo_mini_batch_size": args.responses}  # one optimizer step over the whole batch
+    reset_peak_rss()
+    rmpad_cfg = {**one_step, "use_remove_padding": True, "use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": args.token_budget}
+    actor, module, optimizer = _actor(path, "fp32", rmpad_cfg)
+    config = module.config
+    data = _batch(args, config.vocab_size, int(config.eos_token_id), int(config.pad_token_id or 0))
+    lengths = data.batch["attention_mask"].sum(-1)
+    response_tokens = int(data.batch["response_mask"].sum())
+    print(f"batch: {len(data)} rows, {int(lengths.sum())} real tokens ({response_tokens} response) of "
+          f"{data.batch['attention_mask'].numel()} padded", flush=True)
+    # old log-probs from this policy with some noise, and random advantages: a realistic mix of clipped ratios
+    log_prob_meta = {"use_dynamic_bsz": True, "max_token_len": args.token_budget}
+    data.meta_info.update(log_prob_meta)
+    start = time.perf_counter()
+    old, _ = actor.compute_log_prob(data)
+    print(f"compute_log_prob_rmpad_dynbsz_s: {time.perf_counter() - start:.2f}", flush=True)
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    data.batch["old_log_probs"] = old + 0.05 * torch.randn(old.shape, generator=gen)
+    data.batch["advantages"] = torch.randn(old.shape, generator=gen) * data.batch["response_mask"]
+
+    flops = FlopsCounter(module).training_flops(lengths.tolist(), response_tokens)
+    rmpad_s, rmpad_opt_s = _time_update(actor, optimizer, data, args.repeats)
+    print(f"update_rmpad_dynbsz_s: {rmpad_s:.2f}", flush=True)
+    rss = {"rmpad": peak_rss_gb()}
+    del actor, module, optimizer
+    gc.collect()
+    release_free_memory()  # each configuration's peak RSS is its own
+    reset_peak_rss()
+    actor, _, optimizer = _actor(path, "fp32", {**one_step, "ppo_micro_batch_size_per_gpu": args.micro})
+    padded_s, _ = _time_update(actor, optimizer, data, args.repeats)
+    print(f"update_padded_s: {padded_s:.2f}", flush=True)
+    rss["padded"] = peak_rss_gb()
+    del actor, optimizer
+    gc.collect()
+    release_free_memory()  # each configuration's peak RSS is its own
+    reset_peak_rss()
+    actor, _, optimizer = _actor(path, "bf16", rmpad_cfg)
+    bf16_s, _ = _time_update(actor, optimizer, data, args.repeats)
+    print(f"update_bf16_s: {bf16_s:.2f}", flush=True)
+    rss["bf16"] = peak_rss_gb()
+    del actor, optimizer
+    gc.collect()
+
+    achieved = flops / rmpad_s
+    print(f"update_rmpad_dynbsz_over_padded: {padded_s / rmpad_s:.2f}")
+    print(f"update_bf16_over_fp32: {rmpad_s / bf16_s:.2f}")
+    print(f"matmul_peak_gflops: {peak_fp32 / 1e9:.1f}")
+    print(f"matmul_peak_bf16_gflops: {peak_bf16 / 1e9:.1f}")
+    print(f"update_model_gflop: {flops / 1e9:.1f}")
+    print(f"update_achieved_gflops: {achieved / 1e9:.1f}")
+    print(f"update_mfu: {achieved / peak_fp32:.3f}")
+    print(f"update_optimizer_s: {rmpad_opt_s:.2f}")
+    print(f"update_fwd_bwd_mfu: {flops / (rmpad_s - rmpad_opt_s) / peak_fp32:.3f}")
+    print(f"update_padded_useful_gflops: {flops / padded_s / 1e9:.1f}")
+    print(f"update_bf16_mfu: {flops / bf16_s / peak_bf16:.3f}")
+    for name, gb in rss.items():
+        print(f"peak_rss_gb_{name}: {gb:.2f}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()
