@@ -15,8 +15,8 @@ Prints `name: value` lines:
     peak_rss_gb_{rmpad,padded,bf16}               this process during each configuration (VmHWM, reset between)
 Host memory: glibc is told to keep freed blocks (verl/utils/malloc_tuning.py); --no-malloc-tuning measures without.
 All three updates run the actor as the trainer does: DataParallelPPOActor on an FSDP2 module (gloo, world size 1),
-fused AdamW, token-mean loss, one optimizer step over the whole batch. Each configuration runs once to warm up, then
---repeats times; the best time counts (other load on the machine only ever slows a run down).
+fused AdamW, token-mean loss, one optimizer step over the whole batch. Each configuration warms up on 2 x --micro
+rows, then runs --repeats times on the whole batch; the best time counts (other load only ever slows a run down).
 """
 
 from __future__ import annotations
@@ -126,10 +126,14 @@ class _OptimizerClock:
         optimizer.step = timed
 
 
-def _time_update(actor, optimizer, data, repeats: int) -> tuple[float, float]:
-    """(best update seconds, that run's optimizer seconds) after one warm-up update."""
+def _time_update(actor, optimizer, data, repeats: int, warmup_rows: int) -> tuple[float, float]:
+    """(best update seconds, that run's optimizer seconds) after one warm-up update on the first rows.
+
+    The warm-up builds the kernels' primitives and grows the heap to a micro-batch's peak (micro-batches have
+    the same shapes / token budget whatever the batch size), at a fraction of a full update's cost.
+    """
     clock = _OptimizerClock(optimizer)
-    actor.update_policy(data)
+    actor.update_policy(data[:warmup_rows])
     best = (float("inf"), 0.0)
     for _ in range(repeats):
         clock.seconds = 0.0
@@ -157,8 +161,9 @@ def main() -> None:
     path = args.model or default_model_path()
     _init_single_rank()
     print(f"threads: {torch.get_num_threads()}", flush=True)
-    peak_fp32 = measure_matmul_peak("cpu", torch.float32, repeats=max(3, args.repeats))
-    peak_bf16 = measure_matmul_peak("cpu", torch.bfloat16, repeats=max(3, args.repeats))
+    # best of 10 short matmuls: on a shared machine a lower peak would flatter the MFU
+    peak_fp32 = measure_matmul_peak("cpu", torch.float32, repeats=10)
+    peak_bf16 = measure_matmul_peak("cpu", torch.bfloat16, repeats=10)
 
     one_step = {"ppo_mini_batch_size": args.responses}  # one optimizer step over the whole batch
     reset_peak_rss()
@@ -180,8 +185,9 @@ def main() -> None:
     data.batch["old_log_probs"] = old + 0.05 * torch.randn(old.shape, generator=gen)
     data.batch["advantages"] = torch.randn(old.shape, generator=gen) * data.batch["response_mask"]
 
+    warmup = min(len(data), 2 * args.micro)
     flops = FlopsCounter(module).training_flops(lengths.tolist(), response_tokens)
-    rmpad_s, rmpad_opt_s = _time_update(actor, optimizer, data, args.repeats)
+    rmpad_s, rmpad_opt_s = _time_update(actor, optimizer, data, args.repeats, warmup)
     print(f"update_rmpad_dynbsz_s: {rmpad_s:.2f}", flush=True)
     rss = {"rmpad": peak_rss_gb()}
     del actor, module, optimizer
@@ -189,7 +195,7 @@ def main() -> None:
     release_free_memory()  # each configuration's peak RSS is its own
     reset_peak_rss()
     actor, _, optimizer = _actor(path, "fp32", {**one_step, "ppo_micro_batch_size_per_gpu": args.micro})
-    padded_s, _ = _time_update(actor, optimizer, data, args.repeats)
+    padded_s, _ = _time_update(actor, optimizer, data, args.repeats, warmup)
     print(f"update_padded_s: {padded_s:.2f}", flush=True)
     rss["padded"] = peak_rss_gb()
     del actor, optimizer
@@ -197,7 +203,7 @@ def main() -> None:
     release_free_memory()  # each configuration's peak RSS is its own
     reset_peak_rss()
     actor, _, optimizer = _actor(path, "bf16", rmpad_cfg)
-    bf16_s, _ = _time_update(actor, optimizer, data, args.repeats)
+    bf16_s, _ = _time_update(actor, optimizer, data, args.repeats, warmup)
     print(f"update_bf16_s: {bf16_s:.2f}", flush=True)
     rss["bf16"] = peak_rss_gb()
     del actor, optimizer
