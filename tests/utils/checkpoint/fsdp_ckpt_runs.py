@@ -1,31 +1,24 @@
 """Shared runs for the checkpoint tests: a tiny Llama trained under FSDP2 on 2 (and 1) gloo CPU ranks, saved with
 FSDPCheckpointManager, and the numbers the tests compare (params after a step, log-probs, RNG draws).
 
-The processes are forked (they reuse the parent's torch/transformers imports); the results come back in a dict.
+The ranks are spawned (tests/helpers/ranks.py says why not forked); the results come back in a dict.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from tests.helpers.ranks import free_port, run_ranks
 from tests.helpers.tiny_model import tiny_llama
 from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
 
 LR = 1e-2
 WARMUP = 3  # lr 0, 1/3, 2/3, 1 x LR: a scheduler that was not restored changes the next update
 SAVE_CONTENTS = ["model", "optimizer", "extra", "hf_model"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def train_ids(rank: int) -> torch.Tensor:
@@ -119,8 +112,7 @@ def _one_rank_from_two(rank: int, port: int, root: str, results) -> None:
 
 
 def run_all(root: str) -> dict:
-    results = mp.Manager().dict()
-    mp.start_processes(_two_rank_run, args=(2, free_port(), root, results), nprocs=2, join=True, start_method="fork")
-    mp.start_processes(_two_rank_run, args=(1, free_port(), root, results), nprocs=1, join=True, start_method="fork")
-    mp.start_processes(_one_rank_from_two, args=(free_port(), root, results), nprocs=1, join=True, start_method="fork")
-    return dict(results)
+    results = run_ranks(_two_rank_run, 2, free_port(), root, nprocs=2)
+    results.update(run_ranks(_two_rank_run, 1, free_port(), root, nprocs=1))
+    results.update(run_ranks(_one_rank_from_two, free_port(), root, nprocs=1))
+    return results

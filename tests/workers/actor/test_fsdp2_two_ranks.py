@@ -7,14 +7,13 @@ rows finish earlier.
 """
 
 import copy
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
+from tests.helpers.ranks import free_port, run_ranks
 from tests.helpers.tiny_model import EOS_ID, PAD_ID, left_padded_prompts, tiny_llama
 from tests.workers.actor.test_dp_actor import actor_config, training_batch
 from verl.protocol import DataProto
@@ -24,12 +23,6 @@ from verl.workers.rollout import HFRollout
 WORLD = 2
 LR = 0.5
 GRAD_CLIP = 0.1  # well below the grad norm (~2.7): the clipping path on DTensor grads is exercised
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _plain_update(model, shard):
@@ -103,9 +96,7 @@ def _worker(rank: int, port: int, results) -> None:
 
 @pytest.mark.timeout(120)
 def test_actor_and_rollout_under_fsdp2_on_two_ranks():
-    results = mp.Manager().dict()
-    # fork: the children reuse the parent's imports (spawn would re-import torch + transformers, ~10 s each)
-    mp.start_processes(_worker, args=(_free_port(), results), nprocs=WORLD, join=True, start_method="fork")
+    results = run_ranks(_worker, free_port(), nprocs=WORLD, timeout_s=100)
     for rank in range(WORLD):
         r = results[rank]
         assert r["log_probs"] and r["dynamic"] and r["generate"], (rank, r)

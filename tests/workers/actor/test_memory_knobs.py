@@ -58,13 +58,9 @@ def _mixed_precision_worker(rank: int, port: int, results) -> None:
 
 @pytest.mark.timeout(120)
 def test_bf16_mixed_precision_is_close_to_fp32():
-    import torch.multiprocessing as mp
+    from tests.helpers.ranks import free_port, run_ranks
 
-    from tests.workers.actor.test_fsdp2_two_ranks import _free_port
-
-    results = mp.Manager().dict()
-    mp.start_processes(_mixed_precision_worker, args=(_free_port(), results), nprocs=1, join=True,
-                       start_method="fork")
+    results = run_ranks(_mixed_precision_worker, free_port(), nprocs=1, timeout_s=100)
     out = results[0]
     for rmpad in (False, True):
         lp_err, grad_err, dtypes = out[f"fp32/rmpad={rmpad}"]

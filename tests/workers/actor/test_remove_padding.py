@@ -190,12 +190,9 @@ def _fsdp_worker(rank: int, port: int, results) -> None:
 
 @pytest.mark.timeout(120)
 def test_remove_padding_under_fsdp2_on_two_ranks():
-    import torch.multiprocessing as mp
+    from tests.helpers.ranks import free_port, run_ranks
 
-    from tests.workers.actor.test_fsdp2_two_ranks import _free_port
-
-    results = mp.Manager().dict()
-    mp.start_processes(_fsdp_worker, args=(_free_port(), results), nprocs=2, join=True, start_method="fork")
+    results = run_ranks(_fsdp_worker, free_port(), nprocs=2, timeout_s=100)
     for rank in range(2):
         r = results[rank]
         assert r["log_probs"] < 1e-5 and r["entropy"] < 1e-5 and r["params"] < 1e-5, (rank, r)

@@ -4,19 +4,17 @@ recomputation (sampled at T, and scored), a weight change is invisible to the en
 syncs it, the KV cache sleeps between rollouts, and a sync that misses weights fails loudly. With
 tensor_model_parallel_size=2 one engine spans two ranks, which pool their prompts and each get their rows back.
 
-Runs in a forked child: vLLM's teardown destroys the process group it shares with FSDP, so each engine gets a
+Runs in a spawned child: vLLM's teardown destroys the process group it shares with FSDP, so each engine gets a
 process of its own. Needs vLLM (skipped without it).
 """
 
-import socket
-
 import pytest
 import torch
-import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
 pytest.importorskip("vllm")
 
+from tests.helpers.ranks import free_port, run_ranks  # noqa: E402
 from tests.helpers.tiny_model import PAD_ID, left_padded_prompts, tiny_llama  # noqa: E402
 from verl.protocol import DataProto  # noqa: E402
 
@@ -138,11 +136,7 @@ def _scenario(rank: int, port: int, tmp: str, results) -> None:
 
 @pytest.mark.timeout(600)
 def test_vllm_rollout_matches_the_actor_and_follows_syncs(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    results = mp.Manager().dict()
-    mp.start_processes(_scenario, args=(port, str(tmp_path), results), nprocs=1, join=True, start_method="fork")
+    results = run_ranks(_scenario, free_port(), str(tmp_path), nprocs=1, timeout_s=560)
     r = results[0]
     assert r["refused_dummy"], r
     assert r["greedy_equal"] and r["masks_equal"], r
@@ -188,11 +182,6 @@ def _tensor_parallel_scenario(rank: int, port: int, tmp: str, results) -> None:
 
 @pytest.mark.timeout(600)
 def test_tensor_parallel_engine_spans_two_ranks_and_returns_each_its_rows(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    results = mp.Manager().dict()
-    mp.start_processes(_tensor_parallel_scenario, args=(port, str(tmp_path), results), nprocs=2, join=True,
-                       start_method="fork")
+    results = run_ranks(_tensor_parallel_scenario, free_port(), str(tmp_path), nprocs=2, timeout_s=560)
     for rank in range(2):
         assert results[rank]["own_rows"] and results[rank]["lp_err"] < 1e-4, (rank, results[rank])

@@ -271,13 +271,7 @@ def _gather_on_two_ranks(rank: int, port: int, results) -> None:
 
 @pytest.mark.timeout(120)
 def test_full_named_weights_gathers_fsdp2_shards_exactly_on_two_ranks():
-    import socket
+    from tests.helpers.ranks import free_port, run_ranks
 
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    results = mp.Manager().dict()
-    mp.start_processes(_gather_on_two_ranks, args=(port, results), nprocs=2, join=True, start_method="fork")
-    assert dict(results) == {(r, str(d)): True for r in range(2) for d in (torch.float32, torch.bfloat16)}
+    results = run_ranks(_gather_on_two_ranks, free_port(), nprocs=2, timeout_s=100)
+    assert results == {(r, str(d)): True for r in range(2) for d in (torch.float32, torch.bfloat16)}

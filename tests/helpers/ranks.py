@@ -1,0 +1,45 @@
+"""Run a test scenario on N fresh processes (gloo ranks) and collect what each rank reports.
+
+Spawned, not forked: a fork inherits the parent's threads' locks (tqdm's monitor, OpenMP's pool, Ray's and gloo's
+threads left by earlier tests), and a child that forks while one of them is held hangs forever — only in the full
+suite, never alone. The children are killed when the scenario fails or overruns, so a hung rank cannot keep pytest
+(whose exit joins non-daemon children) alive past its own timeout.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any, Callable
+
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(fn: Callable[..., None], *args: Any, nprocs: int, timeout_s: float = 240.0) -> dict:
+    """Call ``fn(rank, *args, results)`` on ``nprocs`` spawned processes; return the dict the ranks filled.
+
+    ``fn`` must be a module-level function (spawn pickles it by name).
+    """
+    manager = mp.Manager()
+    try:
+        results = manager.dict()
+        context = mp.start_processes(fn, args=(*args, results), nprocs=nprocs, join=False, start_method="spawn")
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not context.join(timeout=5):  # raises ProcessRaisedException/ProcessExitedException on failure
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{fn.__name__} on {nprocs} rank(s) did not finish within {timeout_s:.0f} s")
+        finally:
+            for process in context.processes:
+                if process.is_alive():
+                    process.kill()
+                    process.join(5)
+        return dict(results)
+    finally:
+        manager.shutdown()
