@@ -1,6 +1,6 @@
 """mallopt tuning: applied once on glibc, switched off by VERL_MALLOC_TUNING=0, and allocation still works.
 
-The glibc settings are process-wide and permanent, so they are applied in a forked child, not in pytest itself.
+The glibc settings are process-wide and permanent, so they are applied in a child process, not in pytest itself.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ def _child(queue) -> None:
 
     first = malloc_tuning.tune_malloc_for_training()
     second = malloc_tuning.tune_malloc_for_training()
-    # no torch here: OpenMP's thread pool does not survive fork (a parallel fill would wait for absent threads)
     big = bytearray(64 << 20)  # 64 MiB, above glibc's largest mmap threshold: now served from the heap
     big[:: 1 << 12] = b"\x01" * len(big[:: 1 << 12])  # touch every page
     total = sum(big[:: 1 << 12])
@@ -39,11 +38,14 @@ def _child(queue) -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_applied_on_glibc_and_idempotent(monkeypatch):
     monkeypatch.delenv("VERL_MALLOC_TUNING", raising=False)
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # not fork: see tests/helpers/ranks.py
     queue = ctx.Queue()
-    child = ctx.Process(target=_child, args=(queue,))
+    child = ctx.Process(target=_child, args=(queue,), daemon=True)
     child.start()
-    result = queue.get(timeout=60)
-    child.join(timeout=60)
+    try:
+        result = queue.get(timeout=120)
+    finally:
+        child.kill()
+        child.join(timeout=10)
     assert result[:3] == (True, True, (64 << 20) >> 12)
     assert result[3] > 0.05  # ~64 MiB handed back by release_free_memory
