@@ -22,13 +22,17 @@ import sys
 import time
 from pathlib import Path
 
+from verl.utils.device import preferred_low_precision
+
 REPO = Path(__file__).resolve().parents[1]
 VAL_KEY = "val-core/arithmetic/reward/mean@1"
+# bf16 where the CPU has it natively (AVX512-BF16/AMX: ~1.8x on the update), fp32 where bf16 would be emulated
+PRECISION = preferred_low_precision()
 
 ALGOS = {
     "grpo": ["algorithm.adv_estimator=grpo"],
     "ppo": ["algorithm.adv_estimator=gae", "critic.optim.lr=1e-5", "critic.ppo_micro_batch_size_per_gpu=16",
-            "critic.model.fsdp_config.mixed_precision.param_dtype=bf16"],
+            f"critic.model.fsdp_config.mixed_precision.param_dtype={PRECISION}"],
     "rloo": ["algorithm.adv_estimator=rloo"],
     "reinforce_plus_plus": ["algorithm.adv_estimator=reinforce_plus_plus"],
 }
@@ -43,8 +47,9 @@ def common_overrides(data: Path, out: Path, args: argparse.Namespace) -> list[st
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={min(8, args.batch * args.n)}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.batch * args.n}",
         f"actor_rollout_ref.actor.optim.lr={args.lr}",
-        "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
+        f"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype={PRECISION}",
         f"actor_rollout_ref.rollout.name={args.rollout}",
+        f"actor_rollout_ref.rollout.dtype={'bfloat16' if PRECISION == 'bf16' else 'float32'}",
         *(["actor_rollout_ref.rollout.max_num_seqs=64"] if args.rollout == "vllm" else []),
         "trainer.n_gpus_per_node=1", f"trainer.total_training_steps={args.steps}", f"trainer.test_freq={args.steps}",
         "trainer.logger=[console]", f"trainer.default_local_dir={out}", "trainer.project_name=learning_bench",

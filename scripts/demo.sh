@@ -17,6 +17,10 @@ if [ "$ROLLOUT" = vllm ] && ! "$PY" -c "import vllm" >/dev/null 2>&1; then
   ROLLOUT=hf
 fi
 ROLLOUT_ARGS=(actor_rollout_ref.rollout.name="$ROLLOUT")
+# bf16 compute where the CPU has it natively (AVX512-BF16/AMX), fp32 where bf16 would be emulated (~100x slower)
+PRECISION=${DEMO_PRECISION:-$("$PY" -m verl.utils.device)}
+if [ "$PRECISION" = bf16 ]; then ENGINE_DTYPE=bfloat16; else ENGINE_DTYPE=float32; fi
+ROLLOUT_ARGS+=(actor_rollout_ref.rollout.dtype="$ENGINE_DTYPE")
 # The KV cache is sized for max_num_seqs full-length sequences: 64 holds a validation pass (64 prompts) at once.
 [ "$ROLLOUT" = vllm ] && ROLLOUT_ARGS+=(actor_rollout_ref.rollout.max_num_seqs=64)
 
@@ -36,7 +40,7 @@ start=$(date +%s)
   actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8 \
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32 \
   actor_rollout_ref.actor.optim.lr=1e-5 \
-  actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16 \
+  actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype="$PRECISION" \
   trainer.n_gpus_per_node=1 trainer.total_training_steps="$STEPS" trainer.test_freq="$STEPS" \
   trainer.logger=[console] trainer.project_name=demo trainer.experiment_name=grpo_arithmetic \
   trainer.default_local_dir="$OUT/run" "$@"

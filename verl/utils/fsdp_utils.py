@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from verl.utils.device import get_device_name
+from verl.utils.device import get_device_name, has_fast_bf16
 from verl.workers.micro_batching import cfg_select
 
 logger = logging.getLogger(__name__)
@@ -63,8 +63,12 @@ def mixed_precision_policy(fsdp_config) -> MixedPrecisionPolicy | None:
     mp = cfg_select(fsdp_config, "mixed_precision", None)
     if not mp:
         return None
+    param_dtype = to_torch_dtype(cfg_select(mp, "param_dtype", "bf16"), "fsdp_config.mixed_precision.param_dtype")
+    if param_dtype in (torch.bfloat16, torch.float16) and get_device_name() == "cpu" and not has_fast_bf16():
+        logger.warning("fsdp_config.mixed_precision.param_dtype=%s on a CPU without native bf16 (no AVX512-BF16/AMX): "
+                       "its matmuls are emulated, ~100x slower than fp32; set param_dtype=fp32 here", param_dtype)
     return MixedPrecisionPolicy(
-        param_dtype=to_torch_dtype(cfg_select(mp, "param_dtype", "bf16"), "fsdp_config.mixed_precision.param_dtype"),
+        param_dtype=param_dtype,
         reduce_dtype=to_torch_dtype(cfg_select(mp, "reduce_dtype", "fp32"), "fsdp_config.mixed_precision.reduce_dtype"),
         output_dtype=None,
         cast_forward_inputs=True,

@@ -134,6 +134,7 @@ def test_cpu_kv_cache_is_the_smaller_of_budget_and_need(monkeypatch):
 
 def test_engine_kwargs_map_verl_keys(monkeypatch):
     monkeypatch.setattr(engine_mod, "_total_memory_bytes", lambda: 16 * 2**30)
+    monkeypatch.setattr(engine_mod, "has_fast_bf16", lambda: True)
     kw = engine_mod.engine_kwargs(cfg(**{"engine_kwargs.vllm.swap_space": 2}), "/m", SMOL, seed=3, engines_per_node=2)
     assert kw["model"] == "/m" and kw["dtype"] == "bfloat16" and kw["load_format"] == "dummy"
     assert kw["max_model_len"] == 24 + 8 + 1 and kw["max_num_seqs"] == 8 and kw["seed"] == 3
@@ -146,6 +147,19 @@ def test_engine_kwargs_map_verl_keys(monkeypatch):
         engine_mod.engine_kwargs(cfg(enable_chunked_prefill=False, max_num_batched_tokens=16), "/m", SMOL, 0, 1)
     with pytest.raises(ValueError, match="rollout.dtype"):
         engine_mod.engine_kwargs(cfg(dtype="int3"), "/m", SMOL, 0, 1)
+
+
+@pytest.mark.parametrize("asked", ["bfloat16", "bf16", "fp16"])
+def test_cpu_without_native_bf16_runs_the_engine_in_fp32(monkeypatch, caplog, asked):
+    monkeypatch.setattr(engine_mod, "_total_memory_bytes", lambda: 16 * 2**30)
+    monkeypatch.setattr(engine_mod, "get_device_name", lambda: "cpu")
+    monkeypatch.setattr(engine_mod, "has_fast_bf16", lambda: False)
+    with caplog.at_level("WARNING"):
+        kw = engine_mod.engine_kwargs(cfg(dtype=asked), "/m", SMOL, 0, 1)
+    assert kw["dtype"] == "float32"
+    assert f"rollout.dtype={asked}" in caplog.text and "float32" in caplog.text
+    monkeypatch.setattr(engine_mod, "has_fast_bf16", lambda: True)
+    assert engine_mod.engine_kwargs(cfg(dtype=asked), "/m", SMOL, 0, 1)["dtype"] in ("bfloat16", "float16")
 
 
 def test_rollout_core_gives_each_local_rank_its_own(monkeypatch):

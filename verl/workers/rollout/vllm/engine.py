@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from verl.utils.device import get_device_name
+from verl.utils.device import get_device_name, has_fast_bf16
 from verl.workers.micro_batching import cfg_select
 
 logger = logging.getLogger(__name__)
@@ -102,6 +102,11 @@ def engine_kwargs(config, model_path: str, hf_config, seed: int, engines_per_nod
     dtype_name = str(cfg_select(config, "dtype", "bfloat16")).lower()
     if dtype_name not in _DTYPES:
         raise ValueError(f"actor_rollout_ref.rollout.dtype={dtype_name!r}: use one of {sorted(_DTYPES)}")
+    if get_device_name() == "cpu" and _DTYPES[dtype_name] in ("bfloat16", "float16") and not has_fast_bf16():
+        # the CPU backend computes fp16 as bf16, and this CPU only emulates bf16 (~100x slower than fp32)
+        logger.warning("actor_rollout_ref.rollout.dtype=%s: this CPU has no native bf16 (no AVX512-BF16/AMX); the "
+                       "vLLM engine runs in float32 instead", dtype_name)
+        dtype_name = "float32"
     max_model_len = _max_model_len(config)
     max_num_batched_tokens = int(cfg_select(config, "max_num_batched_tokens", 8192))
     chunked_prefill = bool(cfg_select(config, "enable_chunked_prefill", True))
