@@ -32,7 +32,7 @@ PRECISION = preferred_low_precision()
 ALGOS = {
     "grpo": ["algorithm.adv_estimator=grpo"],
     "ppo": ["algorithm.adv_estimator=gae", "critic.optim.lr=1e-5", "critic.ppo_micro_batch_size_per_gpu=16",
-            f"critic.model.fsdp_config.mixed_precision.param_dtype={PRECISION}"],
+            f"critic.model.fsdp_config.mixed_precision.param_dtype={PRECISION}", "critic.model.use_remove_padding=true"],
     "rloo": ["algorithm.adv_estimator=rloo"],
     "reinforce_plus_plus": ["algorithm.adv_estimator=reinforce_plus_plus"],
 }
@@ -46,6 +46,12 @@ def common_overrides(data: Path, out: Path, args: argparse.Namespace) -> list[st
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={min(8, args.batch * args.n)}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.batch * args.n}",
+        # as the demo: pack the real tokens; budgets that hold what the padded micro-batches would
+        "actor_rollout_ref.model.use_remove_padding=true", "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu="
+        f"{min(8, args.batch * args.n) * (256 + args.response_length)}",
+        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+        f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={args.batch * args.n * (256 + args.response_length)}",
         f"actor_rollout_ref.actor.optim.lr={args.lr}",
         f"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype={PRECISION}",
         f"actor_rollout_ref.rollout.name={args.rollout}",

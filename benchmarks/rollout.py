@@ -200,13 +200,18 @@ def main() -> None:
     parser.add_argument("--prompt-length", type=int, default=64)
     parser.add_argument("--response-length", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--vllm-dtype", default="bfloat16")
+    parser.add_argument("--vllm-dtype", default=None,
+                        help="engine dtype (default: bfloat16 where the CPU/GPU has native bf16, else float32)")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch threads per rank for the trainer and HF generate (default: cores / ranks, as the "
                              "workers set it); the vLLM engine the same unless VERL_VLLM_THREADS is set)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--syncs", type=int, default=3)
     args = parser.parse_args()
+    if args.vllm_dtype is None:
+        from verl.utils.device import has_fast_bf16
+
+        args.vllm_dtype = "bfloat16" if has_fast_bf16() else "float32"
     if args.prompts % args.ranks:
         parser.error("--prompts must be divisible by --ranks")
     port = _free_port()

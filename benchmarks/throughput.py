@@ -48,6 +48,8 @@ def _args() -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-malloc-tuning", action="store_true", help="keep glibc's defaults (see malloc_tuning.py)")
+    p.add_argument("--bf16", choices=["auto", "yes", "no"], default="auto",
+                   help="time the bf16 update (auto: only where the CPU has native bf16; emulated it takes hours)")
     return p.parse_args()
 
 
@@ -150,6 +152,7 @@ def main() -> None:
     import torch
 
     from verl.utils.default_model import default_model_path
+    from verl.utils.device import has_fast_bf16
     from verl.utils.flops_counter import FlopsCounter, measure_matmul_peak
     from verl.utils.malloc_tuning import release_free_memory, tune_malloc_for_training
     from verl.utils.memory_stats import peak_rss_gb, reset_peak_rss
@@ -164,6 +167,7 @@ def main() -> None:
     # best of 10 short matmuls: on a shared machine a lower peak would flatter the MFU
     peak_fp32 = measure_matmul_peak("cpu", torch.float32, repeats=10)
     peak_bf16 = measure_matmul_peak("cpu", torch.bfloat16, repeats=10)
+    run_bf16 = args.bf16 == "yes" or (args.bf16 == "auto" and has_fast_bf16())
 
     one_step = {"ppo_mini_batch_size": args.responses}  # one optimizer step over the whole batch
     reset_peak_rss()
@@ -202,16 +206,21 @@ def main() -> None:
     gc.collect()
     release_free_memory()  # each configuration's peak RSS is its own
     reset_peak_rss()
-    actor, _, optimizer = _actor(path, "bf16", rmpad_cfg)
-    bf16_s, _ = _time_update(actor, optimizer, data, args.repeats, warmup)
-    print(f"update_bf16_s: {bf16_s:.2f}", flush=True)
-    rss["bf16"] = peak_rss_gb()
-    del actor, optimizer
-    gc.collect()
+    if run_bf16:
+        actor, _, optimizer = _actor(path, "bf16", rmpad_cfg)
+        bf16_s, _ = _time_update(actor, optimizer, data, args.repeats, warmup)
+        print(f"update_bf16_s: {bf16_s:.2f}", flush=True)
+        rss["bf16"] = peak_rss_gb()
+        del actor, optimizer
+        gc.collect()
 
     achieved = flops / rmpad_s
     print(f"update_rmpad_dynbsz_over_padded: {padded_s / rmpad_s:.2f}")
-    print(f"update_bf16_over_fp32: {rmpad_s / bf16_s:.2f}")
+    if run_bf16:
+        print(f"update_bf16_over_fp32: {rmpad_s / bf16_s:.2f}")
+    else:
+        print(f"update_bf16_over_fp32: n/a (bf16 is emulated on this CPU: {peak_bf16 / 1e9:.1f} GFLOP/s; --bf16 yes "
+              "times it anyway)")
     print(f"matmul_peak_gflops: {peak_fp32 / 1e9:.1f}")
     print(f"matmul_peak_bf16_gflops: {peak_bf16 / 1e9:.1f}")
     print(f"update_model_gflop: {flops / 1e9:.1f}")
@@ -220,7 +229,8 @@ def main() -> None:
     print(f"update_optimizer_s: {rmpad_opt_s:.2f}")
     print(f"update_fwd_bwd_mfu: {flops / (rmpad_s - rmpad_opt_s) / peak_fp32:.3f}")
     print(f"update_padded_useful_gflops: {flops / padded_s / 1e9:.1f}")
-    print(f"update_bf16_mfu: {flops / bf16_s / peak_bf16:.3f}")
+    if run_bf16:
+        print(f"update_bf16_mfu: {flops / bf16_s / peak_bf16:.3f}")
     for name, gb in rss.items():
         print(f"peak_rss_gb_{name}: {gb:.2f}")
 

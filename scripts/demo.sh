@@ -29,6 +29,9 @@ if [ ! -f "$DATA/train.parquet" ] || [ ! -f "$DATA/test.parquet" ] || [ "$(cat "
     --train_size 2048 --test_size 64 --seed 0
   echo "$LEVEL" > "$DATA/.level"
 fi
+# Remove padding + dynamic batch size (upstream's usual settings): prompts are ~130 tokens left-padded to 256, so
+# packing the real tokens halves the actor's work. The token budgets hold what 8 (update) and 32 (log-prob) padded
+# rows of 256 + 48 would: the same memory. Measured on an AVX2 EPYC: 72-83 s per step instead of 121-132 s.
 rm -rf "$OUT/run"
 start=$(date +%s)
 "$PY" -m verl.trainer.main_ppo \
@@ -39,6 +42,9 @@ start=$(date +%s)
   actor_rollout_ref.rollout.n=4 actor_rollout_ref.rollout.temperature=1.0 "${ROLLOUT_ARGS[@]}" \
   actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8 \
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32 \
+  actor_rollout_ref.model.use_remove_padding=true \
+  actor_rollout_ref.actor.use_dynamic_bsz=true actor_rollout_ref.actor.ppo_max_token_len_per_gpu=2432 \
+  actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=9728 \
   actor_rollout_ref.actor.optim.lr=1e-5 \
   actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype="$PRECISION" \
   trainer.n_gpus_per_node=1 trainer.total_training_steps="$STEPS" trainer.test_freq="$STEPS" \

@@ -50,12 +50,28 @@ def test_matmul_peak_is_measured_once(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(flops_counter, "_PEAK_CACHE", {})
+    monkeypatch.setattr(flops_counter, "_EMULATED_FLOPS", 0.0)  # any rate counts as native
     monkeypatch.setattr(torch, "matmul", counting)
     first = measure_matmul_peak("cpu", torch.float32, size=64, repeats=3)
-    assert len(calls) == 4  # one warm-up and three timed
+    assert len(calls) == 5  # the probe, one warm-up and three timed
     assert measure_matmul_peak("cpu", torch.float32, size=64, repeats=3) == first
-    assert len(calls) == 4  # cached
+    assert len(calls) == 5  # cached
     assert 1e6 < first < 1e14  # a plausible FLOP/s figure for any CPU
+
+
+def test_an_emulated_dtype_is_measured_by_the_probe_alone(monkeypatch):
+    shapes = []
+    real = torch.matmul
+
+    def recording(a, b, **kwargs):
+        shapes.append(tuple(a.shape))
+        return real(a, b, **kwargs)
+
+    monkeypatch.setattr(flops_counter, "_PEAK_CACHE", {})
+    monkeypatch.setattr(flops_counter, "_EMULATED_FLOPS", float("inf"))  # every rate looks emulated
+    monkeypatch.setattr(torch, "matmul", recording)
+    rate = measure_matmul_peak("cpu", torch.bfloat16, size=2048, repeats=5)
+    assert shapes == [(512, 512)] and 0 < rate < 1e14  # no 2048-size matmul: minutes where bf16 is emulated
 
 
 def test_peak_memory_metrics():

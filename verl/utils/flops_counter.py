@@ -78,6 +78,9 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+_EMULATED_FLOPS = 5e9  # a 2-core AVX2 box does ~100 GFLOP/s in fp32; 5 only where the dtype is emulated
+
+
 def measure_matmul_peak(device: torch.device | str | None = None, dtype: torch.dtype = torch.float32,
                         size: int = 2048, repeats: int = 5) -> float:
     """FLOP/s of the fastest of ``repeats`` (size x size) @ (size x size) matmuls after one warm-up.
@@ -86,6 +89,16 @@ def measure_matmul_peak(device: torch.device | str | None = None, dtype: torch.d
     """
     device = torch.device(device) if device is not None else torch.device("cpu")
     key = (str(device), dtype, size, torch.get_num_threads())
+    if key not in _PEAK_CACHE and device.type == "cpu":
+        # an emulated dtype (bf16 without AVX512-BF16/AMX: ~1 GFLOP/s) would spend minutes on full-size matmuls;
+        # a quarter-size probe tells, and at such rates its figure is as good as any
+        probe = max(64, size // 4)
+        a = torch.randn(probe, probe, dtype=dtype)
+        start = time.perf_counter()
+        torch.matmul(a, a)
+        rate = 2.0 * probe**3 / (time.perf_counter() - start)
+        if rate < _EMULATED_FLOPS:
+            _PEAK_CACHE[key] = rate
     if key not in _PEAK_CACHE:
         gen = torch.Generator(device="cpu").manual_seed(0)
         a = torch.randn(size, size, generator=gen).to(device=device, dtype=dtype)

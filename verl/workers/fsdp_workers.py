@@ -26,6 +26,7 @@ from verl.utils.fsdp_utils import (
     mixed_precision_policy,
     to_torch_dtype,
 )
+from verl.utils.malloc_tuning import release_free_memory, tune_malloc_for_training
 from verl.utils.memory_stats import peak_memory_metrics
 from verl.workers.micro_batching import cfg_select
 
@@ -64,6 +65,14 @@ class _FSDPWorkerBase(Worker):
             else self._model_dtype(fsdp_config, key)
         self._flops_counter = FlopsCounter(module)
         self._matmul_peak = measure_matmul_peak(get_default_device(), dtype)
+
+    @staticmethod
+    def _keep_host_memory_mapped() -> None:
+        """On CPU, let glibc keep freed activation memory (verl/utils/malloc_tuning.py): each micro-batch otherwise
+        page-faults its activations in afresh. Called after the engines are built, so their own large buffers
+        (vLLM's KV cache) stay separate mappings; the free memory is handed back before each rollout."""
+        if get_default_device() == "cpu":
+            tune_malloc_for_training()
 
     def _perf_metrics(self, role: str, data: DataProto, seconds: float, epochs: int) -> dict[str, float]:
         """perf/mfu/<role> of one update on this rank's shard (real tokens, epochs passes), and peak memory."""
@@ -115,6 +124,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
             self._build_rollout()
         if self._is_ref:
             self._build_ref()
+        self._keep_host_memory_mapped()
 
     def _with_model_flags(self, section: DictConfig) -> DictConfig:
         """A resolved copy of the actor/ref section with the model-level switches the compute classes read
@@ -166,6 +176,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         prompts.meta_info.setdefault("eos_token_id", self._eos_token_ids())
         prompts.meta_info.setdefault("pad_token_id", self.tokenizer.pad_token_id)
         start = time.perf_counter()
+        release_free_memory()  # what training kept mapped goes back before the KV cache wakes up
         with self.rollout_sharding_manager:
             prompts = self.rollout_sharding_manager.preprocess_data(prompts)
             output = self.rollout.generate_sequences(prompts)
@@ -268,6 +279,7 @@ class CriticWorker(_FSDPWorkerBase):
         self.critic = DataParallelPPOCritic(cfg, self.critic_module, self.critic_optimizer)
         self._cfg = cfg
         self._init_perf(self.critic_module, fsdp_cfg, "critic.model")
+        self._keep_host_memory_mapped()
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
@@ -286,6 +298,7 @@ class CriticWorker(_FSDPWorkerBase):
         metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]
         seconds = time.perf_counter() - start
         metrics.update(self._perf_metrics("critic", data, seconds, int(self._cfg.get("ppo_epochs", 1))))
+        release_free_memory()  # the critic idles through the next rollout: do not sit on its training peak
         return DataProto(meta_info={"metrics": metrics})
 
     def _checkpoint_manager(self):
