@@ -55,7 +55,7 @@ def common_overrides(data: Path, out: Path, args: argparse.Namespace) -> list[st
         f"actor_rollout_ref.actor.optim.lr={args.lr}",
         f"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype={PRECISION}",
         f"actor_rollout_ref.rollout.name={args.rollout}",
-        f"actor_rollout_ref.rollout.dtype={'bfloat16' if PRECISION == 'bf16' else 'float32'}",
+        f"actor_rollout_ref.rollout.dtype={PRECISION}",
         *(["actor_rollout_ref.rollout.max_num_seqs=64"] if args.rollout == "vllm" else []),
         "trainer.n_gpus_per_node=1", f"trainer.total_training_steps={args.steps}", f"trainer.test_freq={args.steps}",
         "trainer.logger=[console]", f"trainer.default_local_dir={out}", "trainer.project_name=learning_bench",

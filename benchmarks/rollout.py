@@ -209,9 +209,9 @@ def main() -> None:
     parser.add_argument("--syncs", type=int, default=3)
     args = parser.parse_args()
     if args.vllm_dtype is None:
-        from verl.utils.device import has_fast_bf16
+        from verl.utils.device import preferred_low_precision
 
-        args.vllm_dtype = "bfloat16" if has_fast_bf16() else "float32"
+        args.vllm_dtype = preferred_low_precision()
     if args.prompts % args.ranks:
         parser.error("--prompts must be divisible by --ranks")
     port = _free_port()

@@ -19,8 +19,7 @@ fi
 ROLLOUT_ARGS=(actor_rollout_ref.rollout.name="$ROLLOUT")
 # bf16 compute where the CPU has it natively (AVX512-BF16/AMX), fp32 where bf16 would be emulated (~100x slower)
 PRECISION=${DEMO_PRECISION:-$("$PY" -m verl.utils.device)}
-if [ "$PRECISION" = bf16 ]; then ENGINE_DTYPE=bfloat16; else ENGINE_DTYPE=float32; fi
-ROLLOUT_ARGS+=(actor_rollout_ref.rollout.dtype="$ENGINE_DTYPE")
+ROLLOUT_ARGS+=(actor_rollout_ref.rollout.dtype="$PRECISION")  # the engine takes verl's short names too
 # The KV cache is sized for max_num_seqs full-length sequences: 64 holds a validation pass (64 prompts) at once.
 [ "$ROLLOUT" = vllm ] && ROLLOUT_ARGS+=(actor_rollout_ref.rollout.max_num_seqs=64)
 
