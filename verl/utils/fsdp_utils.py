@@ -59,12 +59,13 @@ def decoder_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
     return layers
 
 
-def mixed_precision_policy(fsdp_config) -> MixedPrecisionPolicy | None:
+def mixed_precision_policy(fsdp_config, warn: bool = True) -> MixedPrecisionPolicy | None:
+    """FSDP2's policy from `fsdp_config.mixed_precision`; `warn` once per module (apply_fsdp2), not per lookup."""
     mp = cfg_select(fsdp_config, "mixed_precision", None)
     if not mp:
         return None
     param_dtype = to_torch_dtype(cfg_select(mp, "param_dtype", "bf16"), "fsdp_config.mixed_precision.param_dtype")
-    if param_dtype in (torch.bfloat16, torch.float16) and get_device_name() == "cpu" and not has_fast_bf16():
+    if warn and param_dtype in (torch.bfloat16, torch.float16) and get_device_name() == "cpu" and not has_fast_bf16():
         logger.warning("fsdp_config.mixed_precision.param_dtype=%s on a CPU without native bf16 (no AVX512-BF16/AMX): "
                        "its matmuls are emulated, ~100x slower than fp32; set param_dtype=fp32 here", param_dtype)
     return MixedPrecisionPolicy(

@@ -60,7 +60,7 @@ class _FSDPWorkerBase(Worker):
 
     def _init_perf(self, module: torch.nn.Module, fsdp_config, key: str) -> None:
         """FLOPs counter and the matmul peak of this rank, in the dtype the matmuls run in (measured once)."""
-        policy = mixed_precision_policy(fsdp_config)
+        policy = mixed_precision_policy(fsdp_config, warn=False)  # apply_fsdp2 has warned
         dtype = policy.param_dtype if policy is not None and policy.param_dtype is not None \
             else self._model_dtype(fsdp_config, key)
         self._flops_counter = FlopsCounter(module)
