@@ -7,7 +7,9 @@ Prints `name: value` lines:
                                                   --micro rows vs remove padding + dynamic bsz (--token-budget)
     update_rmpad_dynbsz_over_padded: R            the speed-up (target >= 1.5)
     update_bf16_s, update_bf16_over_fp32: R       remove padding + dynamic bsz with FSDP2 mixed precision
-                                                  param_dtype bf16 vs fp32
+                                                  param_dtype bf16 vs fp32; where bf16 is emulated (no AVX512-BF16
+                                                  / AMX) both are timed on the --bf16-slice-rows shortest rows, since the
+                                                  whole batch in emulated bf16 takes hours
     matmul_peak_gflops: X                         best (2048 x 2048) fp32 matmul of --repeats, same threads
     update_achieved_gflops: Y, update_mfu: Y/X    model FLOPs of the real tokens (verl/utils/flops_counter.py)
                                                   over the fp32 remove-padding update time (optimizer included)
@@ -48,8 +50,11 @@ def _args() -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-malloc-tuning", action="store_true", help="keep glibc's defaults (see malloc_tuning.py)")
-    p.add_argument("--bf16", choices=["auto", "yes", "no"], default="auto",
-                   help="time the bf16 update (auto: only where the CPU has native bf16; emulated it takes hours)")
+    p.add_argument("--bf16", choices=["auto", "yes", "no", "slice"], default="auto",
+                   help="bf16 vs fp32 update: yes = on the whole batch, slice = on the --bf16-slice-rows shortest rows, "
+                        "no = skip; "
+                        "auto = whole batch where the CPU has native bf16, slice where it is emulated")
+    p.add_argument("--bf16-slice-rows", type=int, default=2, help="the shortest rows of the batch for --bf16 slice")
     return p.parse_args()
 
 
@@ -145,6 +150,18 @@ def _time_update(actor, optimizer, data, repeats: int, warmup_rows: int) -> tupl
     return best
 
 
+def _time_slice(path: str, actor_cfg: dict, rows) -> dict[str, float]:
+    """fp32 and bf16 update seconds on a few rows, each after a warm-up on its first row: the figure for CPUs
+    where bf16 is emulated, on a slice small enough to finish in minutes there."""
+    seconds = {}
+    for dtype in ("fp32", "bf16"):
+        actor, _, optimizer = _actor(path, dtype, {**actor_cfg, "ppo_mini_batch_size": len(rows)})
+        seconds[dtype], _ = _time_update(actor, optimizer, rows, repeats=1, warmup_rows=1)
+        del actor, optimizer
+        gc.collect()
+    return seconds
+
+
 def main() -> None:
     args = _args()
     if args.no_malloc_tuning:
@@ -167,7 +184,7 @@ def main() -> None:
     # best of 10 short matmuls: on a shared machine a lower peak would flatter the MFU
     peak_fp32 = measure_matmul_peak("cpu", torch.float32, repeats=10)
     peak_bf16 = measure_matmul_peak("cpu", torch.bfloat16, repeats=10)
-    run_bf16 = args.bf16 == "yes" or (args.bf16 == "auto" and has_fast_bf16())
+    bf16_mode = {"auto": "yes" if has_fast_bf16() else "slice"}.get(args.bf16, args.bf16)
 
     one_step = {"ppo_mini_batch_size": args.responses}  # one optimizer step over the whole batch
     reset_peak_rss()
@@ -206,21 +223,27 @@ def main() -> None:
     gc.collect()
     release_free_memory()  # each configuration's peak RSS is its own
     reset_peak_rss()
-    if run_bf16:
+    if bf16_mode == "yes":
         actor, _, optimizer = _actor(path, "bf16", rmpad_cfg)
         bf16_s, _ = _time_update(actor, optimizer, data, args.repeats, warmup)
         print(f"update_bf16_s: {bf16_s:.2f}", flush=True)
         rss["bf16"] = peak_rss_gb()
         del actor, optimizer
         gc.collect()
+    elif bf16_mode == "slice":
+        shortest = torch.argsort(lengths)[: args.bf16_slice_rows]  # the slice's cost is what emulation multiplies
+        bf16_slice = _time_slice(path, rmpad_cfg, data.select_idxs(shortest))
+        print(f"update_fp32_slice_s: {bf16_slice['fp32']:.2f}", flush=True)
+        print(f"update_bf16_slice_s: {bf16_slice['bf16']:.2f}", flush=True)
 
     achieved = flops / rmpad_s
     print(f"update_rmpad_dynbsz_over_padded: {padded_s / rmpad_s:.2f}")
-    if run_bf16:
+    if bf16_mode == "yes":
         print(f"update_bf16_over_fp32: {rmpad_s / bf16_s:.2f}")
-    else:
-        print(f"update_bf16_over_fp32: n/a (bf16 is emulated on this CPU: {peak_bf16 / 1e9:.1f} GFLOP/s; --bf16 yes "
-              "times it anyway)")
+    elif bf16_mode == "slice":
+        print(f"update_bf16_over_fp32: {bf16_slice['fp32'] / bf16_slice['bf16']:.3f} (on the {args.bf16_slice_rows} "
+              f"shortest rows, {int(lengths[shortest].sum())} tokens; "
+              f"bf16 matmul {peak_bf16 / 1e9:.1f} GFLOP/s here{'' if has_fast_bf16() else ', emulated'})")
     print(f"matmul_peak_gflops: {peak_fp32 / 1e9:.1f}")
     print(f"matmul_peak_bf16_gflops: {peak_bf16 / 1e9:.1f}")
     print(f"update_model_gflop: {flops / 1e9:.1f}")
@@ -229,7 +252,7 @@ def main() -> None:
     print(f"update_optimizer_s: {rmpad_opt_s:.2f}")
     print(f"update_fwd_bwd_mfu: {flops / (rmpad_s - rmpad_opt_s) / peak_fp32:.3f}")
     print(f"update_padded_useful_gflops: {flops / padded_s / 1e9:.1f}")
-    if run_bf16:
+    if bf16_mode == "yes":
         print(f"update_bf16_mfu: {flops / bf16_s / peak_bf16:.3f}")
     for name, gb in rss.items():
         print(f"peak_rss_gb_{name}: {gb:.2f}")
