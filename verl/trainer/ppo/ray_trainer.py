@@ -35,7 +35,7 @@ from verl.trainer.ppo.validation import Validator
 from verl.utils.metric import reduce_metrics
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
 from verl.utils.timer import marked_timer
-from verl.workers.rollout.vllm.metrics import rollout_probs_diff_metrics
+from verl.workers.rollout.metrics import rollout_probs_diff_metrics
 
 
 class RayPPOTrainer:

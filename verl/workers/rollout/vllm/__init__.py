@@ -1,4 +1,4 @@
-"""Pieces of the vLLM rollout (engine construction, sampling, batching, KV-cache sleep, metrics).
+"""Pieces of the vLLM rollout (engine construction, sampling, batching, KV-cache sleep).
 
 Importing this package does not import vLLM; only building an engine does.
 """
