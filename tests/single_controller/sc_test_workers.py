@@ -83,7 +83,8 @@ class DemoWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def env(self) -> dict:
         keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-        return {**{k: os.environ.get(k) for k in keys}, "threads": torch.get_num_threads(), "pid": os.getpid()}
+        return {**{k: os.environ.get(k) for k in keys}, "threads": torch.get_num_threads(), "pid": os.getpid(),
+                "nice": os.nice(0)}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def all_reduce_rank(self) -> float:

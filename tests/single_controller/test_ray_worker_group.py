@@ -68,6 +68,8 @@ def test_rank_environment_and_threads(wg):
     # Two ranks on this node split its cores.
     expected_threads = max(1, len(os.sched_getaffinity(0)) // 2)
     assert [e["threads"] for e in envs] == [expected_threads, expected_threads]
+    # Workers compete for the CPU as the driver does, instead of Ray's default nice 15 (init_ray sets that).
+    assert [e["nice"] for e in envs] == [os.nice(0), os.nice(0)]
 
 
 def test_dp_compute_proto_pads_splits_and_unpads(wg):

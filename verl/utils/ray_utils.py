@@ -100,6 +100,11 @@ def init_ray(
     # Ray 2.5x+ may require token auth; a single-user run on its own machine or cluster does not.
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     kwargs = build_ray_init_kwargs(ray_kwargs, run_dir=run_dir, num_cpus=num_cpus)
+    if "address" not in kwargs:
+        # Ray starts its workers at nice 15, fit for background tasks beside a busy driver. Here the workers are the
+        # training itself: at 15 anything else on the machine starves them (steps 3-6x slower beside one other job).
+        # The local raylet and its workers inherit this; RAY_worker_niceness=15 restores Ray's default.
+        os.environ.setdefault("RAY_worker_niceness", "0")
     if "_temp_dir" in kwargs:
         os.makedirs(kwargs["_temp_dir"], exist_ok=True)
     ray.init(**kwargs)
