@@ -197,3 +197,22 @@ def test_dapo_filter_groups_need_a_metric_and_groups(cfg):
     _set(cfg, algorithm__filter_groups__metric="acc", actor_rollout_ref__rollout__n=4, data__gen_batch_size=12)
     typed = validate_config(cfg, check_files=False)
     assert typed.algorithm.filter_groups.metric == "acc" and typed.data.gen_batch_size == 12
+
+
+def test_lora_in_rl_is_refused_naming_the_key_instead_of_training_the_full_model(cfg):
+    _set(cfg, actor_rollout_ref__model__lora_rank=32)
+    message = next(p for p in _problems(cfg) if "lora_rank" in p)
+    assert message.startswith("actor_rollout_ref.model.lora_rank=32") and "lora_rank=0" in message
+
+
+def test_critic_lora_is_checked_only_when_the_critic_is_used(cfg):
+    _set(cfg, algorithm__adv_estimator="gae", critic__model__lora_rank=8)
+    assert any(p.startswith("critic.model.lora_rank=8") for p in _problems(cfg))
+    _set(_grpo(cfg, 2), critic__model__lora_rank=8)
+    validate_config(cfg, check_files=False)
+
+
+def test_gpu_only_model_switches_warn_that_they_do_nothing(cfg):
+    _set(cfg, actor_rollout_ref__model__use_liger=True, actor_rollout_ref__model__use_fused_kernels=True)
+    with pytest.warns(ConfigWarning, match=r"model\.\{use_liger, use_fused_kernels\} have no effect"):
+        validate_config(cfg, check_files=False)

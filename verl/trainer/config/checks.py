@@ -32,6 +32,7 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_algorithm(cfg)
     problems += check_lengths(cfg)
     problems += check_trainer(cfg)
+    problems += check_not_implemented(cfg)
     return problems
 
 
@@ -384,5 +385,32 @@ def check_trainer(cfg: PPOTrainerConfig) -> list[str]:
     if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
         problems.append(
             "trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_* checkpoint folder)."
+        )
+    return problems
+
+
+def check_not_implemented(cfg: PPOTrainerConfig) -> list[str]:
+    """Upstream keys the RL workers do not implement: an error where ignoring one would train something else than
+    asked (LoRA), a warning where only speed or memory differs."""
+    problems: list[str] = []
+    models = [("actor_rollout_ref.model", cfg.actor_rollout_ref.model)]
+    if cfg.use_critic:
+        models.append(("critic.model", cfg.critic.model))
+    for prefix, model in models:
+        if model.lora_rank > 0:
+            problems.append(
+                f"{prefix}.lora_rank={model.lora_rank}: the RL workers train the full model; LoRA is implemented by "
+                f"the SFT trainer only (verl.trainer.fsdp_sft_trainer). Set {prefix}.lora_rank=0, or merge an SFT "
+                "LoRA run's checkpoint (its global_step_N folder holds the merged model) and start RL from it."
+            )
+    model = cfg.actor_rollout_ref.model
+    ignored = [key for key in ("use_liger", "use_fused_kernels", "use_shm", "enable_activation_offload")
+               if getattr(model, key)]
+    if ignored:
+        warnings.warn(
+            f"actor_rollout_ref.model.{{{', '.join(ignored)}}} have no effect here (GPU kernels and loaders this "
+            "build does not include); the run goes on with the standard HF model code.",
+            ConfigWarning,
+            stacklevel=2,
         )
     return problems
