@@ -4,7 +4,7 @@ from the default model, each printing its validation accuracy before and after t
     <algo>_acc_step0: x
     <algo>_acc_stepN: y
 
-    .venv/bin/python benchmarks/learning.py                      # all four, default sizes (about an hour on 2 cores)
+    .venv/bin/python benchmarks/learning.py                      # all four, 12 steps: 1-2.5 h on 2 cores
     .venv/bin/python benchmarks/learning.py --algos grpo --steps 6
 
 Each run is `python -m verl.trainer.main_ppo` with upstream-style overrides; the numbers are read back from the
