@@ -37,6 +37,60 @@ def test_logprobs_chunked_path_and_grad(monkeypatch):
     assert torch.allclose(logits.grad, ref_logits.grad, atol=1e-6)
 
 
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 9), vocab=st.integers(2, 13), chunk=st.integers(1, 40), seed=st.integers(0, 2**16),
+       scale=st.floats(0.1, 30.0))
+def test_logprobs_value_and_grad_match_log_softmax(rows, vocab, chunk, seed, scale):
+    """Any row chunking, any upstream gradient: d/dz of sum_i g_i log softmax(z_i)[y_i] = g_i (onehot - softmax)."""
+    import unittest.mock
+
+    gen = torch.Generator().manual_seed(seed)
+    logits = (scale * torch.randn(rows, vocab, generator=gen, dtype=torch.float64)).requires_grad_(True)
+    labels = torch.randint(0, vocab, (rows,), generator=gen)
+    upstream = torch.randn(rows, generator=gen, dtype=torch.float64)
+    with unittest.mock.patch.object(F, "_CHUNK_ELEMENTS", chunk):
+        got = F.logprobs_from_logits(logits, labels)
+        (grad,) = torch.autograd.grad((got * upstream).sum(), logits)
+    softmax = torch.softmax(logits.detach(), -1)
+    expected = torch.log_softmax(logits.detach(), -1).gather(-1, labels[:, None]).squeeze(-1)
+    onehot = torch.nn.functional.one_hot(labels, vocab).double()
+    assert torch.allclose(got.double(), expected, atol=1e-5)
+    assert torch.allclose(grad, upstream[:, None] * (onehot - softmax), atol=1e-6)
+
+
+def test_logprobs_grad_of_a_non_contiguous_view():
+    base = torch.randn(3, 8, 5, requires_grad=True)
+    view = base.transpose(0, 1)[:, :2]  # (8, 2, 5), strided
+    labels = torch.randint(0, 5, (8, 2))
+    F.logprobs_from_logits(view, labels).sum().backward()
+    ref = base.detach().clone().requires_grad_(True)
+    torch.log_softmax(ref.transpose(0, 1)[:, :2], -1).gather(-1, labels[..., None]).sum().backward()
+    assert torch.allclose(base.grad, ref.grad, atol=1e-6)
+
+
+def test_logprobs_bf16_grad_is_bf16_and_close_to_float32():
+    torch.manual_seed(3)
+    logits = torch.randn(4, 64).bfloat16().requires_grad_(True)
+    labels = torch.randint(0, 64, (4,))
+    F.logprobs_from_logits(logits, labels).sum().backward()
+    ref = logits.detach().float().requires_grad_(True)
+    torch.log_softmax(ref, -1).gather(-1, labels[:, None]).sum().backward()
+    assert logits.grad.dtype == torch.bfloat16
+    # one bf16 rounding of g * (onehot - p): the label entry (near -1 + p) keeps ~3 significant digits
+    assert torch.allclose(logits.grad.float(), ref.grad, atol=4e-3)
+
+
+def test_entropy_grad_through_chunks(monkeypatch):
+    monkeypatch.setattr(F, "_CHUNK_ELEMENTS", 5)
+    torch.manual_seed(4)
+    logits = torch.randn(6, 4, requires_grad=True)
+    F.entropy_from_logits(logits).sum().backward()
+    ref = logits.detach().clone().requires_grad_(True)
+    logp = torch.log_softmax(ref, -1)
+    (-(logp.exp() * logp).sum(-1)).sum().backward()
+    assert torch.allclose(logits.grad, ref.grad, atol=1e-6)
+
+
 def test_logprobs_bf16_returns_float32():
     logits = torch.randn(2, 3, 8).bfloat16()
     labels = torch.zeros(2, 3, dtype=torch.long)

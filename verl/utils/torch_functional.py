@@ -35,16 +35,49 @@ __all__ = [
 _CHUNK_ELEMENTS = 1 << 24
 
 
-def _row_chunks(num_rows: int, vocab: int) -> Iterable[slice]:
-    rows = max(1, _CHUNK_ELEMENTS // max(1, vocab))
-    for start in range(0, num_rows, rows):
-        yield slice(start, min(start + rows, num_rows))
+def _row_splits(flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Row chunks of a (rows, V) tensor as views. ``split``, not slicing: a slice's backward allocates and
+    zero-fills a gradient of the whole tensor per chunk, while the chunks of one split share one concatenation."""
+    return flat.split(max(1, _CHUNK_ELEMENTS // max(1, flat.shape[-1])))
+
+
+class _LogProbOfLabel(torch.autograd.Function):
+    """log softmax(z)[label] per row, with a hand-written backward.
+
+    d/dz = g * (onehot(label) - softmax(z)), with the forward's logsumexp kept (one float per row), is written
+    chunk by chunk into one uninitialised buffer shaped like the logits. Autograd's own graph for
+    ``gather - logsumexp`` would zero-fill a (rows, V) gradient for the gather, build another for the logsumexp and
+    add them: three passes over the largest tensor of the step instead of one.
+    """
+
+    @staticmethod
+    def forward(ctx, flat_logits: torch.Tensor, flat_labels: torch.Tensor) -> torch.Tensor:
+        lse = torch.cat([torch.logsumexp(chunk.float(), dim=-1) for chunk in _row_splits(flat_logits)])
+        picked = flat_logits.gather(-1, flat_labels[:, None]).squeeze(-1).float()
+        ctx.save_for_backward(flat_logits, flat_labels, lse)
+        return picked - lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor, None]:
+        flat_logits, flat_labels, lse = ctx.saved_tensors
+        grad = torch.empty_like(flat_logits, memory_format=torch.contiguous_format)
+        start = 0
+        for chunk, out in zip(_row_splits(flat_logits), _row_splits(grad)):
+            rows = slice(start, start + chunk.shape[0])
+            start = rows.stop
+            # softmax - onehot in float32, then times -g: one write into the (possibly bf16) gradient
+            delta = chunk.float().sub(lse[rows, None]).exp_()
+            delta.scatter_add_(-1, flat_labels[rows, None], delta.new_full((chunk.shape[0], 1), -1.0))
+            out.copy_(delta.mul_(grad_out[rows, None].float().neg()))
+        return grad, None
 
 
 def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, inplace_backward: bool = True) -> torch.Tensor:
     """log softmax(logits)[label] for every position: logits (..., V), labels (...) -> float32 (...).
 
-    Computed as ``logit[label] - logsumexp(logits)`` per row chunk, so no full (..., V) log-softmax is stored.
+    Computed as ``logit[label] - logsumexp(logits)`` per row chunk, so no full (..., V) log-softmax is stored;
+    the backward writes the logits' gradient in place, once (``_LogProbOfLabel``).
     ``inplace_backward`` exists for signature compatibility with upstream (a flash-attn kernel option); unused.
     """
     del inplace_backward
@@ -53,15 +86,9 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, inplace_bac
                          f"{tuple(logits.shape[:-1])}, got {tuple(labels.shape)}")
     vocab = logits.shape[-1]
     flat_logits = logits.reshape(-1, vocab)
-    flat_labels = labels.reshape(-1, 1).long()
-    parts = []
-    for rows in _row_chunks(flat_logits.shape[0], vocab):
-        chunk = flat_logits[rows].float()
-        picked = chunk.gather(-1, flat_labels[rows]).squeeze(-1)
-        parts.append(picked - torch.logsumexp(chunk, dim=-1))
-    if not parts:
+    if flat_logits.shape[0] == 0:
         return flat_logits.new_zeros(labels.shape, dtype=torch.float32)
-    return torch.cat(parts).reshape(labels.shape)
+    return _LogProbOfLabel.apply(flat_logits, labels.reshape(-1).long()).reshape(labels.shape)
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -71,13 +98,13 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """
     vocab = logits.shape[-1]
     flat = logits.reshape(-1, vocab)
+    if flat.shape[0] == 0:
+        return flat.new_zeros(logits.shape[:-1], dtype=torch.float32)
     parts = []
-    for rows in _row_chunks(flat.shape[0], vocab):
-        chunk = flat[rows].float()
+    for chunk in _row_splits(flat):
+        chunk = chunk.float()
         probs = torch.softmax(chunk, dim=-1)
         parts.append(torch.logsumexp(chunk, dim=-1) - (probs * chunk).sum(dim=-1))
-    if not parts:
-        return flat.new_zeros(logits.shape[:-1], dtype=torch.float32)
     return torch.cat(parts).reshape(logits.shape[:-1])
 
 

@@ -36,6 +36,7 @@ from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logit
 from verl.utils.varlen_attention import enable_varlen_attention, packed_forward
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.micro_batching import (
+    GradientAccumulation,
     NonFiniteLossError,
     cfg_select,
     clipped_optimizer_step,
@@ -103,8 +104,11 @@ class DataParallelPPOActor(BasePPOActor):
         # at least one position, so every rank runs the LM head and its backward (FSDP collectives need that)
         keep = predictors if predictors.numel() else predictors.new_zeros(1)
         with packed_forward():
+            # squeeze (a view), not [0]: a select's or slice's backward zero-fills a gradient of all the logits
             logits = logits_at(self.actor_module, keep, self._logits_to_keep, use_cache=False,
-                               **packed.model_inputs())[0, : predictors.numel()]
+                               **packed.model_inputs()).squeeze(0)
+        if keep is not predictors:
+            logits = logits[: predictors.numel()]
         if temperature != 1.0:
             logits = logits / temperature
         log_probs = scatter_to_padded(logprobs_from_logits(logits, responses[targets]), targets)
@@ -210,16 +214,19 @@ class DataParallelPPOActor(BasePPOActor):
                 "actor.ppo_micro_batch_size_per_gpu / actor.ppo_max_token_len_per_gpu")
             mini_mask = mini_batch.batch["response_mask"]
             self.actor_optimizer.zero_grad()
-            for micro_idx, micro_batch in enumerate(micro_batches):
-                micro_batch = micro_batch.to(device)
-                share = loss_share(micro_batch["response_mask"], mini_mask, loss_agg_mode)
-                policy_loss, micro_metrics = self._micro_loss(micro_batch, temperature, loss_fn, loss_agg_mode)
-                loss = policy_loss * share
-                stop_on_nonfinite_loss(loss, self.actor_optimizer, "actor",
-                                       f"epoch {epoch}, mini-batch {mini_idx}, micro-batch {micro_idx}", micro_metrics)
-                loss.backward()
-                if share > 0:  # a micro-batch without response tokens adds nothing worth logging
-                    append_to_dict(metrics, micro_metrics)
+            with GradientAccumulation(self.actor_module, len(micro_batches)) as accumulation:
+                for micro_idx, micro_batch in enumerate(micro_batches):
+                    micro_batch = micro_batch.to(device)
+                    share = loss_share(micro_batch["response_mask"], mini_mask, loss_agg_mode)
+                    policy_loss, micro_metrics = self._micro_loss(micro_batch, temperature, loss_fn, loss_agg_mode)
+                    loss = policy_loss * share
+                    stop_on_nonfinite_loss(loss, self.actor_optimizer, "actor",
+                                           f"epoch {epoch}, mini-batch {mini_idx}, micro-batch {micro_idx}",
+                                           micro_metrics)
+                    accumulation.before_backward(micro_idx)
+                    loss.backward()
+                    if share > 0:  # a micro-batch without response tokens adds nothing worth logging
+                        append_to_dict(metrics, micro_metrics)
             grad_norm = clipped_optimizer_step(self.actor_module, self.actor_optimizer, self._cfg("grad_clip"), "actor")
             append_to_dict(metrics, {"actor/grad_norm": grad_norm,
                                      "actor/grad_norm_nonfinite": 0.0 if math.isfinite(grad_norm) else 1.0})
