@@ -32,6 +32,7 @@ from verl.trainer.sft.model import base_model_path, build_sft_module, hf_module,
 from verl.utils.device import get_device_name, get_nccl_backend, get_torch_device
 from verl.utils.fsdp_utils import build_lr_scheduler, build_optimizer, create_device_mesh
 from verl.utils.torch_functional import clip_grad_norm_
+from verl.workers.micro_batching import GradientAccumulation
 
 FREE_FORM_SECTIONS = ("model.override_config", "data.apply_chat_template_kwargs", "ray_kwargs")
 
@@ -144,10 +145,12 @@ class FSDPSFTTrainer:
         nll_total = torch.zeros((), device=self.device)
         # FSDP averages gradients over ranks; scaling by world / global tokens makes the sum a global token mean
         scale = self.world_size / max(global_tokens, 1.0)
-        for micro in micro_batches:
-            nll_sum, _ = sft_nll_sum(self.fsdp_model, micro, self.use_remove_padding)
-            (nll_sum * scale).backward()
-            nll_total += nll_sum.detach()
+        with GradientAccumulation(self.fsdp_model, len(micro_batches)) as accumulation:
+            for micro_idx, micro in enumerate(micro_batches):
+                nll_sum, _ = sft_nll_sum(self.fsdp_model, micro, self.use_remove_padding)
+                accumulation.before_backward(micro_idx)
+                (nll_sum * scale).backward()
+                nll_total += nll_sum.detach()
         grad_norm = clip_grad_norm_(self.fsdp_model.parameters(), float(self.config.optim.get("clip_grad", 1.0)))
         stepped = global_tokens > 0 and math.isfinite(grad_norm)
         if stepped:

@@ -26,6 +26,7 @@ from verl.utils.torch_masked import masked_mean
 from verl.utils.varlen_attention import enable_varlen_attention, packed_forward
 from verl.workers.critic.base import BasePPOCritic
 from verl.workers.micro_batching import (
+    GradientAccumulation,
     cfg_select,
     clipped_optimizer_step,
     iterate_mini_batches,
@@ -132,25 +133,28 @@ class DataParallelPPOCritic(BasePPOCritic):
                 "critic.ppo_micro_batch_size_per_gpu / critic.ppo_max_token_len_per_gpu")
             mini_mask = mini_batch.batch["response_mask"]
             self.critic_optimizer.zero_grad()
-            for micro_idx, micro_batch in enumerate(micro_batches):
-                micro_batch = micro_batch.to(device)
-                response_mask = micro_batch["response_mask"]
-                share = loss_share(response_mask, mini_mask, loss_agg_mode)
-                vpreds = self._forward_micro_batch(micro_batch)
-                vf_loss, vf_clipfrac = core_algos.compute_value_loss(
-                    vpreds=vpreds, returns=micro_batch["returns"], values=micro_batch["values"],
-                    response_mask=response_mask, cliprange_value=cliprange_value, loss_agg_mode=loss_agg_mode)
-                micro_metrics = {
-                    "critic/vf_loss": vf_loss.detach().item(),
-                    "critic/vf_clipfrac": float(vf_clipfrac),
-                    "critic/vpred_mean": masked_mean(vpreds.detach(), response_mask).item(),
-                }
-                loss = vf_loss * share
-                stop_on_nonfinite_loss(loss, self.critic_optimizer, "critic",
-                                       f"epoch {epoch}, mini-batch {mini_idx}, micro-batch {micro_idx}", micro_metrics)
-                loss.backward()
-                if share > 0:
-                    append_to_dict(metrics, micro_metrics)
+            with GradientAccumulation(self.critic_module, len(micro_batches)) as accumulation:
+                for micro_idx, micro_batch in enumerate(micro_batches):
+                    micro_batch = micro_batch.to(device)
+                    response_mask = micro_batch["response_mask"]
+                    share = loss_share(response_mask, mini_mask, loss_agg_mode)
+                    vpreds = self._forward_micro_batch(micro_batch)
+                    vf_loss, vf_clipfrac = core_algos.compute_value_loss(
+                        vpreds=vpreds, returns=micro_batch["returns"], values=micro_batch["values"],
+                        response_mask=response_mask, cliprange_value=cliprange_value, loss_agg_mode=loss_agg_mode)
+                    micro_metrics = {
+                        "critic/vf_loss": vf_loss.detach().item(),
+                        "critic/vf_clipfrac": float(vf_clipfrac),
+                        "critic/vpred_mean": masked_mean(vpreds.detach(), response_mask).item(),
+                    }
+                    loss = vf_loss * share
+                    stop_on_nonfinite_loss(loss, self.critic_optimizer, "critic",
+                                           f"epoch {epoch}, mini-batch {mini_idx}, micro-batch {micro_idx}",
+                                           micro_metrics)
+                    accumulation.before_backward(micro_idx)
+                    loss.backward()
+                    if share > 0:
+                        append_to_dict(metrics, micro_metrics)
             grad_norm = clipped_optimizer_step(self.critic_module, self.critic_optimizer, self._cfg("grad_clip"),
                                                "critic")
             append_to_dict(metrics, {"critic/grad_norm": grad_norm})
