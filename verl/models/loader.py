@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from verl.workers.micro_batching import cfg_select
+from verl.utils.config import cfg_select
 
 
 def resolve_model_path(path: str | None, key: str) -> str:

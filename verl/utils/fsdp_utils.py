@@ -14,8 +14,8 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
+from verl.utils.config import cfg_select
 from verl.utils.device import get_device_name, has_fast_bf16
-from verl.workers.micro_batching import cfg_select
 
 logger = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, Worker, register
+from verl.utils.config import cfg_select
 from verl.utils.device import get_default_device
 from verl.utils.flops_counter import FlopsCounter, measure_matmul_peak, mfu
 from verl.utils.fsdp_utils import (
@@ -28,7 +29,6 @@ from verl.utils.fsdp_utils import (
 )
 from verl.utils.malloc_tuning import release_free_memory, tune_malloc_for_training
 from verl.utils.memory_stats import peak_memory_metrics
-from verl.workers.micro_batching import cfg_select
 
 logger = logging.getLogger(__name__)
 

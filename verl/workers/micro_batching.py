@@ -14,7 +14,6 @@ from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig, OmegaConf
 from tensordict import TensorDict
 from torch.distributed.fsdp import FSDPModule
 
@@ -35,7 +34,6 @@ __all__ = [
     "module_device",
     "any_rank",
     "require_meta",
-    "cfg_select",
 ]
 
 logger = logging.getLogger(__name__)
@@ -47,19 +45,6 @@ class NonFiniteLossError(RuntimeError):
 
 # Aggregation modes whose mini-batch loss is a mean over sequences that have at least one valid token.
 _SEQUENCE_MODES = ("seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-
-
-def cfg_select(config, key: str, default=None):
-    """``config.<dotted key>`` from a DictConfig or dict; ``default`` when absent or null (null = use default)."""
-    if isinstance(config, DictConfig):
-        value = OmegaConf.select(config, key, default=None)
-    else:
-        value = config
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
-            if value is None:
-                break
-    return default if value is None else value
 
 
 def require_meta(data: DataProto, key: str, caller: str):

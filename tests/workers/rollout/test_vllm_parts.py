@@ -10,10 +10,10 @@ from omegaconf import OmegaConf
 from transformers import LlamaConfig
 
 from tests.helpers.tiny_model import tiny_llama
+from verl.workers.rollout.metrics import rollout_probs_diff_metrics
 from verl.workers.rollout.vllm import engine as engine_mod
 from verl.workers.rollout.vllm.batching import prompt_token_lists, response_log_prob_rows, responses_to_batch
 from verl.workers.rollout.vllm.kv_cache import KVCacheSleeper, release_pages
-from verl.workers.rollout.metrics import rollout_probs_diff_metrics
 from verl.workers.rollout.vllm.sampling import sampling_kwargs
 from verl.workers.sharding_manager.fsdp_vllm import _hf_name, full_named_weights
 

@@ -30,6 +30,7 @@ from tensordict import TensorDict
 
 from verl.protocol import DataProto
 from verl.trainer.ppo import core_algos
+from verl.utils.config import cfg_select
 from verl.utils.metric import append_to_dict
 from verl.utils.packing import accepts_logits_to_keep, logits_at, pack_sequences, scatter_to_padded
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
@@ -38,7 +39,6 @@ from verl.workers.actor.base import BasePPOActor
 from verl.workers.micro_batching import (
     GradientAccumulation,
     NonFiniteLossError,
-    cfg_select,
     clipped_optimizer_step,
     iterate_mini_batches,
     loss_share,

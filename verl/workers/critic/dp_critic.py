@@ -20,6 +20,7 @@ from tensordict import TensorDict
 from verl.models.value_head import values_from_output
 from verl.protocol import DataProto
 from verl.trainer.ppo import core_algos
+from verl.utils.config import cfg_select
 from verl.utils.metric import append_to_dict
 from verl.utils.packing import pack_sequences, scatter_to_padded
 from verl.utils.torch_masked import masked_mean
@@ -27,7 +28,6 @@ from verl.utils.varlen_attention import enable_varlen_attention, packed_forward
 from verl.workers.critic.base import BasePPOCritic
 from verl.workers.micro_batching import (
     GradientAccumulation,
-    cfg_select,
     clipped_optimizer_step,
     iterate_mini_batches,
     loss_share,

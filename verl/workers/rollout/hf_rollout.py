@@ -15,8 +15,9 @@ from tensordict import TensorDict
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from verl.protocol import DataProto
+from verl.utils.config import cfg_select
 from verl.utils.torch_functional import compute_position_id_with_mask, get_response_mask
-from verl.workers.micro_batching import cfg_select, module_device
+from verl.workers.micro_batching import module_device
 from verl.workers.rollout.base import BaseRollout
 
 __all__ = ["HFRollout"]

@@ -17,8 +17,8 @@ import torch
 from omegaconf import DictConfig
 
 from verl.protocol import DataProto
+from verl.utils.config import cfg_select
 from verl.utils.device import get_device_name
-from verl.workers.micro_batching import cfg_select
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.vllm.batching import prompt_token_lists, response_log_prob_rows, responses_to_batch
 from verl.workers.rollout.vllm.engine import (

@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
+from verl.utils.config import cfg_select
 from verl.utils.device import get_device_name, has_fast_bf16
-from verl.workers.micro_batching import cfg_select
 
 logger = logging.getLogger(__name__)
 

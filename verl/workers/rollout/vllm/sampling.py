@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl.workers.micro_batching import cfg_select
+from verl.utils.config import cfg_select
 
 __all__ = ["sampling_kwargs", "eos_ids"]
 
