@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,6 +19,9 @@ from verl.utils.config import cfg_select
 from verl.utils.device import get_device_name, has_fast_bf16
 
 logger = logging.getLogger(__name__)
+
+# reshard_after_forward as apply_fsdp2 configured each unit, to restore it after a stretch that changes it
+_RESHARD_AFTER_FORWARD: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
 
 _DTYPES = {
     "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
@@ -77,8 +81,13 @@ def mixed_precision_policy(fsdp_config, warn: bool = True) -> MixedPrecisionPoli
 
 
 def apply_fsdp2(module: torch.nn.Module, fsdp_config, mesh: DeviceMesh) -> torch.nn.Module:
-    """`fully_shard` every decoder layer, then the root (embeddings, final norm and a tied lm_head together)."""
-    kwargs = {"mesh": mesh, "reshard_after_forward": bool(cfg_select(fsdp_config, "reshard_after_forward", True))}
+    """`fully_shard` every decoder layer, then the root (embeddings, final norm and a tied lm_head together).
+
+    ``fsdp_config.reshard_after_forward`` applies to the layers. The root keeps its parameters from forward to
+    backward, FSDP2's own default for a root: the LM head is the first thing backward needs, so freeing it after
+    forward would only re-gather it at once (passing the layers' value to the root would override that default).
+    """
+    kwargs = {"mesh": mesh}
     mp = mixed_precision_policy(fsdp_config)
     if mp is not None:
         kwargs["mp_policy"] = mp
@@ -89,9 +98,12 @@ def apply_fsdp2(module: torch.nn.Module, fsdp_config, mesh: DeviceMesh) -> torch
             from torch.distributed.fsdp import CPUOffloadPolicy
 
             kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
+    layer_reshard = bool(cfg_select(fsdp_config, "reshard_after_forward", True))
     for layer in decoder_layers(module):
-        fully_shard(layer, **kwargs)
-    fully_shard(module, **kwargs)
+        fully_shard(layer, reshard_after_forward=layer_reshard, **kwargs)
+        _RESHARD_AFTER_FORWARD[layer] = layer_reshard
+    fully_shard(module, reshard_after_forward=False, **kwargs)
+    _RESHARD_AFTER_FORWARD[module] = False
     return module
 
 
@@ -99,23 +111,43 @@ def fsdp_modules(module: torch.nn.Module) -> list[FSDPModule]:
     return [m for m in module.modules() if isinstance(m, FSDPModule)]
 
 
+def restore_reshard_settings(module: torch.nn.Module) -> None:
+    """Put every FSDP unit back to its configured resharding (after a stretch that changed it): after forward as
+    ``apply_fsdp2`` set it (units sharded elsewhere: every unit but the root), and after backward."""
+    for unit in fsdp_modules(module):
+        unit.set_reshard_after_forward(_RESHARD_AFTER_FORWARD.get(unit, unit is not module), recurse=False)
+        unit.set_reshard_after_backward(True, recurse=False)
+
+
 @contextmanager
 def unsharded(module: torch.nn.Module) -> Iterator[None]:
-    """Hold the full weights on every rank for a stretch of forwards (generation): one all-gather per FSDP unit
-    instead of one per decode step, and no collectives inside, so ranks may run different numbers of steps."""
+    """Hold the full weights on every rank for a stretch of forwards (generation, log-probs of several
+    micro-batches): one all-gather per FSDP unit instead of one per forward, and no collectives inside, so ranks
+    may run different numbers of forwards."""
     units = fsdp_modules(module)
     if not units:
         yield
         return
     for unit in units:
-        unit.set_reshard_after_forward(False)
+        unit.set_reshard_after_forward(False, recurse=False)
         unit.unshard()
     try:
         yield
     finally:
         for unit in units:
             unit.reshard()
-            unit.set_reshard_after_forward(True)
+        restore_reshard_settings(module)
+
+
+def drop_unreduced_gradients(module: torch.nn.Module) -> None:
+    """Forget the gradients FSDP2 accumulated unsharded (not yet reduce-scattered) on every FSDP2 submodule."""
+    for unit in fsdp_modules(module):
+        for group in unit._get_fsdp_state()._fsdp_param_groups:  # no public API clears them (torch 2.13)
+            for fsdp_param in group.fsdp_params:
+                fsdp_param.unsharded_accumulated_grad = None
+                unsharded_param = getattr(fsdp_param, "_unsharded_param", None)
+                if unsharded_param is not None:
+                    unsharded_param.grad = None
 
 
 def build_optimizer(module: torch.nn.Module, optim_config, key: str) -> torch.optim.Optimizer:

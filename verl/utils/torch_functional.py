@@ -35,6 +35,10 @@ __all__ = [
 _CHUNK_ELEMENTS = 1 << 24
 
 
+def _at_least_float32(dtype: torch.dtype) -> torch.dtype:
+    return torch.promote_types(dtype, torch.float32)
+
+
 def _row_splits(flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Row chunks of a (rows, V) tensor as views. ``split``, not slicing: a slice's backward allocates and
     zero-fills a gradient of the whole tensor per chunk, while the chunks of one split share one concatenation."""
@@ -52,10 +56,11 @@ class _LogProbOfLabel(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, flat_logits: torch.Tensor, flat_labels: torch.Tensor) -> torch.Tensor:
-        lse = torch.cat([torch.logsumexp(chunk.float(), dim=-1) for chunk in _row_splits(flat_logits)])
-        picked = flat_logits.gather(-1, flat_labels[:, None]).squeeze(-1).float()
+        wide = _at_least_float32(flat_logits.dtype)
+        lse = torch.cat([torch.logsumexp(chunk.to(wide), dim=-1) for chunk in _row_splits(flat_logits)])
+        picked = flat_logits.gather(-1, flat_labels[:, None]).squeeze(-1).to(wide)
         ctx.save_for_backward(flat_logits, flat_labels, lse)
-        return picked - lse
+        return (picked - lse).float()
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -66,10 +71,10 @@ class _LogProbOfLabel(torch.autograd.Function):
         for chunk, out in zip(_row_splits(flat_logits), _row_splits(grad)):
             rows = slice(start, start + chunk.shape[0])
             start = rows.stop
-            # softmax - onehot in float32, then times -g: one write into the (possibly bf16) gradient
-            delta = chunk.float().sub(lse[rows, None]).exp_()
+            # softmax - onehot in float32 (or wider), then times -g: one write into the (possibly bf16) gradient
+            delta = chunk.to(lse.dtype).sub(lse[rows, None]).exp_()
             delta.scatter_add_(-1, flat_labels[rows, None], delta.new_full((chunk.shape[0], 1), -1.0))
-            out.copy_(delta.mul_(grad_out[rows, None].float().neg()))
+            out.copy_(delta.mul_(grad_out[rows, None].to(lse.dtype).neg()))
         return grad, None
 
 

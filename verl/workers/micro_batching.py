@@ -19,11 +19,13 @@ from torch.distributed.fsdp import FSDPModule
 
 from verl.protocol import DataProto
 from verl.utils.device import get_default_device, get_device_name
+from verl.utils.fsdp_utils import drop_unreduced_gradients, fsdp_modules, restore_reshard_settings, unsharded
 from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
 from verl.utils.torch_functional import clip_grad_norm_
 
 __all__ = [
     "GradientAccumulation",
+    "forwards_context",
     "NonFiniteLossError",
     "stop_on_nonfinite_loss",
     "clipped_optimizer_step",
@@ -154,43 +156,55 @@ def stop_on_nonfinite_loss(loss: torch.Tensor, optimizer: torch.optim.Optimizer,
 class GradientAccumulation(contextlib.AbstractContextManager):
     """One optimizer step's micro-batch backwards on a module; call ``before_backward(i)`` before each.
 
-    On CPU an FSDP2 module reduce-scatters its gradients only after the last micro-batch: every earlier backward
-    accumulates into the unsharded gradients (FSDP2's ``set_requires_gradient_sync``, its no_sync). Over gloo a
-    reduce-scatter of the whole model per micro-batch costs more than the backward itself, and even on one rank it
-    copies the gradients three times (~5% of an actor update here). The price is unsharded gradients on every rank
-    until the step, which a host can afford and a GPU often cannot: on an accelerator every micro-batch reduces,
-    as upstream does. When the block raises (a NaN loss), the unreduced gradients are dropped, so they never reach
-    a later step.
+    On CPU an FSDP2 module is gathered once per optimizer step and reduce-scattered once, after the last
+    micro-batch: in between, every unit stays unsharded (FSDP2's ``set_reshard_after_forward/backward(False)``)
+    and every backward accumulates into unsharded gradients (``set_requires_gradient_sync(False)``, its no_sync).
+    Over gloo an all-gather twice per micro-batch and a reduce-scatter of the whole model after each cost more
+    than the compute they serve, and even on one rank they are three full copies of weights and gradients per
+    micro-batch (~8% of an actor update here). The price is a full copy of the weights and gradients on every rank
+    until the step, which a host can afford and a GPU often cannot: on an accelerator every micro-batch gathers
+    and reduces, as upstream does. When the block raises (a NaN loss), the unreduced gradients are dropped and the
+    weights resharded, so nothing reaches a later step.
     """
 
     def __init__(self, module: torch.nn.Module, num_micro_batches: int) -> None:
         self.module = module
         self.num_micro_batches = num_micro_batches
-        self.defer = (isinstance(module, FSDPModule) and num_micro_batches > 1
-                      and module_device(module).type == "cpu")
+        self.defer = holds_unsharded_on_host(module, num_micro_batches)
+
+    def __enter__(self) -> GradientAccumulation:
+        if self.defer:
+            for unit in fsdp_modules(self.module):
+                unit.set_reshard_after_forward(False, recurse=False)
+                unit.set_reshard_after_backward(False, recurse=False)
+        return self
 
     def before_backward(self, micro_idx: int) -> None:
         if self.defer:
-            self.module.set_requires_gradient_sync(micro_idx == self.num_micro_batches - 1)
+            last = micro_idx == self.num_micro_batches - 1
+            self.module.set_requires_gradient_sync(last)
+            if last:
+                self.module.set_reshard_after_backward(True)
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self.defer:
-            if exc_type is not None:
-                drop_unreduced_gradients(self.module)
-            self.module.set_requires_gradient_sync(True)
+        if not self.defer:
+            return
+        if exc_type is not None:
+            drop_unreduced_gradients(self.module)
+        for unit in fsdp_modules(self.module):
+            unit.reshard()
+        restore_reshard_settings(self.module)
+        self.module.set_requires_gradient_sync(True)
 
 
-def drop_unreduced_gradients(module: torch.nn.Module) -> None:
-    """Forget the gradients FSDP2 accumulated unsharded (not yet reduce-scattered) on every FSDP2 submodule."""
-    for sub in module.modules():
-        if not isinstance(sub, FSDPModule):
-            continue
-        for group in sub._get_fsdp_state()._fsdp_param_groups:  # no public API clears them (torch 2.13)
-            for fsdp_param in group.fsdp_params:
-                fsdp_param.unsharded_accumulated_grad = None
-                unsharded = getattr(fsdp_param, "_unsharded_param", None)
-                if unsharded is not None:
-                    unsharded.grad = None
+def holds_unsharded_on_host(module: torch.nn.Module, num_micro_batches: int) -> bool:
+    """Whether a stretch of ``num_micro_batches`` forwards keeps the FSDP2 module's weights gathered (CPU only)."""
+    return isinstance(module, FSDPModule) and num_micro_batches > 1 and module_device(module).type == "cpu"
+
+
+def forwards_context(module: torch.nn.Module, num_micro_batches: int) -> contextlib.AbstractContextManager:
+    """Around no-grad forwards over micro-batches (log-probs, values): the weights gathered once on CPU."""
+    return unsharded(module) if holds_unsharded_on_host(module, num_micro_batches) else contextlib.nullcontext()
 
 
 def clipped_optimizer_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float | None,

@@ -40,6 +40,7 @@ from verl.workers.micro_batching import (
     GradientAccumulation,
     NonFiniteLossError,
     clipped_optimizer_step,
+    forwards_context,
     iterate_mini_batches,
     loss_share,
     make_micro_batches,
@@ -132,7 +133,7 @@ class DataParallelPPOActor(BasePPOActor):
                                                     "meta_info micro_batch_size / max_token_len")
         device = module_device(self.actor_module)
         log_probs, entropys = [], []
-        with torch.no_grad():
+        with torch.no_grad(), forwards_context(self.actor_module, len(micro_batches)):
             for micro_batch in micro_batches:
                 log_prob, entropy = self._forward_micro_batch(micro_batch.to(device), temperature, calculate_entropy)
                 log_probs.append(log_prob)

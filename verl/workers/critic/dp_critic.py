@@ -29,6 +29,7 @@ from verl.workers.critic.base import BasePPOCritic
 from verl.workers.micro_batching import (
     GradientAccumulation,
     clipped_optimizer_step,
+    forwards_context,
     iterate_mini_batches,
     loss_share,
     make_micro_batches,
@@ -101,7 +102,7 @@ class DataParallelPPOCritic(BasePPOCritic):
             "critic.forward_micro_batch_size_per_gpu / critic.forward_max_token_len_per_gpu")
         device = module_device(self.critic_module)
         values = []
-        with torch.no_grad():
+        with torch.no_grad(), forwards_context(self.critic_module, len(micro_batches)):
             for micro_batch in micro_batches:
                 micro_batch = micro_batch.to(device)
                 values.append(self._forward_micro_batch(micro_batch) * self._response_mask(micro_batch))
