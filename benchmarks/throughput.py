@@ -10,7 +10,9 @@ Prints `name: value` lines:
                                                   param_dtype bf16 vs fp32; where bf16 is emulated (no AVX512-BF16
                                                   / AMX) both are timed on the --bf16-slice-rows shortest rows, since the
                                                   whole batch in emulated bf16 takes hours
-    matmul_peak_gflops: X                         best (2048 x 2048) fp32 matmul of --repeats, same threads
+    matmul_peak_gflops: X                         best (2048 x 2048) fp32 matmul of 10, same threads, measured
+                                                  right before and right after the timed fp32 update (the higher:
+                                                  this machine's speed drifts by 10-20% over minutes)
     update_achieved_gflops: Y, update_mfu: Y/X    model FLOPs of the real tokens (verl/utils/flops_counter.py)
                                                   over the fp32 remove-padding update time (optimizer included)
     update_fwd_bwd_mfu                            the same without the optimizer step's time
@@ -42,12 +44,14 @@ def _args() -> argparse.Namespace:
     p.add_argument("--min-prompt-length", type=int, default=16)
     p.add_argument("--max-response-length", type=int, default=256)
     p.add_argument("--min-response-length", type=int, default=8)
+
     p.add_argument("--micro", type=int, default=4, help="padded baseline: rows per micro-batch")
     p.add_argument("--token-budget", type=int, default=1280,
                    help="ppo_max_token_len_per_gpu with dynamic bsz (default: the padded micro-batch's 4 x 320 slots, "
                         "so both hold the same activation memory)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, i.e. the cores)")
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3,
+                   help="timed updates per configuration; the first full-size one grows the heap (page faults)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-malloc-tuning", action="store_true", help="keep glibc's defaults (see malloc_tuning.py)")
     p.add_argument("--bf16", choices=["auto", "yes", "no", "slice"], default="auto",
@@ -150,16 +154,51 @@ def _time_update(actor, optimizer, data, repeats: int, warmup_rows: int) -> tupl
     return best
 
 
-def _time_slice(path: str, actor_cfg: dict, rows) -> dict[str, float]:
-    """fp32 and bf16 update seconds on a few rows, each after a warm-up on its first row: the figure for CPUs
-    where bf16 is emulated, on a slice small enough to finish in minutes there."""
-    seconds = {}
-    for dtype in ("fp32", "bf16"):
-        actor, _, optimizer = _actor(path, dtype, {**actor_cfg, "ppo_mini_batch_size": len(rows)})
-        seconds[dtype], _ = _time_update(actor, optimizer, rows, repeats=1, warmup_rows=1)
-        del actor, optimizer
-        gc.collect()
-    return seconds
+class _Timed:
+    """One configuration's figures: best update seconds, that run's optimizer seconds, peak RSS, matmul peak."""
+
+    def __init__(self, seconds: float, optimizer_s: float, rss_gb: float, peak: float | None) -> None:
+        self.seconds, self.optimizer_s, self.rss_gb, self.peak = seconds, optimizer_s, rss_gb, peak
+
+
+def _run_configuration(path: str, dtype: str, actor_cfg: dict, data, repeats: int, warmup_rows: int,
+                       peak_dtype=None) -> _Timed:
+    """Build an actor, time its update, free it (and the heap's free blocks, so the next peak RSS is its own).
+
+    With ``peak_dtype`` the matmul peak is measured right before and right after the timed updates and the higher
+    one kept: the peak a ratio is taken against comes from the same minutes as the time it divides.
+    """
+
+    from verl.utils.flops_counter import measure_matmul_peak
+    from verl.utils.malloc_tuning import release_free_memory
+    from verl.utils.memory_stats import peak_rss_gb, reset_peak_rss
+
+    gc.collect()
+    release_free_memory()
+    reset_peak_rss()
+    actor, _, optimizer = _actor(path, dtype, actor_cfg)
+    peaks = []
+    if peak_dtype is not None:
+        peaks.append(measure_matmul_peak("cpu", peak_dtype, repeats=10, fresh=True))
+    seconds, optimizer_s = _time_update(actor, optimizer, data, repeats, warmup_rows)
+    if peak_dtype is not None:
+        peaks.append(measure_matmul_peak("cpu", peak_dtype, repeats=10, fresh=True))
+    rss = peak_rss_gb()
+    del actor, optimizer
+    return _Timed(seconds, optimizer_s, rss, max(peaks) if peaks else None)
+
+
+def _old_log_probs(actor, data, args) -> None:
+    """old_log_probs from this policy with some noise, and random advantages: a realistic mix of clipped ratios."""
+    import torch
+
+    data.meta_info.update({"use_dynamic_bsz": True, "max_token_len": args.token_budget})
+    start = time.perf_counter()
+    old, _ = actor.compute_log_prob(data)
+    print(f"compute_log_prob_rmpad_dynbsz_s: {time.perf_counter() - start:.2f}", flush=True)
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    data.batch["old_log_probs"] = old + 0.05 * torch.randn(old.shape, generator=gen)
+    data.batch["advantages"] = torch.randn(old.shape, generator=gen) * data.batch["response_mask"]
 
 
 def main() -> None:
@@ -171,8 +210,7 @@ def main() -> None:
     from verl.utils.default_model import default_model_path
     from verl.utils.device import has_fast_bf16
     from verl.utils.flops_counter import FlopsCounter, measure_matmul_peak
-    from verl.utils.malloc_tuning import release_free_memory, tune_malloc_for_training
-    from verl.utils.memory_stats import peak_rss_gb, reset_peak_rss
+    from verl.utils.malloc_tuning import tune_malloc_for_training
 
     print(f"malloc_tuned: {tune_malloc_for_training()}", flush=True)
     if args.threads:
@@ -181,79 +219,61 @@ def main() -> None:
     path = args.model or default_model_path()
     _init_single_rank()
     print(f"threads: {torch.get_num_threads()}", flush=True)
-    # best of 10 short matmuls: on a shared machine a lower peak would flatter the MFU
-    peak_fp32 = measure_matmul_peak("cpu", torch.float32, repeats=10)
-    peak_bf16 = measure_matmul_peak("cpu", torch.bfloat16, repeats=10)
     bf16_mode = {"auto": "yes" if has_fast_bf16() else "slice"}.get(args.bf16, args.bf16)
 
-    one_step = {"ppo_mini_batch_size": args.responses}  # one optimizer step over the whole batch
-    reset_peak_rss()
-    rmpad_cfg = {**one_step, "use_remove_padding": True, "use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": args.token_budget}
-    actor, module, optimizer = _actor(path, "fp32", rmpad_cfg)
+    actor, module, _ = _actor(path, "fp32", {"use_remove_padding": True})
     config = module.config
     data = _batch(args, config.vocab_size, int(config.eos_token_id), int(config.pad_token_id or 0))
     lengths = data.batch["attention_mask"].sum(-1)
     response_tokens = int(data.batch["response_mask"].sum())
+    flops = FlopsCounter(module).training_flops(lengths.tolist(), response_tokens)
     print(f"batch: {len(data)} rows, {int(lengths.sum())} real tokens ({response_tokens} response) of "
           f"{data.batch['attention_mask'].numel()} padded", flush=True)
-    # old log-probs from this policy with some noise, and random advantages: a realistic mix of clipped ratios
-    log_prob_meta = {"use_dynamic_bsz": True, "max_token_len": args.token_budget}
-    data.meta_info.update(log_prob_meta)
-    start = time.perf_counter()
-    old, _ = actor.compute_log_prob(data)
-    print(f"compute_log_prob_rmpad_dynbsz_s: {time.perf_counter() - start:.2f}", flush=True)
-    gen = torch.Generator().manual_seed(args.seed + 1)
-    data.batch["old_log_probs"] = old + 0.05 * torch.randn(old.shape, generator=gen)
-    data.batch["advantages"] = torch.randn(old.shape, generator=gen) * data.batch["response_mask"]
+    _old_log_probs(actor, data, args)
+    del actor, module
 
+    one_step = {"ppo_mini_batch_size": args.responses}  # one optimizer step over the whole batch
+    rmpad_cfg = {**one_step, "use_remove_padding": True, "use_dynamic_bsz": True,
+                 "ppo_max_token_len_per_gpu": args.token_budget}
+    padded_cfg = {**one_step, "ppo_micro_batch_size_per_gpu": args.micro}
     warmup = min(len(data), 2 * args.micro)
-    flops = FlopsCounter(module).training_flops(lengths.tolist(), response_tokens)
-    rmpad_s, rmpad_opt_s = _time_update(actor, optimizer, data, args.repeats, warmup)
-    print(f"update_rmpad_dynbsz_s: {rmpad_s:.2f}", flush=True)
-    rss = {"rmpad": peak_rss_gb()}
-    del actor, module, optimizer
-    gc.collect()
-    release_free_memory()  # each configuration's peak RSS is its own
-    reset_peak_rss()
-    actor, _, optimizer = _actor(path, "fp32", {**one_step, "ppo_micro_batch_size_per_gpu": args.micro})
-    padded_s, _ = _time_update(actor, optimizer, data, args.repeats, warmup)
-    print(f"update_padded_s: {padded_s:.2f}", flush=True)
-    rss["padded"] = peak_rss_gb()
-    del actor, optimizer
-    gc.collect()
-    release_free_memory()  # each configuration's peak RSS is its own
-    reset_peak_rss()
+    rmpad = _run_configuration(path, "fp32", rmpad_cfg, data, args.repeats, warmup, peak_dtype=torch.float32)
+    print(f"update_rmpad_dynbsz_s: {rmpad.seconds:.2f}", flush=True)
+    padded = _run_configuration(path, "fp32", padded_cfg, data, args.repeats, warmup)
+    print(f"update_padded_s: {padded.seconds:.2f}", flush=True)
+    rss = {"rmpad": rmpad.rss_gb, "padded": padded.rss_gb}
     if bf16_mode == "yes":
-        actor, _, optimizer = _actor(path, "bf16", rmpad_cfg)
-        bf16_s, _ = _time_update(actor, optimizer, data, args.repeats, warmup)
-        print(f"update_bf16_s: {bf16_s:.2f}", flush=True)
-        rss["bf16"] = peak_rss_gb()
-        del actor, optimizer
-        gc.collect()
+        bf16 = _run_configuration(path, "bf16", rmpad_cfg, data, args.repeats, warmup, peak_dtype=torch.bfloat16)
+        print(f"update_bf16_s: {bf16.seconds:.2f}", flush=True)
+        rss["bf16"] = bf16.rss_gb
+        bf16_ratio = f"{rmpad.seconds / bf16.seconds:.2f}"
     elif bf16_mode == "slice":
-        shortest = torch.argsort(lengths)[: args.bf16_slice_rows]  # the slice's cost is what emulation multiplies
-        bf16_slice = _time_slice(path, rmpad_cfg, data.select_idxs(shortest))
-        print(f"update_fp32_slice_s: {bf16_slice['fp32']:.2f}", flush=True)
-        print(f"update_bf16_slice_s: {bf16_slice['bf16']:.2f}", flush=True)
+        # where bf16 is emulated, a few of the shortest rows (the slice's cost is what emulation multiplies)
+        rows = data.select_idxs(torch.argsort(lengths)[: args.bf16_slice_rows])
+        slice_cfg = {**rmpad_cfg, "ppo_mini_batch_size": len(rows)}
+        fp32_slice = _run_configuration(path, "fp32", slice_cfg, rows, 1, 1)
+        bf16_slice = _run_configuration(path, "bf16", slice_cfg, rows, 1, 1)
+        print(f"update_fp32_slice_s: {fp32_slice.seconds:.2f}", flush=True)
+        print(f"update_bf16_slice_s: {bf16_slice.seconds:.2f}", flush=True)
+        peak_bf16 = measure_matmul_peak("cpu", torch.bfloat16, repeats=10)
+        bf16_ratio = (f"{fp32_slice.seconds / bf16_slice.seconds:.3f} (on the {args.bf16_slice_rows} shortest rows, "
+                      f"{int(rows.batch['attention_mask'].sum())} tokens; bf16 matmul {peak_bf16 / 1e9:.1f} GFLOP/s "
+                      f"here{'' if has_fast_bf16() else ', emulated'})")
 
-    achieved = flops / rmpad_s
-    print(f"update_rmpad_dynbsz_over_padded: {padded_s / rmpad_s:.2f}")
-    if bf16_mode == "yes":
-        print(f"update_bf16_over_fp32: {rmpad_s / bf16_s:.2f}")
-    elif bf16_mode == "slice":
-        print(f"update_bf16_over_fp32: {bf16_slice['fp32'] / bf16_slice['bf16']:.3f} (on the {args.bf16_slice_rows} "
-              f"shortest rows, {int(lengths[shortest].sum())} tokens; "
-              f"bf16 matmul {peak_bf16 / 1e9:.1f} GFLOP/s here{'' if has_fast_bf16() else ', emulated'})")
+    peak_fp32 = rmpad.peak
+    print(f"update_rmpad_dynbsz_over_padded: {padded.seconds / rmpad.seconds:.2f}")
+    if bf16_mode != "no":
+        print(f"update_bf16_over_fp32: {bf16_ratio}")
     print(f"matmul_peak_gflops: {peak_fp32 / 1e9:.1f}")
-    print(f"matmul_peak_bf16_gflops: {peak_bf16 / 1e9:.1f}")
     print(f"update_model_gflop: {flops / 1e9:.1f}")
-    print(f"update_achieved_gflops: {achieved / 1e9:.1f}")
-    print(f"update_mfu: {achieved / peak_fp32:.3f}")
-    print(f"update_optimizer_s: {rmpad_opt_s:.2f}")
-    print(f"update_fwd_bwd_mfu: {flops / (rmpad_s - rmpad_opt_s) / peak_fp32:.3f}")
-    print(f"update_padded_useful_gflops: {flops / padded_s / 1e9:.1f}")
+    print(f"update_achieved_gflops: {flops / rmpad.seconds / 1e9:.1f}")
+    print(f"update_mfu: {flops / rmpad.seconds / peak_fp32:.3f}")
+    print(f"update_optimizer_s: {rmpad.optimizer_s:.2f}")
+    print(f"update_fwd_bwd_mfu: {flops / (rmpad.seconds - rmpad.optimizer_s) / peak_fp32:.3f}")
+    print(f"update_padded_useful_gflops: {flops / padded.seconds / 1e9:.1f}")
     if bf16_mode == "yes":
-        print(f"update_bf16_mfu: {flops / bf16_s / peak_bf16:.3f}")
+        print(f"matmul_peak_bf16_gflops: {bf16.peak / 1e9:.1f}")
+        print(f"update_bf16_mfu: {flops / bf16.seconds / bf16.peak:.3f}")
     for name, gb in rss.items():
         print(f"peak_rss_gb_{name}: {gb:.2f}")
 

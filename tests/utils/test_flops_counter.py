@@ -57,6 +57,8 @@ def test_matmul_peak_is_measured_once(monkeypatch):
     assert measure_matmul_peak("cpu", torch.float32, size=64, repeats=3) == first
     assert len(calls) == 5  # cached
     assert 1e6 < first < 1e14  # a plausible FLOP/s figure for any CPU
+    measure_matmul_peak("cpu", torch.float32, size=64, repeats=3, fresh=True)
+    assert len(calls) == 10  # measured again
 
 
 def test_an_emulated_dtype_is_measured_by_the_probe_alone(monkeypatch):

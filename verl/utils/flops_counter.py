@@ -82,13 +82,17 @@ _EMULATED_FLOPS = 5e9  # a 2-core AVX2 box does ~100 GFLOP/s in fp32; 5 only whe
 
 
 def measure_matmul_peak(device: torch.device | str | None = None, dtype: torch.dtype = torch.float32,
-                        size: int = 2048, repeats: int = 5) -> float:
+                        size: int = 2048, repeats: int = 5, fresh: bool = False) -> float:
     """FLOP/s of the fastest of ``repeats`` (size x size) @ (size x size) matmuls after one warm-up.
 
     Cached per (device, dtype, size, torch threads): measured once per process, e.g. at worker start-up.
+    ``fresh`` measures again (a shared machine's speed drifts over minutes; a benchmark measures next to what it
+    divides) and caches the new figure.
     """
     device = torch.device(device) if device is not None else torch.device("cpu")
     key = (str(device), dtype, size, torch.get_num_threads())
+    if fresh:
+        _PEAK_CACHE.pop(key, None)
     if key not in _PEAK_CACHE and device.type == "cpu":
         # an emulated dtype (bf16 without AVX512-BF16/AMX: ~1 GFLOP/s) would spend minutes on full-size matmuls;
         # a quarter-size probe tells, and at such rates its figure is as good as any
