@@ -400,8 +400,8 @@ def check_not_implemented(cfg: PPOTrainerConfig) -> list[str]:
         if model.lora_rank > 0:
             problems.append(
                 f"{prefix}.lora_rank={model.lora_rank}: the RL workers train the full model; LoRA is implemented by "
-                f"the SFT trainer only (verl.trainer.fsdp_sft_trainer). Set {prefix}.lora_rank=0, or merge an SFT "
-                "LoRA run's checkpoint (its global_step_N folder holds the merged model) and start RL from it."
+                f"the SFT trainer only (verl.trainer.fsdp_sft_trainer). Set {prefix}.lora_rank=0, or start RL from an "
+                "SFT LoRA run's checkpoint (its global_step_N folder already holds the merged model)."
             )
     model = cfg.actor_rollout_ref.model
     ignored = [key for key in ("use_liger", "use_fused_kernels", "use_shm", "enable_activation_offload")
