@@ -68,6 +68,9 @@ def load_causal_lm(model_config, key: str, dtype: torch.dtype = torch.float32, v
             model = AutoModelForCausalLM.from_pretrained(path, config=hf_config, **kwargs)
     except Exception as err:  # noqa: BLE001
         raise _explain(err, path, f"{key}.path", "model weights") from err
+    from verl.models.fused_norm_rope import fuse_norm_and_rope
+
+    fuse_norm_and_rope(model)  # same forward, fewer passes in the backward; VERL_FUSED_NORM_ROPE=0 turns it off
     if cfg_select(model_config, "enable_gradient_checkpointing", False):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
