@@ -80,11 +80,13 @@ def _varlen_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     dropout_p = dropout if module.training else 0.0
     # split, not slicing: the backward of one split is one concatenation, while every slice's backward would
     # zero-fill a full-size gradient (segments x T work per layer)
+    # each segment's output transposed to (1, L, Hq, D) before the concatenation: one copy into the layout the
+    # output projection reads, not a concatenation and then a transposing copy
     outputs = [F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, dropout_p=dropout_p,
-                                              enable_gqa=gqa)
+                                              enable_gqa=gqa).transpose(1, 2)
                for q, k, v in zip(query.split(lengths, dim=2), key.split(lengths, dim=2), value.split(lengths, dim=2))
                if q.size(2) > 0]
-    return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
+    return torch.cat(outputs, dim=1), None
 
 
 def _make_attention(base: str):
