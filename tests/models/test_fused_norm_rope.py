@@ -183,3 +183,17 @@ def test_load_causal_lm_fuses(tmp_path):
     norms = [m for m in model.modules() if isinstance(m, modeling_llama.LlamaRMSNorm)]
     assert norms and all(vars(m)["forward"].__func__ is fused_rms_norm for m in norms)
     assert modeling_llama.apply_rotary_pos_emb is fused_apply_rotary_pos_emb
+
+
+def test_gradient_checkpointing_recomputes_the_fused_forward(monkeypatch):
+    monkeypatch.setattr(modeling_llama, "apply_rotary_pos_emb", _reference("apply_rotary_pos_emb"))
+    plain = tiny_llama(seed=5, num_key_value_heads=2)
+    fused = copy.deepcopy(plain)
+    ids = torch.randint(3, 128, (2, 9), generator=torch.Generator().manual_seed(2))
+    _, plain_grads = _logits_and_grads(plain, ids)
+    fuse_norm_and_rope(fused)
+    fused.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    fused.train()
+    _, fused_grads = _logits_and_grads(fused, ids)
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, rtol=1e-5, atol=1e-6, msg=name)
