@@ -14,6 +14,7 @@ demo: setup
 
 # Default suite: unit tests plus the small e2e set; whole-run tests marked `slow` are left to `make test-all`.
 test: setup
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -m "not slow" --durations=15 $(PYTEST_ARGS)
 
 test-all: setup
@@ -24,6 +25,7 @@ test-e2e: setup
 
 lint: setup
 	$(VENV)/bin/ruff check verl tests benchmarks examples
+	$(VENV)/bin/lint-imports --no-cache
 
 clean:
 	rm -rf outputs .pytest_cache

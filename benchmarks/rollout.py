@@ -107,7 +107,7 @@ def run(rank: int, world: int, args, port: int) -> None:
 
     from verl.protocol import DataProto
     from verl.utils.device import get_nccl_backend
-    from verl.utils.fsdp_utils import apply_fsdp2, create_device_mesh
+    from verl.workers.fsdp_utils import apply_fsdp2, create_device_mesh
     from verl.workers.rollout.registry import build_rollout
 
     torch.set_num_threads(threads)

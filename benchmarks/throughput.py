@@ -104,8 +104,8 @@ def _actor(path: str, param_dtype: str, actor_overrides: dict):
     from omegaconf import OmegaConf
 
     from verl.models.loader import load_causal_lm
-    from verl.utils.fsdp_utils import apply_fsdp2, build_optimizer, create_device_mesh
     from verl.workers.actor import DataParallelPPOActor
+    from verl.workers.fsdp_utils import apply_fsdp2, build_optimizer, create_device_mesh
 
     module, _ = load_causal_lm({"path": path}, "model")
     fsdp_cfg = OmegaConf.create({"mixed_precision": {"param_dtype": param_dtype, "reduce_dtype": "fp32"}})

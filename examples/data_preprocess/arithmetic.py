@@ -4,7 +4,7 @@
 
 Each problem is a short story over one running count ("Tom has 12 apples. He buys 5 more. He gives away 3.
 How many apples does Tom have now?"); the answer is an integer written after `####`, scored by
-verl.utils.reward_score.arithmetic (data_source "arithmetic").
+verl.rewards.arithmetic (data_source "arithmetic").
 
 Small instruct models rarely write `####` unprompted. By default the prompt is a short conversation that
 shows the format once: the instruction with a worked example question, the example's answer as an assistant

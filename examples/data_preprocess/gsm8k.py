@@ -18,7 +18,7 @@ import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from verl.utils.dataset.parquet_files import find_split_file, read_parquet_files
+from verl.data.parquet_files import find_split_file, read_parquet_files
 
 DATA_SOURCE = "openai/gsm8k"
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'

@@ -17,8 +17,8 @@ import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from verl.utils.dataset.parquet_files import find_split_file, read_parquet_files
-from verl.utils.reward_score.math_normalize import extract_boxed_answer
+from verl.data.parquet_files import find_split_file, read_parquet_files
+from verl.rewards.math_normalize import extract_boxed_answer
 
 DATA_SOURCE = "DigitalLearningGmbH/MATH-lighteval"
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from verl.utils.reward_score import default_compute_score
+from verl.rewards import default_compute_score
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "examples" / "data_preprocess"
 

@@ -40,7 +40,7 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path, monkeypatch):
 def test_fsdp_bf16_on_an_emulating_cpu_warns_naming_the_key(monkeypatch, caplog):
     from omegaconf import OmegaConf
 
-    from verl.utils import fsdp_utils
+    from verl.workers import fsdp_utils
 
     monkeypatch.setattr(fsdp_utils, "has_fast_bf16", lambda: False)
     monkeypatch.setattr(fsdp_utils, "get_device_name", lambda: "cpu")
@@ -53,7 +53,7 @@ def test_fsdp_bf16_on_an_emulating_cpu_warns_naming_the_key(monkeypatch, caplog)
 def test_fsdp_bf16_warning_can_be_silenced_for_repeat_lookups(monkeypatch, caplog):
     from omegaconf import OmegaConf
 
-    from verl.utils import fsdp_utils
+    from verl.workers import fsdp_utils
 
     monkeypatch.setattr(fsdp_utils, "has_fast_bf16", lambda: False)
     monkeypatch.setattr(fsdp_utils, "get_device_name", lambda: "cpu")

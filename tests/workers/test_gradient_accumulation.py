@@ -19,7 +19,7 @@ LR = 0.5
 
 
 def _sharded(plain):
-    from verl.utils.fsdp_utils import apply_fsdp2, create_device_mesh
+    from verl.workers.fsdp_utils import apply_fsdp2, create_device_mesh
 
     return apply_fsdp2(copy.deepcopy(plain), {}, create_device_mesh(WORLD))
 

@@ -15,8 +15,8 @@ def main(argv: Sequence[str] | None = None) -> str | None:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    from verl.checkpoint.manifest import CheckpointIntegrityError
     from verl.model_merger.fsdp_model_merger import FSDPModelMerger
-    from verl.utils.checkpoint.manifest import CheckpointIntegrityError
 
     merger = FSDPModelMerger(config)
     try:

@@ -15,10 +15,10 @@ import warnings
 import torch
 import torch.distributed.checkpoint as dcp
 
+from verl.checkpoint.fsdp_checkpoint_manager import MODEL_DIR
+from verl.checkpoint.hf_export import HF_SUBDIR
+from verl.checkpoint.manifest import check_file, raise_if_problems, read_manifest
 from verl.model_merger.base_model_merger import BaseModelMerger
-from verl.utils.checkpoint.fsdp_checkpoint_manager import MODEL_DIR
-from verl.utils.checkpoint.hf_export import HF_SUBDIR
-from verl.utils.checkpoint.manifest import check_file, raise_if_problems, read_manifest
 
 logger = logging.getLogger(__name__)
 

@@ -164,8 +164,8 @@ def run_eval(config: DictConfig) -> dict[str, Any]:
     """Score, print the table, write the JSON report; returns the report."""
     from tqdm import tqdm
 
+    from verl.rewards import default_compute_score
     from verl.trainer.ppo.reward import get_custom_reward_fn
-    from verl.utils.reward_score import default_compute_score
 
     problems = check_eval_inputs(config)
     if problems:

@@ -22,9 +22,9 @@ import pyarrow.parquet as pq
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from verl.data.prompt_ids import TRUNCATION_MODES, truncate_ids
 from verl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 from verl.trainer.sft.argv import CONFIG_ERROR_EXIT, precheck_argv
-from verl.utils.dataset.prompt_ids import TRUNCATION_MODES, truncate_ids
 from verl.utils.torch_functional import compute_position_id_with_mask
 
 FREE_FORM_SECTIONS = ("model.override_config", "rollout.engine_kwargs", "ray_init")

@@ -16,7 +16,6 @@ from omegaconf import DictConfig
 from verl.trainer.config import ConfigError, ConfigWarning, precheck_argv, validate_config
 
 CONFIG_ERROR_EXIT = 2
-MISSING_TRAINER_EXIT = 1
 
 
 @hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)
@@ -46,19 +45,8 @@ def check(config: DictConfig) -> None:
 
 def run_ppo(config: DictConfig) -> None:
     """Start Ray, build the worker groups and train; the config must already be validated."""
-    try:
-        from verl.trainer.ppo.ray_trainer import run_training
-    except ModuleNotFoundError as e:
-        # Only the trainer module being absent is reported this way; a missing dependency inside it is a
-        # real error and propagates with its traceback.
-        if e.name not in ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo", "verl.trainer"):
-            raise
-        print(
-            "The config is valid, but the PPO trainer (verl.trainer.ppo.ray_trainer.run_training) "
-            "is not available in this installation.",
-            file=sys.stderr,
-        )
-        sys.exit(MISSING_TRAINER_EXIT)
+    from verl.trainer.ppo.launcher import run_training
+
     run_training(config)
 
 

@@ -19,7 +19,9 @@ from verl.single_controller.base import Dispatch, Worker, register
 from verl.utils.config import cfg_select
 from verl.utils.device import get_default_device
 from verl.utils.flops_counter import FlopsCounter, measure_matmul_peak, mfu
-from verl.utils.fsdp_utils import (
+from verl.utils.malloc_tuning import release_free_memory, tune_malloc_for_training
+from verl.utils.memory_stats import peak_memory_metrics
+from verl.workers.fsdp_utils import (
     apply_fsdp2,
     build_lr_scheduler,
     build_optimizer,
@@ -27,8 +29,6 @@ from verl.utils.fsdp_utils import (
     mixed_precision_policy,
     to_torch_dtype,
 )
-from verl.utils.malloc_tuning import release_free_memory, tune_malloc_for_training
-from verl.utils.memory_stats import peak_memory_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
 
     def _checkpoint_manager(self):
         """One manager per worker; the actor's module, optimizer and schedule (a rollout-only role saves weights)."""
-        from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+        from verl.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 
         if not hasattr(self, "actor_module"):
             raise RuntimeError(f"save/load_checkpoint called on a worker with role {self.role!r}: only the actor's "
@@ -302,7 +302,7 @@ class CriticWorker(_FSDPWorkerBase):
         return DataProto(meta_info={"metrics": metrics})
 
     def _checkpoint_manager(self):
-        from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+        from verl.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 
         if getattr(self, "_ckpt_manager", None) is None:
             self._ckpt_manager = FSDPCheckpointManager(self.critic_module, self.critic_optimizer,

@@ -19,9 +19,9 @@ from torch.distributed.fsdp import FSDPModule
 
 from verl.protocol import DataProto
 from verl.utils.device import get_default_device, get_device_name
-from verl.utils.fsdp_utils import drop_unreduced_gradients, fsdp_modules, restore_reshard_settings, unsharded
 from verl.utils.seqlen_balancing import get_reverse_idx, rearrange_micro_batches
 from verl.utils.torch_functional import clip_grad_norm_
+from verl.workers.fsdp_utils import drop_unreduced_gradients, fsdp_modules, restore_reshard_settings, unsharded
 
 __all__ = [
     "GradientAccumulation",

@@ -85,14 +85,6 @@ def test_precheck_exits_2_and_skips_help(capsys):
     precheck_argv(["--help", "data.nope=1"])  # help is Hydra's to print
 
 
-def test_run_ppo_without_the_trainer_module_exits_1(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "verl.trainer.ppo.ray_trainer", None)  # makes the import fail
-    with pytest.raises(SystemExit) as info:
-        main_ppo.run_ppo(None)
-    assert info.value.code == 1
-    assert "verl.trainer.ppo.ray_trainer.run_training" in capsys.readouterr().err
-
-
 def test_check_prints_warnings_as_plain_lines(cfg, local_run_files, capsys):
     cfg.data.train_files, cfg.data.val_files = local_run_files["train"], local_run_files["val"]
     cfg.actor_rollout_ref.model.path = local_run_files["model"]

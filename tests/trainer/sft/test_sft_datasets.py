@@ -9,8 +9,8 @@ import torch
 from omegaconf import OmegaConf
 
 from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
-from verl.utils.dataset.multiturn_sft_dataset import ChatTemplateNotIncrementalError, MultiTurnSFTDataset
-from verl.utils.dataset.sft_dataset import SFTDataset, SFTResponseTooLongError
+from verl.data.multiturn_sft_dataset import ChatTemplateNotIncrementalError, MultiTurnSFTDataset
+from verl.data.sft_dataset import SFTDataset, SFTResponseTooLongError
 
 
 class CharTokenizer:

@@ -32,7 +32,7 @@ def _full(t: torch.Tensor) -> torch.Tensor:
 def _mixed_precision_worker(rank: int, port: int, results) -> None:
     import torch.distributed as dist
 
-    from verl.utils.fsdp_utils import apply_fsdp2, create_device_mesh
+    from verl.workers.fsdp_utils import apply_fsdp2, create_device_mesh
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
@@ -87,7 +87,7 @@ def test_gradient_checkpointing_from_model_config(tmp_path):
 
 
 def test_offload_on_cpu_warns_and_changes_nothing(caplog, monkeypatch):
-    from verl.utils import fsdp_utils
+    from verl.workers import fsdp_utils
 
     captured = {}
 
@@ -96,7 +96,7 @@ def test_offload_on_cpu_warns_and_changes_nothing(caplog, monkeypatch):
         return module
 
     monkeypatch.setattr(fsdp_utils, "fully_shard", fake_fully_shard)
-    with caplog.at_level(logging.WARNING, logger="verl.utils.fsdp_utils"):
+    with caplog.at_level(logging.WARNING, logger="verl.workers.fsdp_utils"):
         fsdp_utils.apply_fsdp2(tiny_llama(), {"param_offload": True, "optimizer_offload": True}, mesh=None)
     assert "no effect on CPU" in caplog.text
     assert "offload_policy" not in captured

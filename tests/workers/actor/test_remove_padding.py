@@ -11,7 +11,7 @@ import torch
 from tests.helpers.tiny_model import rollout_batch, tiny_llama
 from tests.workers.actor.test_dp_actor import actor_config, manual_log_probs, max_param_diff, training_batch
 from tests.workers.critic.test_dp_critic import critic_config, tiny_critic
-from verl.utils.varlen_attention import VARLEN_PREFIX
+from verl.models.varlen_attention import VARLEN_PREFIX
 from verl.workers.actor import DataParallelPPOActor
 from verl.workers.critic import DataParallelPPOCritic
 

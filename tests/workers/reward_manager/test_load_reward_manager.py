@@ -7,8 +7,8 @@ import torch
 from omegaconf import OmegaConf
 
 from tests.workers.reward_manager.conftest import RESPONSE_LEN, make_batch
+from verl.rewards import default_compute_score
 from verl.trainer.ppo.reward import compute_reward, get_custom_reward_fn, load_reward_manager
-from verl.utils.reward_score import default_compute_score
 from verl.workers.reward_manager import BatchRewardManager, DAPORewardManager, NaiveRewardManager
 
 SAMPLES = [("Tom has 12", "#### 14", "14"), ("Anna has 9", "#### 10", "11")]

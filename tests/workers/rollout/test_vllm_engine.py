@@ -56,7 +56,7 @@ def _actor_log_probs(module, out: DataProto, temperature: float = 1.0) -> torch.
 def _scenario(rank: int, port: int, tmp: str, results) -> None:
     import torch.distributed as dist
 
-    from verl.utils.fsdp_utils import apply_fsdp2, create_device_mesh
+    from verl.workers.fsdp_utils import apply_fsdp2, create_device_mesh
     from verl.workers.rollout.registry import build_rollout
     from verl.workers.rollout.vllm_rollout import WeightSyncError
     from verl.workers.sharding_manager.fsdp_vllm import full_named_weights
@@ -156,7 +156,7 @@ def _tensor_parallel_scenario(rank: int, port: int, tmp: str, results) -> None:
 
     import torch.distributed as dist
 
-    from verl.utils.fsdp_utils import apply_fsdp2, create_device_mesh
+    from verl.workers.fsdp_utils import apply_fsdp2, create_device_mesh
     from verl.workers.rollout.registry import build_rollout
 
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")

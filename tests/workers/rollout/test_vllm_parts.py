@@ -266,7 +266,7 @@ def test_probs_diff_metrics_by_hand():
 def _gather_on_two_ranks(rank: int, port: int, results) -> None:
     import torch.distributed as dist
 
-    from verl.utils.fsdp_utils import apply_fsdp2, create_device_mesh
+    from verl.workers.fsdp_utils import apply_fsdp2, create_device_mesh
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)

@@ -9,7 +9,6 @@ are still blocked (e.g. in a collective waiting for the dead one).
 
 from __future__ import annotations
 
-import copy
 import os
 import secrets
 from typing import Any
@@ -18,8 +17,9 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from verl.single_controller.base.worker import TORCH_THREADS_ENV, Worker
-from verl.single_controller.base.worker_group import ClassWithInitArgs, WorkerGroup
-from verl.single_controller.ray.colocate import create_colocated_worker_cls, user_class
+from verl.single_controller.base.worker_group import WorkerGroup
+from verl.single_controller.ray.class_with_args import RayClassWithInitArgs
+from verl.single_controller.ray.colocate import create_colocated_worker_cls
 from verl.single_controller.ray.errors import CallSite, WorkerGroupError, translate_error
 from verl.single_controller.ray.resource_pool import RayResourcePool, ResourcePoolManager
 
@@ -34,65 +34,6 @@ __all__ = [
 
 # Values this small are cheaper to send inline than through the object store.
 _INLINE_TYPES = (type(None), bool, int, float, str, bytes)
-
-
-class RayClassWithInitArgs(ClassWithInitArgs):
-    """A worker class (plain or `ray.remote`-decorated) with its constructor arguments and extra actor options."""
-
-    def __init__(self, cls: Any, *args: Any, **kwargs: Any) -> None:
-        super().__init__(cls, *args, **kwargs)
-        self._options: dict[str, Any] = {}
-        self._additional_resource: dict[str, float] = {}
-        self.colocated_roles: list[str] | None = None
-        self.role_method_names: dict[str, dict[str, str]] | None = None
-
-    def set_additional_resource(self, additional_resource: dict[str, float]) -> None:
-        self._additional_resource = dict(additional_resource)
-
-    def update_options(self, options: dict[str, Any]) -> None:
-        """Extra `ActorClass.options(...)`; env_vars in a runtime_env are merged, not replaced."""
-        for key, value in options.items():
-            if key == "runtime_env":
-                merged = copy.deepcopy(self._options.get("runtime_env", {}))
-                env_vars = {**merged.get("env_vars", {}), **value.get("env_vars", {})}
-                merged.update(value)
-                if env_vars:
-                    merged["env_vars"] = env_vars
-                self._options["runtime_env"] = merged
-            else:
-                self._options[key] = value
-
-    def user_class(self) -> type:
-        return user_class(self.cls)
-
-    def __call__(
-        self,
-        placement_group,
-        placement_group_bundle_idx: int,
-        resources: dict[str, float],
-        env_vars: dict[str, str],
-        name: str | None = None,
-        detached: bool = False,
-    ):
-        """Start one actor of this class in the given bundle; returns its handle."""
-        actor_cls = self.cls if hasattr(self.cls, "__ray_metadata__") else ray.remote(self.cls)
-        options: dict[str, Any] = copy.deepcopy(self._options)
-        runtime_env = options.pop("runtime_env", {})
-        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env_vars}
-        options.update(
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=placement_group, placement_group_bundle_index=placement_group_bundle_idx
-            ),
-            runtime_env=runtime_env,
-            **resources,
-        )
-        if self._additional_resource:
-            options["resources"] = {**options.get("resources", {}), **self._additional_resource}
-        if name:
-            options["name"] = name
-        if detached:
-            options["lifetime"] = "detached"
-        return actor_cls.options(**options).remote(*self.args, **self.kwargs)
 
 
 class RayWorkerGroup(WorkerGroup):

@@ -12,12 +12,7 @@ from typing import Any
 
 from verl.single_controller.base.decorator import MAGIC_ATTR, registered_methods
 from verl.single_controller.base.worker import Worker
-
-
-def user_class(cls: Any) -> type:
-    """The plain Python class behind a `ray.remote(...)` actor class (or the class itself)."""
-    metadata = getattr(cls, "__ray_metadata__", None)
-    return metadata.modified_class if metadata is not None else cls
+from verl.single_controller.ray.class_with_args import RayClassWithInitArgs, user_class
 
 
 def _forwarder(role: str, method_name: str, original: Any):
@@ -33,8 +28,6 @@ def _forwarder(role: str, method_name: str, original: Any):
 
 def create_colocated_worker_cls(class_dict: dict[str, Any]):
     """One actor class running every role of `class_dict` (role name -> RayClassWithInitArgs) in one process."""
-    from verl.single_controller.ray.base import RayClassWithInitArgs
-
     if not class_dict:
         raise ValueError("create_colocated_worker_cls needs at least one role")
     roles = {role: (user_class(c.cls), c.args, c.kwargs) for role, c in class_dict.items()}

@@ -6,13 +6,13 @@ schema first lets a typo be answered with the key the user meant, in well under 
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Sequence
 
 from verl.trainer.config.base import schema_keys
 from verl.trainer.config.keys import unknown_key_message
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+from verl.trainer.config.yaml_files import yaml_keys
 
 # Hydra's own command-line flags that take a value as the next argument (see `python -m ... --hydra-help`).
 _FLAGS_WITH_VALUE = {
@@ -77,24 +77,6 @@ def _strip_index(key: str) -> str:
     return ".".join(parts)
 
 
-@functools.lru_cache(maxsize=1)
-def _yaml_keys() -> frozenset[str]:
-    """Dotted keys the shipped yaml sets, including entries of free-form sections (e.g. ray_init.num_cpus)."""
-    from omegaconf import OmegaConf
-
-    from verl.trainer.config.validate import CONFIG_DIR
-
-    def walk(node, prefix: str):
-        for k, v in node.items():
-            path = f"{prefix}{k}"
-            yield path
-            if isinstance(v, dict):
-                yield from walk(v, path + ".")
-
-    raw = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "ppo_trainer.yaml"), resolve=False)
-    return frozenset(walk(raw, ""))
-
-
 def unknown_override_problems(overrides: Sequence[str], schema: type = PPOTrainerConfig) -> list[str]:
     """One message per override whose key the schema does not define."""
     known, free_form = schema_keys(schema)
@@ -109,7 +91,7 @@ def unknown_override_problems(overrides: Sequence[str], schema: type = PPOTraine
             continue
         section = next((f for f in free_form if key.startswith(f + ".")), None)
         if section is not None:
-            if kind == "change" and key not in _yaml_keys():
+            if kind == "change" and key not in yaml_keys():
                 problems.append(
                     f"'{key}' is not in the default config; '{section}' takes any keys, so add it with '+{override}'."
                 )

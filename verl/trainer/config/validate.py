@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
@@ -13,8 +12,7 @@ from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.files import check_files as file_problems
 from verl.trainer.config.overrides import unknown_override_problems
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
-
-CONFIG_DIR = Path(__file__).resolve().parent
+from verl.trainer.config.yaml_files import CONFIG_DIR
 
 
 def validate_config(cfg: DictConfig | dict, *, check_files: bool = True) -> PPOTrainerConfig:

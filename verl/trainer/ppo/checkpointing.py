@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from verl.utils.checkpoint.atomic import atomic_torch_save, fsync_tree, publish_dir
-from verl.utils.checkpoint.layout import (
+from verl.checkpoint.atomic import atomic_torch_save, fsync_tree, publish_dir
+from verl.checkpoint.layout import (
     find_latest_ckpt_path,
     new_partial_step_dir,
     prune_checkpoints,
@@ -31,8 +31,8 @@ from verl.utils.checkpoint.layout import (
     step_of,
     write_tracker,
 )
-from verl.utils.checkpoint.manifest import MANIFEST_NAME
-from verl.utils.checkpoint.rng import get_rng_state, set_rng_state
+from verl.checkpoint.manifest import MANIFEST_NAME
+from verl.checkpoint.rng import get_rng_state, set_rng_state
 
 logger = logging.getLogger(__name__)
 

@@ -47,13 +47,13 @@ def role_worker_mapping(config: DictConfig):
 
 def build_trainer(config: DictConfig):
     """Everything fit() needs, with Ray started; returns (trainer, tracker, report_dir). Workers not yet built."""
+    from verl.data.rl_dataset import collate_fn
+    from verl.data.rl_loading import create_rl_dataset, create_rl_sampler
     from verl.models.loader import load_tokenizer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import load_reward_manager
-    from verl.utils.dataset.rl_dataset import collate_fn
-    from verl.utils.dataset.rl_loading import create_rl_dataset, create_rl_sampler
+    from verl.trainer.tracking import Tracking
     from verl.utils.ray_utils import init_ray
-    from verl.utils.tracking import Tracking
 
     resolve_model_paths(config)
     run_dir = _run_dir(config)
@@ -86,8 +86,8 @@ def build_trainer(config: DictConfig):
 
 def run_training(config: DictConfig) -> dict:
     """Train as configured; returns the run summary (also written to the report folder)."""
-    from verl.utils.learning_curve import print_learning_curve
-    from verl.utils.run_report import write_run_report
+    from verl.trainer.learning_curve import print_learning_curve
+    from verl.trainer.run_report import write_run_report
 
     start = time.time()
     trainer, tracker, report_dir = build_trainer(config)

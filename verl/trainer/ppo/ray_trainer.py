@@ -113,7 +113,7 @@ class RayPPOTrainer:
     # -- the loop -------------------------------------------------------------------------------------------------
 
     def fit(self) -> None:
-        from verl.utils.progress import TrainingProgress
+        from verl.trainer.progress import TrainingProgress
 
         trainer = self.config.trainer
         self._load_checkpoint()
@@ -295,10 +295,3 @@ def check_finite_metrics(metrics: dict[str, float], step: int) -> None:
     if bad:
         raise FloatingPointError(f"step {step}: non-finite {', '.join(bad)}; stopping before any checkpoint is "
                                  "written from these weights. Lower the learning rate or check the rewards.")
-
-
-def run_training(config: DictConfig) -> dict:
-    """Entry used by main_ppo: builds everything from the config and trains (see launcher.py)."""
-    from verl.trainer.ppo.launcher import run_training as _run
-
-    return _run(config)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
-from verl.utils.reward_score import default_compute_score
+from verl.rewards import default_compute_score
 from verl.workers.reward_manager import AbstractRewardManager, RawRewardFn, get_reward_manager_cls
 
 

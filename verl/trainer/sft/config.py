@@ -10,8 +10,8 @@ import os
 
 from omegaconf import DictConfig, ListConfig, open_dict
 
+from verl.data.sft_dataset import SFT_TRUNCATION_MODES
 from verl.trainer.config.errors import ConfigError
-from verl.utils.dataset.sft_dataset import SFT_TRUNCATION_MODES
 
 RESUME_MODES = ("auto", "disable", "resume_path")
 LR_SCHEDULERS = ("cosine", "constant")
@@ -111,7 +111,7 @@ def _optim_problems(config: DictConfig) -> list[str]:
 
 
 def _trainer_problems(config: DictConfig) -> list[str]:
-    from verl.utils.tracking import SUPPORTED_BACKENDS
+    from verl.trainer.tracking import SUPPORTED_BACKENDS
 
     trainer = config.trainer
     problems = []

@@ -12,8 +12,8 @@ from omegaconf import DictConfig
 from torch.utils.data import Dataset, DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
-from verl.utils.dataset.sft_dataset import SFTDataset
+from verl.data.multiturn_sft_dataset import MultiTurnSFTDataset
+from verl.data.sft_dataset import SFTDataset
 
 
 def _custom_class(path: str, name: str) -> type:

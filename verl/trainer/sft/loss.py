@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from verl.utils.packing import accepts_logits_to_keep, logits_at, pack_sequences
+from verl.models.packing import accepts_logits_to_keep, logits_at, pack_sequences
 
 __all__ = ["trained_positions", "count_trained_tokens", "accepts_logits_to_keep", "padded_nll_sum", "pack",
            "packed_nll_sum", "sft_nll_sum"]

@@ -11,7 +11,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from verl.models.loader import load_causal_lm, resolve_model_path
 from verl.trainer.sft.checkpoint import ADAPTER_DIR, ADAPTER_WEIGHTS
-from verl.utils.fsdp_utils import apply_fsdp2, to_torch_dtype
+from verl.workers.fsdp_utils import apply_fsdp2, to_torch_dtype
 
 
 def base_model_path(config: DictConfig) -> str:

@@ -25,7 +25,7 @@ class SFTWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def fit(self) -> dict[str, Any]:
-        from verl.trainer.fsdp_sft_trainer import run_sft
+        from verl.trainer.sft.trainer import run_sft
 
         self.init_torch_distributed()
         return run_sft(OmegaConf.create(self.config))

@@ -1,23 +1,9 @@
-"""Checkpoints: sharded per-role state (torch.distributed.checkpoint), atomic publication, integrity manifests.
+"""Upstream verl's import path, kept for users' code; the code lives in `verl.checkpoint`."""
 
-The FSDP manager lives in `verl.utils.checkpoint.fsdp_checkpoint_manager` (imported on use: it pulls in
-torch.distributed.checkpoint); the on-disk layout and the tracker file in `verl.utils.checkpoint.layout`.
-"""
+import importlib
 
-from verl.utils.checkpoint.layout import (
-    TRACKER_FILENAME,
-    find_latest_ckpt_path,
-    get_checkpoint_tracker_filename,
-    read_tracker,
-    write_tracker,
-)
-from verl.utils.checkpoint.manifest import CheckpointIntegrityError
+_target = importlib.import_module("verl.checkpoint")
 
-__all__ = [
-    "TRACKER_FILENAME",
-    "CheckpointIntegrityError",
-    "find_latest_ckpt_path",
-    "get_checkpoint_tracker_filename",
-    "read_tracker",
-    "write_tracker",
-]
+
+def __getattr__(name):
+    return getattr(_target, name)

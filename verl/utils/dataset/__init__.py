@@ -1,6 +1,9 @@
-"""Datasets for RL (prompts) and their loading helpers."""
+"""Upstream verl's import path, kept for users' code; the code lives in `verl.data`."""
 
-from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
-from verl.utils.dataset.rl_loading import create_rl_dataset, create_rl_sampler
+import importlib
 
-__all__ = ["RLHFDataset", "collate_fn", "create_rl_dataset", "create_rl_sampler"]
+_target = importlib.import_module("verl.data")
+
+
+def __getattr__(name):
+    return getattr(_target, name)

@@ -15,8 +15,8 @@ by ``loss_agg_mode`` (token-mean: each micro-batch's share of the mini-batch's r
 not depend on the micro-batch size. Across ranks FSDP averages gradients, so the step follows the mean of the
 ranks' mini-batch losses; the clipped grad norm is the global one. The LR scheduler is stepped by the worker.
 
-``use_remove_padding``: each micro-batch's real tokens are packed into one row (``verl.utils.packing``) with
-per-sample attention (``verl.utils.varlen_attention``), and the LM head runs only on positions that predict a real
+``use_remove_padding``: each micro-batch's real tokens are packed into one row (``verl.models.packing``) with
+per-sample attention (``verl.models.varlen_attention``), and the LM head runs only on positions that predict a real
 response token — the same log-probs as the padded path, without compute on padding.
 """
 
@@ -28,13 +28,13 @@ import torch
 from omegaconf import DictConfig
 from tensordict import TensorDict
 
+from verl import algos as core_algos
+from verl.models.packing import accepts_logits_to_keep, logits_at, pack_sequences, scatter_to_padded
+from verl.models.varlen_attention import enable_varlen_attention, packed_forward
 from verl.protocol import DataProto
-from verl.trainer.ppo import core_algos
 from verl.utils.config import cfg_select
 from verl.utils.metric import append_to_dict
-from verl.utils.packing import accepts_logits_to_keep, logits_at, pack_sequences, scatter_to_padded
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
-from verl.utils.varlen_attention import enable_varlen_attention, packed_forward
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.micro_batching import (
     GradientAccumulation,

@@ -17,14 +17,14 @@ import torch
 from omegaconf import DictConfig
 from tensordict import TensorDict
 
+from verl import algos as core_algos
+from verl.models.packing import pack_sequences, scatter_to_padded
 from verl.models.value_head import values_from_output
+from verl.models.varlen_attention import enable_varlen_attention, packed_forward
 from verl.protocol import DataProto
-from verl.trainer.ppo import core_algos
 from verl.utils.config import cfg_select
 from verl.utils.metric import append_to_dict
-from verl.utils.packing import pack_sequences, scatter_to_padded
 from verl.utils.torch_masked import masked_mean
-from verl.utils.varlen_attention import enable_varlen_attention, packed_forward
 from verl.workers.critic.base import BasePPOCritic
 from verl.workers.micro_batching import (
     GradientAccumulation,

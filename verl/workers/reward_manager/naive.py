@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
-from verl.utils.reward_score import default_compute_score
+from verl.rewards import default_compute_score
 from verl.workers.reward_manager.abstract import AbstractRewardManager, RawRewardFn, precomputed_scores
 from verl.workers.reward_manager.batch_text import RolloutTexts, decode_rollouts
 from verl.workers.reward_manager.registry import register

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from verl.protocol import DataProto
-from verl.utils.fsdp_utils import unsharded
+from verl.workers.fsdp_utils import unsharded
 
 
 class FSDPHFShardingManager:

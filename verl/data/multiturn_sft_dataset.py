@@ -1,0 +1,126 @@
+"""MultiTurnSFTDataset: whole conversations from parquet; the loss covers only the assistant turns.
+
+A row's `data.multiturn.messages_key` column holds chat messages [{'role', 'content'}, ...]. The conversation is
+rendered with the chat template one message at a time: each assistant turn is split into the generation header
+(what `add_generation_prompt=True` appends — never trained, the model is given it at inference) and the text
+the model must produce (content and end-of-turn token — trained). Pieces are tokenized separately and joined,
+so the mask boundaries are exact. Items have the same keys and loss-mask convention as SFTDataset.
+
+Optional columns: `data.multiturn.tools_key` (tool schemas passed to the template) and
+`data.multiturn.enable_thinking_key` (a per-row `enable_thinking` flag for templates that take one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from verl.data.parquet_files import read_parquet_files
+from verl.data.sft_dataset import (
+    SFT_TRUNCATION_MODES,
+    _as_file_list,
+    _cfg,
+    fit_to_length,
+    is_chat,
+    pad_right,
+    pad_token_id_of,
+    render_chat,
+)
+
+TRAINED_ROLES = ("assistant",)
+
+
+class ChatTemplateNotIncrementalError(ValueError):
+    """Rendering a longer conversation changed the text of an earlier part, so turns cannot be masked exactly."""
+
+
+def split_conversation(tokenizer: Any, messages: Sequence[dict], row: int, **chat_kwargs: Any) -> list[tuple[str, bool]]:
+    """(text, trained) pieces whose concatenation is the rendered conversation; trained = assistant output."""
+    pieces: list[tuple[str, bool]] = []
+    rendered = ""
+
+    def extend(text: str, trained: bool, upto: int) -> None:
+        nonlocal rendered
+        if not text.startswith(rendered):
+            raise ChatTemplateNotIncrementalError(
+                f"row {row}: the chat template renders messages[:{upto}] differently once more messages follow "
+                "(e.g. it drops earlier reasoning or adds a default system prompt only in some cases), so assistant "
+                "turns cannot be located. Use a template that renders conversations incrementally (data.chat_template)"
+                " or pre-render the data into prompt/response pairs for SFTDataset.")
+        if len(text) > len(rendered):
+            pieces.append((text[len(rendered):], trained))
+        rendered = text
+
+    for i, message in enumerate(messages):
+        if message["role"] in TRAINED_ROLES:
+            extend(render_chat(tokenizer, messages[:i], add_generation_prompt=True, **chat_kwargs), False, i)
+        extend(render_chat(tokenizer, messages[: i + 1], add_generation_prompt=False, **chat_kwargs),
+               message["role"] in TRAINED_ROLES, i + 1)
+    return pieces
+
+
+class MultiTurnSFTDataset(Dataset):
+    """Config keys (the `data` section): multiturn.messages_key, multiturn.tools_key,
+    multiturn.enable_thinking_key, max_length, truncation (error | left | right), chat_template,
+    apply_chat_template_kwargs."""
+
+    def __init__(self, parquet_files: str | Sequence[str], tokenizer: Any, config: Any, max_samples: int = -1) -> None:
+        self.parquet_files = _as_file_list(parquet_files)
+        self.tokenizer = tokenizer
+        multiturn = _cfg(config, "multiturn", {})
+        self.messages_key = str(_cfg(multiturn, "messages_key", "messages"))
+        self.tools_key = str(_cfg(multiturn, "tools_key", "tools"))
+        self.enable_thinking_key = str(_cfg(multiturn, "enable_thinking_key", "enable_thinking"))
+        self.max_length = int(_cfg(config, "max_length", 1024))
+        self.truncation = str(_cfg(config, "truncation", "error"))
+        self.chat_kwargs = dict(_cfg(config, "apply_chat_template_kwargs", {}))
+        if self.truncation not in SFT_TRUNCATION_MODES:
+            raise ValueError(f"data.truncation must be one of {SFT_TRUNCATION_MODES}, got {self.truncation!r}")
+        if _cfg(config, "chat_template", None):
+            tokenizer.chat_template = str(config.get("chat_template"))
+        self.pad_token_id = pad_token_id_of(tokenizer)
+        hint = "Set data.multiturn.messages_key to the column holding the conversations."
+        frame = read_parquet_files(self.parquet_files, required_column=self.messages_key, column_hint=hint)
+        if 0 <= max_samples < len(frame):
+            frame = frame.select(range(max_samples))
+        self.messages = frame[self.messages_key]
+        self.tools = frame[self.tools_key] if self.tools_key in frame.column_names else None
+        self.thinking = frame[self.enable_thinking_key] if self.enable_thinking_key in frame.column_names else None
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def _chat_kwargs(self, item: int) -> dict[str, Any]:
+        kwargs = dict(self.chat_kwargs)
+        if self.tools is not None and self.tools[item] is not None:
+            kwargs["tools"] = list(self.tools[item])
+        if self.thinking is not None and self.thinking[item] is not None:
+            kwargs["enable_thinking"] = bool(self.thinking[item])
+        return kwargs
+
+    def conversation(self, item: int) -> list[dict]:
+        messages = self.messages[item]
+        if not is_chat(messages):
+            raise ValueError(f"row {item}: column {self.messages_key!r} (data.multiturn.messages_key) must hold chat "
+                             f"messages [{{'role': ..., 'content': ...}}, ...], got {messages!r:.200}")
+        messages = [{k: v for k, v in dict(m).items() if v is not None} for m in messages]
+        if not any(m["role"] in TRAINED_ROLES for m in messages):
+            raise ValueError(f"row {item}: the conversation has no assistant message, so nothing would be trained")
+        return messages
+
+    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        ids: list[int] = []
+        trained: list[int] = []
+        for text, is_trained in split_conversation(self.tokenizer, self.conversation(item), item,
+                                                   **self._chat_kwargs(item)):
+            piece = self.tokenizer.encode(text, add_special_tokens=False)
+            ids.extend(piece)
+            trained.extend([int(is_trained)] * len(piece))
+        ids, trained = fit_to_length(ids, trained, self.max_length, self.truncation, item)
+        return pad_right(ids, trained, self.max_length, self.pad_token_id)
+
+
+__all__ = ["MultiTurnSFTDataset", "split_conversation", "ChatTemplateNotIncrementalError"]

@@ -1,0 +1,180 @@
+"""SFTDataset: single-turn (prompt, response) pairs from parquet files, tokenized for next-token training.
+
+Every item is right-padded to `data.max_length` and holds `input_ids`, `attention_mask`, `position_ids` and
+`loss_mask`. The loss mask follows upstream verl's convention: it is aligned with the *predicting* position,
+`loss_mask[t] == 1` when the token at `t + 1` is trained, so the trainer compares `logits[:, :-1]` with
+`input_ids[:, 1:]` under `loss_mask[:, :-1]`. Only response tokens are trained; the prompt (rendered with the
+chat template, generation header included) never is.
+
+The helpers at the bottom (`fit_to_length`, `pad_right`, `prediction_mask`) are shared with the multi-turn
+dataset, so both datasets cut, pad and align masks identically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from verl.data.parquet_files import read_parquet_files
+from verl.utils.torch_functional import compute_position_id_with_mask
+
+SFT_TRUNCATION_MODES = ("error", "left", "right")
+
+
+class SFTResponseTooLongError(ValueError):
+    """A sample does not fit data.max_length and data.truncation is 'error'."""
+
+
+def _cfg(config: Any, key: str, default: Any = None) -> Any:
+    value = config.get(key, default) if config is not None else default
+    return default if value is None else value
+
+
+def _as_file_list(files: str | Sequence[str]) -> list[str]:
+    return [files] if isinstance(files, str) else [str(f) for f in files]
+
+
+def _dig(value: Any, keys: Sequence[str], column: str, dict_keys_name: str, row: int) -> Any:
+    """`value[k1][k2]...`: the nested field `data.<prompt|response>_dict_keys` points at."""
+    for key in keys:
+        if not isinstance(value, dict) or key not in value:
+            have = sorted(value) if isinstance(value, dict) else type(value).__name__
+            raise KeyError(f"row {row}: column {column!r} has no field {key!r} (data.{dict_keys_name}={list(keys)}); "
+                           f"it holds {have}")
+        value = value[key]
+    return value
+
+
+def is_chat(value: Any) -> bool:
+    """A list of {'role', 'content'} messages (parquet gives numpy arrays of dicts)."""
+    return isinstance(value, list | tuple | np.ndarray) and len(value) > 0 and all(
+        isinstance(m, dict) and "role" in m and "content" in m for m in value)
+
+
+def render_chat(tokenizer: Any, messages: Sequence[dict], add_generation_prompt: bool, **kwargs: Any) -> str:
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError("the tokenizer has no chat_template, so chat messages cannot be rendered; use an instruct "
+                         "model's tokenizer or set data.chat_template to a Jinja chat template")
+    return tokenizer.apply_chat_template([dict(m) for m in messages], add_generation_prompt=add_generation_prompt,
+                                         tokenize=False, **kwargs)
+
+
+def pad_token_id_of(tokenizer: Any) -> int:
+    for attr in ("pad_token_id", "eos_token_id"):
+        token_id = getattr(tokenizer, attr, None)
+        if token_id is not None:
+            return int(token_id)
+    raise ValueError("the tokenizer has neither pad_token_id nor eos_token_id; set tokenizer.pad_token")
+
+
+class SFTDataset(Dataset):
+    """Config keys (the `data` section): prompt_key, response_key, prompt_dict_keys, response_dict_keys,
+    max_length, truncation (error | left | right), chat_template, apply_chat_template_kwargs.
+
+    The prompt column may hold a string (sent as one user message through the chat template), chat messages,
+    or a dict (then `prompt_dict_keys` names the nested field); the response column a string or a dict
+    (`response_dict_keys`). The response is followed by the tokenizer's EOS token, which is trained too, so the
+    model learns to stop.
+    """
+
+    def __init__(self, parquet_files: str | Sequence[str], tokenizer: Any, config: Any, max_samples: int = -1) -> None:
+        self.parquet_files = _as_file_list(parquet_files)
+        self.tokenizer = tokenizer
+        self.prompt_key = str(_cfg(config, "prompt_key", "prompt"))
+        self.response_key = str(_cfg(config, "response_key", "response"))
+        self.prompt_dict_keys = list(_cfg(config, "prompt_dict_keys", []))
+        self.response_dict_keys = list(_cfg(config, "response_dict_keys", []))
+        self.max_length = int(_cfg(config, "max_length", 1024))
+        self.truncation = str(_cfg(config, "truncation", "error"))
+        self.chat_kwargs = dict(_cfg(config, "apply_chat_template_kwargs", {}))
+        if self.truncation not in SFT_TRUNCATION_MODES:
+            raise ValueError(f"data.truncation must be one of {SFT_TRUNCATION_MODES}, got {self.truncation!r}")
+        if self.max_length < 2:
+            raise ValueError(f"data.max_length must be >= 2, got {self.max_length}")
+        if _cfg(config, "chat_template", None):
+            tokenizer.chat_template = str(config.get("chat_template"))
+        if getattr(tokenizer, "eos_token", None) is None:
+            raise ValueError("the tokenizer has no eos_token; SFT appends it to every response so the model learns "
+                             "to stop")
+        self.pad_token_id = pad_token_id_of(tokenizer)
+        hint = "Set data.prompt_key / data.response_key to the columns holding the prompt and the response."
+        frame = read_parquet_files(self.parquet_files, required_column=self.prompt_key, column_hint=hint,
+                                   files_key="data.train_files / data.val_files")
+        if self.response_key not in frame.column_names:
+            raise ValueError(f"{self.parquet_files}: no column {self.response_key!r} (data.response_key); columns: "
+                             f"{frame.column_names}")
+        if 0 <= max_samples < len(frame):
+            frame = frame.select(range(max_samples))
+        self.prompts = frame[self.prompt_key]
+        self.responses = frame[self.response_key]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def prompt_text(self, item: int) -> str:
+        """The prompt as the model sees it at generation time: chat-templated with the assistant header."""
+        prompt = _dig(self.prompts[item], self.prompt_dict_keys, self.prompt_key, "prompt_dict_keys", item)
+        if isinstance(prompt, str):
+            prompt = [{"role": "user", "content": prompt}]
+        if not is_chat(prompt):
+            raise ValueError(f"row {item}: the prompt (data.prompt_key={self.prompt_key!r}) must be a string or chat "
+                             f"messages, got {prompt!r:.200}")
+        return render_chat(self.tokenizer, prompt, add_generation_prompt=True, **self.chat_kwargs)
+
+    def response_text(self, item: int) -> str:
+        response = _dig(self.responses[item], self.response_dict_keys, self.response_key, "response_dict_keys", item)
+        if not isinstance(response, str):
+            raise ValueError(f"row {item}: the response (data.response_key={self.response_key!r}) must be a string, "
+                             f"got {type(response).__name__}; use data.response_dict_keys for a nested field")
+        return response + self.tokenizer.eos_token
+
+    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        prompt_ids = self.tokenizer.encode(self.prompt_text(item), add_special_tokens=False)
+        response_ids = self.tokenizer.encode(self.response_text(item), add_special_tokens=False)
+        ids = list(prompt_ids) + list(response_ids)
+        trained = [0] * len(prompt_ids) + [1] * len(response_ids)
+        ids, trained = fit_to_length(ids, trained, self.max_length, self.truncation, item)
+        return pad_right(ids, trained, self.max_length, self.pad_token_id)
+
+
+# ---- shared with MultiTurnSFTDataset ----------------------------------------------------------------------------
+
+
+def fit_to_length(ids: list[int], trained: list[int], max_length: int, truncation: str,
+                  row: int) -> tuple[list[int], list[int]]:
+    """Cut a sample to `max_length` tokens: 'left' keeps the end, 'right' the start; 'error' refuses."""
+    if len(ids) <= max_length:
+        return ids, trained
+    if truncation == "left":
+        return ids[-max_length:], trained[-max_length:]
+    if truncation == "right":
+        return ids[:max_length], trained[:max_length]
+    raise SFTResponseTooLongError(
+        f"sample {row} has {len(ids)} tokens, more than data.max_length={max_length}. Raise data.max_length or set "
+        "data.truncation to left (drop the start of the prompt) or right (drop the end of the response).")
+
+
+def prediction_mask(trained: Sequence[int]) -> list[int]:
+    """Token mask -> loss mask on predicting positions: out[t] = trained[t + 1]; the last position predicts
+    nothing."""
+    return list(trained[1:]) + [0]
+
+
+def pad_right(ids: list[int], trained: list[int], max_length: int, pad_token_id: int) -> dict[str, torch.Tensor]:
+    padding = max_length - len(ids)
+    input_ids = torch.tensor(list(ids) + [pad_token_id] * padding, dtype=torch.long)
+    attention_mask = torch.tensor([1] * len(ids) + [0] * padding, dtype=torch.long)
+    loss_mask = torch.tensor(prediction_mask(trained) + [0] * padding, dtype=torch.long)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": compute_position_id_with_mask(attention_mask),
+        "loss_mask": loss_mask,
+    }
+
+
+__all__ = ["SFTDataset", "SFT_TRUNCATION_MODES", "fit_to_length", "pad_right", "prediction_mask"]

@@ -1,0 +1,113 @@
+"""Remove padding: lay the real tokens of a padded batch end to end in one row, and put results back.
+
+A padded (bs, L) batch spends compute on every pad column; the packed layout holds only the tokens whose
+``attention_mask`` is 1, row after row, in one (1, T) row. Position ids count the real tokens of each row from 0
+(``cumsum(mask) - 1``, the same ids the padded path uses), so rotary embeddings see the same positions. Each row is
+one segment of the packed row (``cu_seqlens``), so attention must stay inside segments: transformers does that
+from the restarting position ids (a block-diagonal mask), or ``verl.models.varlen_attention`` per segment.
+
+``token_index`` maps a padded coordinate (row, column) to its packed position (-1 on padding): the bridge for
+picking which packed positions feed the LM head and for scattering per-token results back to (bs, ...) shape.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["PackedSequences", "pack_sequences", "scatter_to_padded", "accepts_logits_to_keep", "logits_at"]
+
+
+@dataclass(frozen=True)
+class PackedSequences:
+    input_ids: torch.Tensor  # (1, T)
+    position_ids: torch.Tensor  # (1, T), restarting at 0 for every row
+    cu_seqlens: torch.Tensor  # (segments + 1,) int32: segment s is [cu_seqlens[s], cu_seqlens[s + 1])
+    max_seqlen: int
+    token_index: torch.Tensor  # (bs, L) long: packed position of each real token, -1 on padding
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.size(1))
+
+    def model_inputs(self) -> dict:
+        """Keyword arguments of an HF forward on the packed row.
+
+        ``attention_mask=None`` makes transformers derive the segments from the position ids; the
+        ``cu_seq_lens_*`` / ``max_length_*`` names are transformers' varlen kwargs, which flash attention and
+        ``verl.models.varlen_attention`` read (other attention implementations ignore them).
+        """
+        return {"input_ids": self.input_ids, "position_ids": self.position_ids, "attention_mask": None,
+                "cu_seq_lens_q": self.cu_seqlens, "cu_seq_lens_k": self.cu_seqlens,
+                "max_length_q": self.max_seqlen, "max_length_k": self.max_seqlen}
+
+
+def pack_sequences(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   position_ids: torch.Tensor | None = None) -> PackedSequences:
+    """Pack the real tokens (``attention_mask == 1``) of a (bs, L) batch into one row.
+
+    Rows may be left-, right- or both-side padded (RL batches: left-padded prompt + right-padded response).
+    ``position_ids`` (bs, L), when given, are kept for the real tokens (they must count from 0 in every row, as
+    ``compute_position_id_with_mask`` makes them); else they are ``cumsum(mask) - 1``. A row without real tokens
+    contributes no segment. An all-padding batch raises: a forward needs at least one token.
+    """
+    if input_ids.shape != attention_mask.shape or input_ids.dim() != 2:
+        raise ValueError(f"pack_sequences: input_ids {tuple(input_ids.shape)} and attention_mask "
+                         f"{tuple(attention_mask.shape)} must both be (batch, length)")
+    mask = attention_mask.bool()
+    lengths = mask.sum(-1)
+    total = int(lengths.sum().item())
+    if total == 0:
+        raise ValueError("pack_sequences: attention_mask has no real token in this micro-batch")
+    flat_index = torch.cumsum(mask.flatten().long(), 0) - 1
+    token_index = torch.where(mask.flatten(), flat_index, torch.full_like(flat_index, -1)).view_as(input_ids)
+    if position_ids is None:
+        position_ids = torch.cumsum(mask.long(), -1) - 1
+    elif position_ids.shape != input_ids.shape:
+        raise ValueError(f"pack_sequences: position_ids {tuple(position_ids.shape)} must be (batch, length) like "
+                         f"input_ids {tuple(input_ids.shape)}; multi-axis (mrope) position ids are not supported")
+    position_ids = position_ids[mask]
+    seg_lengths = lengths[lengths > 0]
+    cu_seqlens = torch.zeros(seg_lengths.numel() + 1, dtype=torch.int32, device=input_ids.device)
+    cu_seqlens[1:] = torch.cumsum(seg_lengths, 0)
+    return PackedSequences(input_ids=input_ids[mask][None], position_ids=position_ids[None], cu_seqlens=cu_seqlens,
+                           max_seqlen=int(seg_lengths.max().item()), token_index=token_index)
+
+
+def scatter_to_padded(values: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """A zero tensor shaped like ``where`` (bs, R) with ``values`` (K,) at its True entries, row-major.
+
+    Differentiable in ``values`` (an out-of-place index_put), also when K is 0: the result still carries a
+    grad_fn, so a loss on an all-padding micro-batch back-propagates zeros instead of failing.
+    """
+    if int(where.sum().item()) != values.numel():
+        raise ValueError(f"scatter_to_padded: {values.numel()} values for {int(where.sum().item())} positions")
+    out = values.new_zeros(where.shape)
+    return out.index_put(torch.nonzero(where, as_tuple=True), values)
+
+
+def accepts_logits_to_keep(module: torch.nn.Module) -> bool:
+    """Whether the HF model (inside a peft wrapper too) can run its LM head on chosen positions only."""
+    get_base = getattr(module, "get_base_model", None)
+    target = get_base() if callable(get_base) and hasattr(module, "peft_config") else module
+    try:
+        return "logits_to_keep" in inspect.signature(target.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def logits_at(module: torch.nn.Module, positions: torch.Tensor, use_logits_to_keep: bool | None = None,
+              **inputs) -> torch.Tensor:
+    """Logits (rows, K, V) at sequence ``positions`` (K,) only, from an HF forward on ``inputs``.
+
+    With ``logits_to_keep`` (an index tensor) the LM head — a (hidden x vocab) matmul per position, and the
+    largest activation of the step — runs on those positions alone; modules without it compute all positions
+    and are sliced. ``use_logits_to_keep`` caches the signature check (None: look it up).
+    """
+    if use_logits_to_keep is None:
+        use_logits_to_keep = accepts_logits_to_keep(module)
+    if use_logits_to_keep:
+        return module(logits_to_keep=positions, **inputs).logits
+    return module(**inputs).logits[:, positions]

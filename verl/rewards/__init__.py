@@ -1,0 +1,110 @@
+"""Rule-based rewards, chosen by a row's `data_source`.
+
+`default_compute_score(data_source, solution_str, ground_truth, extra_info)` is what the reward managers call
+when the user gives no `custom_reward_function.path`. Add a data source with `register_data_source`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+ScoreFn = Callable[[str, Any, dict | None], float | dict[str, Any]]
+
+_SCORERS_BY_NAME: dict[str, ScoreFn] = {}
+_SCORERS_BY_PREFIX: dict[str, ScoreFn] = {}
+
+
+def register_data_source(*names: str, prefix: bool = False) -> Callable[[ScoreFn], ScoreFn]:
+    """Route these data_source values (or every value starting with them, when `prefix`) to the function."""
+    table = _SCORERS_BY_PREFIX if prefix else _SCORERS_BY_NAME
+
+    def decorator(fn: ScoreFn) -> ScoreFn:
+        for name in names:
+            if name in table and table[name] is not fn:
+                raise ValueError(f"reward data_source {name!r} is already registered to {table[name].__name__}")
+            table[name] = fn
+        return fn
+
+    return decorator
+
+
+@register_data_source("openai/gsm8k")
+def _score_gsm8k(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    from verl.rewards import gsm8k
+
+    return gsm8k.compute_score(solution_str, ground_truth)
+
+
+@register_data_source("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500")
+def _score_math(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    from verl.rewards import math_reward
+
+    return math_reward.compute_score(solution_str, ground_truth)
+
+
+@register_data_source("math_dapo")
+@register_data_source("aime", prefix=True)
+def _score_math_dapo(solution_str: str, ground_truth: Any, extra_info: dict | None) -> dict[str, Any]:
+    from verl.rewards import math_dapo
+
+    return math_dapo.compute_score(solution_str, ground_truth)
+
+
+@register_data_source("countdown")
+def _score_countdown(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    from verl.rewards import countdown
+
+    return countdown.compute_score(solution_str, ground_truth)
+
+
+@register_data_source("arithmetic")
+def _score_arithmetic(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    from verl.rewards import arithmetic
+
+    return arithmetic.compute_score(solution_str, ground_truth)
+
+
+def known_data_sources() -> list[str]:
+    return sorted(_SCORERS_BY_NAME) + sorted(f"{prefix}*" for prefix in _SCORERS_BY_PREFIX)
+
+
+def _find_scorer(data_source: str) -> ScoreFn:
+    if data_source in _SCORERS_BY_NAME:
+        return _SCORERS_BY_NAME[data_source]
+    for prefix, fn in _SCORERS_BY_PREFIX.items():
+        if data_source.startswith(prefix):
+            return fn
+    raise NotImplementedError(
+        f"No default reward function for data_source={data_source!r}. Known data sources: "
+        f"{', '.join(known_data_sources())}. Write your own compute_score(data_source, solution_str, "
+        "ground_truth, extra_info) and set custom_reward_function.path=<file.py> (and "
+        "custom_reward_function.name=<function>, default 'compute_score')."
+    )
+
+
+def default_compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict | None = None,
+    **kwargs: Any,
+) -> float | dict[str, Any]:
+    """The score of one response: a float, or a dict with at least "score" for scorers that report more.
+
+    Extra keyword arguments (sandbox settings and the like in upstream verl) are accepted and ignored.
+    """
+    result = _find_scorer(str(data_source))(solution_str, ground_truth, extra_info)
+    if isinstance(result, dict):
+        return result
+    if isinstance(result, int | float | bool):
+        return float(result)
+    raise TypeError(
+        f"reward for data_source={data_source!r} returned {type(result).__name__}, expected a number or a dict"
+    )
+
+
+# Upstream's older name, still used in user code.
+_default_compute_score = default_compute_score
+
+__all__ = ["default_compute_score", "register_data_source", "known_data_sources"]
