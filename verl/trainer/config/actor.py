@@ -45,6 +45,8 @@ class PolicyLossConfig(BaseConfig):
 @dataclass
 class ActorConfig(BaseConfig):
     strategy: str = choice("fsdp", TRAIN_STRATEGIES)
+    rollout_n: int = at_least(1, 1)  # ${actor_rollout_ref.rollout.n} in the yaml
+    use_remove_padding: bool = False  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
     ppo_mini_batch_size: int = at_least(4, 1)  # in prompts; the workers multiply by rollout.n
     ppo_micro_batch_size: int | None = None  # deprecated: global; use ppo_micro_batch_size_per_gpu
     ppo_micro_batch_size_per_gpu: int | None = at_least(2, 1)
@@ -73,6 +75,7 @@ class ActorConfig(BaseConfig):
 @dataclass
 class RefConfig(BaseConfig):
     strategy: str = choice("fsdp", TRAIN_STRATEGIES)
+    use_remove_padding: bool = False  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     use_torch_compile: bool = False
     log_prob_micro_batch_size: int | None = None  # deprecated: global

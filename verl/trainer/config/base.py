@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -62,6 +62,52 @@ def list_field(default: list, choices: Sequence[str] | None = None) -> Any:
 
 def dict_field(default: dict | None = None) -> Any:
     return field(default_factory=lambda: copy.deepcopy(default or {}))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a key (or one value of it) cannot be honoured in this build, and what the user should do instead."""
+
+    why: str
+    todo: str
+
+
+def _with_meta(spec: Any, **extra: Any) -> Any:
+    """`spec` (a plain default or a field(...) from the helpers above) with more metadata."""
+    if not isinstance(spec, dataclasses.Field):
+        return field(default=spec, metadata=extra)
+    meta = {**spec.metadata, **extra}
+    if spec.default_factory is not dataclasses.MISSING:
+        return field(default_factory=spec.default_factory, metadata=meta)
+    return field(default=spec.default, metadata=meta)
+
+
+def refused(spec: Any, why: str, todo: str) -> Any:
+    """A key this build does not implement: its default is accepted, any other value stops the run before Ray
+    starts, with the key's dotted name, `why` and `todo`. Never accepted and ignored."""
+    default = spec.default if isinstance(spec, dataclasses.Field) else spec
+    if isinstance(spec, dataclasses.Field) and spec.default_factory is not dataclasses.MISSING:
+        default = spec.default_factory()
+    return _with_meta(spec, refused=Refusal(why, todo), refused_default=default)
+
+
+def refused_values(spec: Any, values: Mapping[Any, Refusal]) -> Any:
+    """A key whose other values work but these are refused (e.g. `rollout.name=sglang`); for a list, any entry."""
+    return _with_meta(spec, refused_values=dict(values))
+
+
+def iter_refusals(cls: type, prefix: str = "") -> Iterator[tuple[str, Any, Refusal]]:
+    """(dotted key, the value refused — or `None` for "anything but the default" — , refusal) for a schema."""
+    hints = type_hints(cls)
+    for f in dataclasses.fields(cls):
+        path = f"{prefix}{f.name}"
+        if "refused" in f.metadata:
+            yield path, None, f.metadata["refused"]
+        for value, refusal in f.metadata.get("refused_values", {}).items():
+            yield path, value, refusal
+        tp = _strip_optional(hints[f.name])
+        if dataclasses.is_dataclass(tp):
+            yield from iter_refusals(tp, path + ".")
 
 
 # ---------------------------------------------------------------- schema walking
@@ -269,6 +315,19 @@ class _Builder:
     # ------------------------------------------------------------ values
 
     def _allowed(self, meta: Mapping[str, Any], value: Any, path: str) -> bool:
+        if "refused" in meta and value != meta["refused_default"]:
+            refusal = meta["refused"]
+            self.problems.append(
+                f"{path}={value!r} is refused: {refusal.why}. {refusal.todo} "
+                f"(its default, {meta['refused_default']!r}, is fine)."
+            )
+            return False
+        entries = value if isinstance(value, list) else [value]
+        for entry in entries:
+            refusal = meta.get("refused_values", {}).get(entry) if isinstance(entry, (str, int, bool)) else None
+            if refusal is not None:
+                self.problems.append(f"{path}={entry!r} is refused: {refusal.why}. {refusal.todo}")
+                return False
         if value is None:
             return True
         if "choices" in meta and not _is_choice(value, meta["choices"], meta.get("registered")):
