@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos as ca
 
 EPS = 1e-6
@@ -125,7 +126,7 @@ def test_grpo_passk_credits_only_the_best():
     # group b: a tie, best - second = 0 whichever wins
     assert first_col(adv) == pytest.approx([0.0, 0.4 / (std_a + EPS), 0.0, 0.0, 0.0], rel=1e-6)
     unnormalised, _ = ca.compute_grpo_passk_outcome_advantage(
-        rewards, mask, index, config={"norm_adv_by_std_in_grpo": False}
+        rewards, mask, index, config=AlgoConfig(norm_adv_by_std_in_grpo=False)
     )
     assert first_col(unnormalised) == pytest.approx([0.0, 0.4, 0.0, 0.0, 0.0])
 
@@ -149,7 +150,7 @@ def test_rloo_hand_computed():
 def test_reinforce_plus_plus_discounted_and_whitened():
     rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
-    adv, ret = ca.compute_reinforce_plus_plus_outcome_advantage(rewards, mask, config={"gamma": 0.5})
+    adv, ret = ca.compute_reinforce_plus_plus_outcome_advantage(rewards, mask, config=AlgoConfig(gamma=0.5))
     # row 0: G = [0.25, 0.5, 1]; row 1: G = [1, 2] (+ padding 0)
     torch.testing.assert_close(ret, torch.tensor([[0.25, 0.5, 1.0], [1.0, 2.0, 0.0]]))
     # whiten the 5 valid returns: mean 4.75 / 5 = 0.95, squared deviations sum 1.8, unbiased var 1.8 / 4
@@ -158,7 +159,7 @@ def test_reinforce_plus_plus_discounted_and_whitened():
     expected[1, 2] = 0.0
     torch.testing.assert_close(adv, expected)
     # an explicit gamma keyword wins over config.gamma
-    _, ret1 = ca.compute_reinforce_plus_plus_outcome_advantage(rewards, mask, config={"gamma": 0.5}, gamma=1.0)
+    _, ret1 = ca.compute_reinforce_plus_plus_outcome_advantage(rewards, mask, config=AlgoConfig(gamma=0.5), gamma=1.0)
     torch.testing.assert_close(ret1, torch.tensor([[1.0, 1.0, 1.0], [2.0, 2.0, 0.0]]))
 
 
@@ -215,7 +216,7 @@ def test_estimators_accept_the_trainers_full_keyword_set():
         index=uids("a", "a", "b", "b"),
         epsilon=1e-6,
         norm_adv_by_std_in_grpo=True,
-        config={"gamma": 1.0, "lam": 1.0},
+        config=AlgoConfig(gamma=1.0, lam=1.0),
         values=torch.zeros_like(rewards),
         gamma=1.0,
         lam=1.0,

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from verl.protocol import DataProto
+from verl.trainer.config import AlgoConfig, PFPPOConfig
 from verl.trainer.ppo import core_algos as ca
 
 
@@ -58,7 +58,7 @@ def grpo_batch():
 
 
 def test_compute_advantage_grpo_writes_advantages_and_returns():
-    algo = OmegaConf.create({"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": False, "gamma": 1.0, "lam": 1.0})
+    algo = AlgoConfig(adv_estimator="grpo", norm_adv_by_std_in_grpo=False, gamma=1.0, lam=1.0)
     data = ca.compute_advantage(grpo_batch(), "grpo", norm_adv_by_std_in_grpo=False, config=algo)
     # Dr.GRPO: group p0 scores 1, 0 -> +-0.5; group p1 scores 2, 4 -> -+1
     expected = torch.tensor([[0.5, 0.5], [-0.5, -0.5], [-1.0, 0.0], [1.0, 1.0]])
@@ -92,13 +92,13 @@ def test_compute_advantage_errors_name_what_is_missing():
     with pytest.raises(ValueError, match="Known"):
         ca.compute_advantage(grpo_batch(), "no_such_estimator")
     with pytest.raises(KeyError, match="token_level_scores"):
-        ca.compute_advantage(grpo_batch(), "gae", config={"use_pf_ppo": True})
+        ca.compute_advantage(grpo_batch(), "gae", config=AlgoConfig(use_pf_ppo=True))
 
 
 def test_pf_ppo_resamples_rows_by_score():
     data = grpo_batch()
     data.batch["token_level_scores"] = data.batch["token_level_rewards"].clone()  # scores 1, 0, 2, 4
-    algo = {"use_pf_ppo": True, "pf_ppo": {"reweight_method": "max_min", "weight_pow": 2.0}}
+    algo = AlgoConfig(use_pf_ppo=True, pf_ppo=PFPPOConfig(reweight_method="max_min", weight_pow=2.0))
     torch.manual_seed(0)
     out = ca.compute_advantage(data, "grpo", config=algo)
     # max_min keeps only the best (4, row 3) and the worst (0, row 1); the others weigh 1e-8

@@ -8,16 +8,18 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from verl.trainer.config import ActorConfig, AlgoConfig, PolicyLossConfig
 from verl.trainer.ppo import core_algos as ca
 
 FAST = settings(max_examples=50, deadline=None)
 
-POLICY_CONFIG = {
-    "clip_ratio": 0.2,
-    "clip_ratio_high": 0.28,
-    "clip_ratio_c": 3.0,
-    "policy_loss": {"clip_cov_ratio": 0.2, "clip_cov_lb": -10.0, "clip_cov_ub": 10.0, "kl_cov_ratio": 0.2},
-}
+POLICY_CONFIG = ActorConfig(
+    clip_ratio=0.2,
+    clip_ratio_low=0.2,
+    clip_ratio_high=0.28,
+    clip_ratio_c=3.0,
+    policy_loss=PolicyLossConfig(clip_cov_ratio=0.2, clip_cov_lb=-10.0, clip_cov_ub=10.0, kl_cov_ratio=0.2),
+)
 
 
 @st.composite
@@ -64,7 +66,7 @@ def estimator_kwargs(rewards, mask, values, index):
         gamma=0.9,
         lam=0.95,
         reward_baselines=values[:, 0].clone(),
-        config={"gamma": 0.9},
+        config=AlgoConfig(gamma=0.9, lam=0.95),
         norm_adv_by_std_in_grpo=True,
     )
 
@@ -198,7 +200,7 @@ def test_padding_never_changes_the_value_loss(batch, extra_pad):
 def test_dual_clip_bounds_every_token(tokens, low, high, c):
     log_ratio = torch.tensor([[t[0] for t in tokens]])
     adv = torch.tensor([[t[1] for t in tokens]])
-    cfg = {"clip_ratio": 0.2, "clip_ratio_low": low, "clip_ratio_high": high, "clip_ratio_c": c}
+    cfg = ActorConfig(clip_ratio=0.2, clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=c)
     for i in range(len(tokens)):
         only_i = torch.zeros_like(adv)
         only_i[0, i] = 1

@@ -1,13 +1,11 @@
-"""agg_loss, value and entropy losses, KL estimators and controllers, registries and config access."""
+"""agg_loss, value and entropy losses, KL estimators and controllers, registries."""
 
 import math
-from dataclasses import dataclass
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from verl.algos.registry import cfg_get
+from verl.trainer.config import KLControlConfig
 from verl.trainer.ppo import core_algos as ca
 
 LN2 = math.log(2.0)
@@ -72,6 +70,16 @@ def test_entropy_loss():
     assert ca.compute_entropy_loss(logits, mask).item() == pytest.approx((math.log(4) + h1) / 2, rel=1e-6)
 
 
+def test_entropy_from_logits_is_the_one_in_utils():
+    from verl.utils import torch_functional
+
+    # one implementation, reachable under upstream's core_algos name
+    assert ca.entropy_from_logits is torch_functional.entropy_from_logits
+    half = torch.tensor([[0.0, 0.0]], dtype=torch.bfloat16)
+    entropy = ca.entropy_from_logits(half)
+    assert entropy.dtype == torch.float32 and entropy.item() == pytest.approx(math.log(2), rel=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------------- KL
 @pytest.mark.parametrize(
     "name, expected_fwd, expected_rev",
@@ -131,7 +139,7 @@ def test_compute_rewards():
 
 # --------------------------------------------------------------------------------------------- controllers
 def test_adaptive_kl_controller():
-    ctrl = ca.get_kl_controller({"type": "adaptive", "kl_coef": 0.1, "target_kl": 0.05, "horizon": 100})
+    ctrl = ca.get_kl_controller(KLControlConfig(type="adaptive", kl_coef=0.1, target_kl=0.05, horizon=100))
     ctrl.update(current_kl=0.1, n_steps=10)
     # error = clip(0.1 / 0.05 - 1, -0.2, 0.2) = 0.2; value *= 1 + 0.2 * 10 / 100
     assert ctrl.value == pytest.approx(0.1 * 1.02)
@@ -141,13 +149,13 @@ def test_adaptive_kl_controller():
 
 
 def test_fixed_kl_controller_and_errors():
-    ctrl = ca.get_kl_controller(OmegaConf.create({"type": "fixed", "kl_coef": 0.3}))
+    ctrl = ca.get_kl_controller(KLControlConfig(type="fixed", kl_coef=0.3))
     ctrl.update(current_kl=5.0, n_steps=100)
     assert isinstance(ctrl, ca.FixedKLController) and ctrl.value == 0.3
     with pytest.raises(ValueError, match="horizon"):
-        ca.get_kl_controller({"type": "adaptive", "kl_coef": 0.1, "target_kl": 0.1, "horizon": 0})
+        ca.get_kl_controller(KLControlConfig(type="adaptive", kl_coef=0.1, target_kl=0.1, horizon=0))
     with pytest.raises(ValueError, match="kl_ctrl.type"):
-        ca.get_kl_controller({"type": "pid"})
+        ca.get_kl_controller(KLControlConfig(type="pid"))
 
 
 # ------------------------------------------------------------------------------------------------ registry
@@ -182,16 +190,3 @@ def test_enum_values():
         "grpo_passk", "gpg",
     ]  # fmt: skip
     assert ca.AdvantageEstimator.GRPO == "grpo"
-
-
-def test_cfg_get_reads_every_config_form():
-    @dataclass
-    class Cfg:
-        a: float = 1.0
-        b: float | None = None
-
-    for cfg in (Cfg(), OmegaConf.structured(Cfg()), {"a": 1.0, "b": None}):
-        assert cfg_get(cfg, "a", 5.0) == 1.0
-        assert cfg_get(cfg, "b", 5.0) == 5.0  # None means "use the default"
-        assert cfg_get(cfg, "missing", 7) == 7
-    assert cfg_get(None, "a", 3) == 3

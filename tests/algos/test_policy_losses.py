@@ -1,12 +1,11 @@
 """Every policy loss against hand-computed numbers; gradients checked where the math is simple."""
 
 import math
-from dataclasses import dataclass, field
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
+from verl.trainer.config import ActorConfig, PolicyLossConfig
 from verl.trainer.ppo import core_algos as ca
 
 METRIC_KEYS = {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}
@@ -14,6 +13,13 @@ METRIC_KEYS = {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}
 
 def logp(*probs_or_ratios):
     return torch.log(torch.tensor([list(probs_or_ratios)], dtype=torch.float32)).requires_grad_(True)
+
+
+def actor(clip=None, policy_loss=None, **kwargs):
+    """An ActorConfig; ``clip`` sets clip_ratio and both of its low/high bounds."""
+    if clip is not None:
+        kwargs.update(clip_ratio=clip, clip_ratio_low=clip, clip_ratio_high=clip)
+    return ActorConfig(**kwargs, policy_loss=PolicyLossConfig(**(policy_loss or {})))
 
 
 def run(name, old, new, adv, mask=None, mode="token-mean", config=None):
@@ -44,7 +50,7 @@ def test_vanilla_dual_clip_hand_computed():
     old = torch.zeros(1, 4)
     new = logp(1.5, 0.5, 4.0, 1.0)  # ratios, since old log-probs are 0
     adv = torch.tensor([[1.0, -1.0, -1.0, 2.0]])
-    loss, m = run("vanilla", old, new, adv, config={"clip_ratio": 0.2, "clip_ratio_c": 3.0})
+    loss, m = run("vanilla", old, new, adv, config=actor(clip=0.2, clip_ratio_c=3.0))
     # t0: A=1, r=1.5: max(-1.5, -1.2) = -1.2 (clipped)
     # t1: A=-1, r=0.5: max(0.5, 0.8) = 0.8 (clipped); dual cap 3 not hit
     # t2: A=-1, r=4: max(4, 1.2) = 4, dual cap min(4, 3) = 3 (lower clip)
@@ -62,7 +68,7 @@ def test_vanilla_clip_higher_is_asymmetric():
     old = torch.zeros(1, 2)
     new = logp(1.5, 0.5)
     adv = torch.tensor([[1.0, -1.0]])
-    cfg = {"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28}
+    cfg = actor(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28)
     loss, _ = run("vanilla", old, new, adv, config=cfg)
     # t0: clip to 1 + 0.28 -> -1.28; t1: clip to 1 - 0.2 -> 0.8
     assert loss.item() == pytest.approx((-1.28 + 0.8) / 2)
@@ -72,35 +78,25 @@ def test_vanilla_log_ratio_is_clamped():
     old = torch.tensor([[-100.0]])
     new = torch.tensor([[0.0]], requires_grad=True)
     adv = torch.tensor([[-1.0]])
-    loss, m = run("vanilla", old, new, adv, config={"clip_ratio_c": 10.0})
+    loss, m = run("vanilla", old, new, adv, config=actor(clip_ratio_c=10.0))
     # log ratio 100 -> clamped to 20; dual cap -A * c = 10 bounds the loss
     assert loss.item() == pytest.approx(10.0)
     assert m["actor/ppo_kl"] == pytest.approx(-20.0)
 
 
-def test_vanilla_config_forms_and_validation():
+def test_vanilla_reads_the_typed_actor_config():
     old, adv = torch.zeros(1, 1), torch.tensor([[1.0]])
     new = logp(1.5)
-
-    @dataclass
-    class PolicyLoss:
-        loss_mode: str = "vanilla"
-
-    @dataclass
-    class Actor:
-        clip_ratio: float = 0.1
-        clip_ratio_low: float | None = None
-        clip_ratio_high: float | None = None
-        clip_ratio_c: float = 3.0
-        policy_loss: PolicyLoss = field(default_factory=PolicyLoss)
-
-    # clip_ratio 0.1 with low/high unset -> clip at 1.1
-    for cfg in (Actor(), OmegaConf.structured(Actor()), {"clip_ratio": 0.1}):
-        assert run("vanilla", old, new, adv, config=cfg)[0].item() == pytest.approx(-1.1)
-    # no config: defaults clip_ratio 0.2
-    assert run("vanilla", old, new, adv)[0].item() == pytest.approx(-1.2)
+    assert run("vanilla", old, new, adv, config=actor(clip=0.1))[0].item() == pytest.approx(-1.1)
+    # the dataclass defaults: clip_ratio_low/high 0.2
+    assert run("vanilla", old, new, adv, config=ActorConfig())[0].item() == pytest.approx(-1.2)
+    # a null bound follows clip_ratio, as upstream (a user's own config object may leave them unset)
+    unset = actor(clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=None)
+    assert run("vanilla", old, new, adv, config=unset)[0].item() == pytest.approx(-1.1)
+    with pytest.raises(TypeError, match="actor config"):
+        run("vanilla", old, new, adv)
     with pytest.raises(ValueError, match="clip_ratio_c"):
-        run("vanilla", old, new, adv, config={"clip_ratio_c": 1.0})
+        run("vanilla", old, new, adv, config=actor(clip_ratio_c=1.0))
 
 
 def test_legacy_compute_policy_loss_matches():
@@ -117,7 +113,7 @@ def test_gspo_sequence_ratio():
     old = torch.zeros(2, 2)
     new = torch.tensor([[0.1, 0.3], [-0.05, 0.05]], requires_grad=True)  # log ratios
     adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
-    loss, m = run("gspo", old, new, adv, config={"clip_ratio": 0.2})
+    loss, m = run("gspo", old, new, adv, config=actor(clip=0.2))
     # seq 0: s = exp((0.1 + 0.3) / 2) = exp(0.2) = 1.2214 > 1.2 -> clipped, loss -1.2 on each token
     # seq 1: s = exp(0) = 1 -> loss 1 on each token; seq-mean-token-mean: (-1.2 + 1) / 2
     assert loss.item() == pytest.approx(-0.1)
@@ -158,7 +154,7 @@ def test_geo_mean_clips_in_log_space():
     old = torch.zeros(2, 2)
     new = torch.tensor([[0.1, 0.5], [0.1, 0.5]], requires_grad=True)
     adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
-    loss, m = run("geo_mean", old, new, adv, config={"clip_ratio": 0.4})
+    loss, m = run("geo_mean", old, new, adv, config=actor(clip=0.4))
     # A>0: min(x, clip(x, -0.4, 0.4)) = [0.1, 0.4] -> ratio exp(0.25), loss -exp(0.25)
     # A<0: sign flips: -min(-x, -clip(x)) = max(x, clip(x)) = [0.1, 0.5] -> ratio exp(0.3), loss +exp(0.3)
     assert loss.item() == pytest.approx((-math.exp(0.25) + math.exp(0.3)) / 2, rel=1e-6)
@@ -170,7 +166,7 @@ def test_geo_mean_clips_in_log_space():
 def test_cispo_clipped_weight_times_log_prob():
     old = torch.tensor([[math.log(0.5 / 1.5)]])  # ratio = 0.5 / (1 / 3) = 1.5
     new = torch.tensor([[math.log(0.5)]], requires_grad=True)
-    loss, m = run("cispo", old, new, torch.tensor([[1.0]]), config={"clip_ratio": 0.2})
+    loss, m = run("cispo", old, new, torch.tensor([[1.0]]), config=actor(clip=0.2))
     # weight clip(1.5, 0.8, 1.2) = 1.2 (no gradient through it): loss -1.2 * 1 * log 0.5
     assert loss.item() == pytest.approx(-1.2 * math.log(0.5), rel=1e-6)
     assert m["actor/pg_clipfrac"] == 1.0
@@ -183,7 +179,7 @@ def test_sapo_soft_gate():
     old = torch.zeros(2, 1)
     new = torch.tensor([[0.0], [math.log(1.5)]], requires_grad=True)
     adv = torch.tensor([[1.0], [-1.0]])
-    loss, _ = run("sapo", old, new, adv, config={"tau_pos": 1.0, "tau_neg": 1.05})
+    loss, _ = run("sapo", old, new, adv, config=actor())
     # row 0: r = 1, gate sigmoid(0) * 4 / 1 = 2 -> loss -2
     # row 1: r = 1.5, tau 1.05: gate sigmoid(1.05 * 0.5) * 4 / 1.05 -> loss +gate
     gate1 = 1 / (1 + math.exp(-0.525)) * 4 / 1.05
@@ -195,7 +191,7 @@ def test_sapo_soft_gate():
 
 def test_sapo_temperatures_from_policy_loss_section():
     old, new, adv = torch.zeros(1, 1), torch.zeros(1, 1), torch.tensor([[1.0]])
-    loss, _ = run("sapo", old, new, adv, config={"policy_loss": {"tau_pos": 2.0}})
+    loss, _ = run("sapo", old, new, adv, config=actor(policy_loss={"tau_pos": 2.0}))
     assert loss.item() == pytest.approx(-1.0)  # gate at r=1 is 4 / (2 tau) = 2 / tau = 1
 
 
@@ -209,7 +205,7 @@ def _cov_case():
 
 def test_clip_cov_drops_gradient_of_high_covariance_tokens():
     log_prob, adv = _cov_case()
-    cfg = {"clip_ratio": 0.2, "policy_loss": {"clip_cov_ratio": 0.25, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0}}
+    cfg = actor(clip=0.2, policy_loss={"clip_cov_ratio": 0.25, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0})
     loss, m = run("clip_cov", log_prob.detach(), log_prob, adv, config=cfg)
     # only token 0 has lb < cov < ub; int(0.25 * 4) = 1 token dropped
     # ratios are 1: losses -A = [-2, 3, -1, 0], token 0 dropped -> (3 - 1 + 0) / 4
@@ -222,7 +218,7 @@ def test_clip_cov_drops_gradient_of_high_covariance_tokens():
 def test_kl_cov_penalises_top_covariance_tokens():
     log_prob, adv = _cov_case()
     old = log_prob.detach() - torch.tensor([[0.0, 0.2, 0.0, 0.0]])  # log ratio 0.2 on token 1
-    cfg = {"policy_loss": {"kl_cov_ratio": 0.25, "ppo_kl_coef": 1.0}}
+    cfg = actor(policy_loss={"kl_cov_ratio": 0.25, "ppo_kl_coef": 1.0})
     loss, m = run("kl_cov", old, log_prob, adv, config=cfg)
     # top-1 covariance is token 1 (cov 6): -(-3) * exp(0.2) + 1 * |0.2|; others -A * 1 = -2, -1, 0
     assert loss.item() == pytest.approx((-2 + 3 * math.exp(0.2) + 0.2 - 1 + 0) / 4, rel=1e-5)
@@ -233,7 +229,7 @@ def test_kl_cov_penalises_top_covariance_tokens():
 def test_cov_losses_validate_their_ratio():
     log_prob, adv = _cov_case()
     with pytest.raises(ValueError, match="clip_cov_ratio"):
-        run("clip_cov", log_prob.detach(), log_prob, adv, config={"policy_loss": {"clip_cov_ratio": 0.0}})
+        run("clip_cov", log_prob.detach(), log_prob, adv, config=actor(policy_loss={"clip_cov_ratio": 0.0}))
 
 
 def test_unknown_loss_lists_known_names():

@@ -1,10 +1,10 @@
 """The math of the RL algorithms, split by role; everything public is re-exported here.
 `verl.trainer.ppo.core_algos` (upstream's path) is this very module.
 
-- registry.py     names -> functions for advantage estimators and policy losses, config access
+- registry.py     names -> functions for advantage estimators and policy losses
 - advantage.py    advantage estimators (GAE, GRPO, RLOO, REINFORCE++, ReMax, OPO, GPG, pass@k)
 - policy_loss.py  PPO-family policy losses; policy_loss_cov.py the covariance-based ones
-- losses.py       loss aggregation, value loss, entropy loss
+- losses.py       loss aggregation, value loss, entropy loss (entropy_from_logits from verl.utils)
 - kl.py           KL estimators and KL coefficient controllers
 - batch.py        the DataProto-level steps the trainer calls (KL in reward, compute_advantage)
 

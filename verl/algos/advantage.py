@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from verl.algos.registry import AdvantageEstimator, cfg_get, register_adv_est
+from verl.algos.registry import AdvantageEstimator, register_adv_est
 from verl.utils.torch_masked import masked_sum, masked_whiten
 
 __all__ = [
@@ -156,7 +156,7 @@ def compute_grpo_passk_outcome_advantage(
     r_max - r_second_max (divided by the group std + eps unless ``norm_adv_by_std_in_grpo`` is off;
     the value in ``config`` wins, as upstream reads it from there).
     """
-    normalize = bool(cfg_get(config, "norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo))
+    normalize = bool(norm_adv_by_std_in_grpo if config is None else config.norm_adv_by_std_in_grpo)
     with torch.no_grad():
         scores = _outcome_scores(token_level_rewards, response_mask)
         ids = _group_ids(index, scores.shape[0], scores.device)
@@ -220,9 +220,11 @@ def compute_reinforce_plus_plus_outcome_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++ (Hu 2025, arXiv:2501.03262): discounted returns, whitened over the batch.
 
-    ``gamma`` comes from the keyword, else ``config.gamma``, else 1.0.
+    ``gamma`` comes from the keyword, else ``config.gamma`` (the algorithm config).
     """
-    discount = gamma if gamma is not None else cfg_get(config, "gamma", 1.0)
+    if gamma is None and config is None:
+        raise TypeError("compute_reinforce_plus_plus_outcome_advantage needs gamma= or config= (the algorithm config)")
+    discount = gamma if gamma is not None else config.gamma
     with torch.no_grad():
         returns = _discounted_returns(token_level_rewards, response_mask, discount)
         advantages = masked_whiten(returns, response_mask)

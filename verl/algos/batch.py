@@ -9,7 +9,7 @@ import torch
 
 from verl.algos.kl import AdaptiveKLController, FixedKLController
 from verl.algos.kl import kl_penalty as kl_estimate
-from verl.algos.registry import AdvantageEstimator, cfg_get, get_adv_estimator_fn
+from verl.algos.registry import AdvantageEstimator, get_adv_estimator_fn
 from verl.utils.torch_masked import masked_mean
 
 if TYPE_CHECKING:
@@ -90,11 +90,8 @@ def compute_advantage(
     advantages, returns = _call_with_accepted_kwargs(estimator, kwargs)
     data.batch["advantages"] = advantages
     data.batch["returns"] = returns
-    if cfg_get(config, "use_pf_ppo", False):
-        pf_ppo = cfg_get(config, "pf_ppo")
-        data = compute_pf_ppo_reweight_data(
-            data, cfg_get(pf_ppo, "reweight_method", "pow"), cfg_get(pf_ppo, "weight_pow", 2.0)
-        )
+    if config is not None and config.use_pf_ppo:
+        data = compute_pf_ppo_reweight_data(data, config.pf_ppo.reweight_method, config.pf_ppo.weight_pow)
     return data
 
 

@@ -17,8 +17,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.algos.registry import cfg_get
-
 __all__ = [
     "KL_ESTIMATORS",
     "kl_penalty",
@@ -100,13 +98,13 @@ class AdaptiveKLController:
 
 def get_kl_controller(kl_ctrl: Any) -> FixedKLController | AdaptiveKLController:
     """Build the controller described by `algorithm.kl_ctrl` (type: fixed | adaptive, kl_coef, target_kl, horizon)."""
-    kind = cfg_get(kl_ctrl, "type", "fixed")
-    kl_coef = cfg_get(kl_ctrl, "kl_coef", 0.001)
+    kind = kl_ctrl.type
+    kl_coef = kl_ctrl.kl_coef
     if kind == "fixed":
         return FixedKLController(kl_coef=kl_coef)
     if kind == "adaptive":
-        horizon = cfg_get(kl_ctrl, "horizon", 10000)
-        target_kl = cfg_get(kl_ctrl, "target_kl", 0.1)
+        horizon = kl_ctrl.horizon
+        target_kl = kl_ctrl.target_kl
         if not horizon > 0:
             raise ValueError(f"algorithm.kl_ctrl.horizon must be > 0 for the adaptive controller (got {horizon}).")
         if not target_kl > 0:

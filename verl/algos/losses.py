@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from verl.utils.torch_functional import entropy_from_logits
 from verl.utils.torch_masked import masked_mean, masked_sum
 
+# entropy_from_logits lives in verl.utils.torch_functional (the actor uses it too); re-exported for core_algos.
 __all__ = ["LOSS_AGG_MODES", "agg_loss", "compute_value_loss", "compute_entropy_loss", "entropy_from_logits"]
 
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -71,12 +73,6 @@ def compute_value_loss(
     vf_loss = 0.5 * agg_loss(torch.maximum(unclipped, clipped), response_mask, loss_agg_mode, loss_scale_factor)
     vf_clipfrac = masked_mean(torch.gt(clipped, unclipped).to(vpreds.dtype), response_mask).detach()
     return vf_loss, vf_clipfrac
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of softmax(logits) over the last dim: logsumexp(z) - sum softmax(z) * z."""
-    probs = torch.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
 
 
 def compute_entropy_loss(

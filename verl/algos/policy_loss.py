@@ -1,8 +1,8 @@
 """Policy-gradient losses of the PPO family, registered by their `policy_loss.loss_mode` names.
 
 Every loss: fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
-rollout_is_weights=None) -> (pg_loss, metrics). ``config`` is the actor config (dataclass, DictConfig, dict or
-None for all defaults). Metrics are python floats under "actor/pg_clipfrac", "actor/ppo_kl" and
+rollout_is_weights=None) -> (pg_loss, metrics). ``config`` is the actor config (an ``ActorConfig``; the built-in
+losses read its attributes: clip ratios, ``policy_loss.*``). Metrics are python floats under "actor/pg_clipfrac", "actor/ppo_kl" and
 "actor/pg_clipfrac_lower" (0.0 where a loss has no such notion). Gradients flow only through ``log_prob``:
 old log-probs, advantages and importance weights are treated as data.
 """
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from verl.algos.losses import agg_loss
-from verl.algos.registry import cfg_get, register_policy_loss
+from verl.algos.registry import register_policy_loss
 from verl.utils.torch_masked import masked_mean
 
 __all__ = [
@@ -35,10 +35,17 @@ __all__ = [
 LOG_RATIO_CLAMP = 20.0
 
 
+def require_actor_config(config: Any, loss: str) -> Any:
+    if config is None:
+        raise TypeError(f"policy loss {loss!r} needs config= the actor config (actor_rollout_ref.actor, an ActorConfig)")
+    return config
+
+
 def clip_ranges(config: Any) -> tuple[float, float]:
-    """(clip_ratio_low, clip_ratio_high) from the actor config, each defaulting to clip_ratio (0.2)."""
-    clip_ratio = cfg_get(config, "clip_ratio", 0.2)
-    return cfg_get(config, "clip_ratio_low", clip_ratio), cfg_get(config, "clip_ratio_high", clip_ratio)
+    """(clip_ratio_low, clip_ratio_high) from the actor config; a null one follows clip_ratio, as upstream."""
+    config = require_actor_config(config, "clip")
+    low, high = config.clip_ratio_low, config.clip_ratio_high
+    return (config.clip_ratio if low is None else low), (config.clip_ratio if high is None else high)
 
 
 def pg_metrics(pg_clipfrac: Any = 0.0, ppo_kl: Any = 0.0, pg_clipfrac_lower: Any = 0.0) -> dict[str, float]:
@@ -55,10 +62,10 @@ def pg_metrics(pg_clipfrac: Any = 0.0, ppo_kl: Any = 0.0, pg_clipfrac_lower: Any
 def aggregate_pg_losses(
     pg_losses: torch.Tensor, mask: torch.Tensor, mode: str, config: Any, is_w: torch.Tensor | None
 ) -> torch.Tensor:
-    """agg_loss with optional importance weights (constants) and the actor's `loss_scale_factor`."""
+    """agg_loss with optional importance weights (constants)."""
     if is_w is not None:
         pg_losses = pg_losses * is_w.detach()
-    return agg_loss(pg_losses, mask, mode, cfg_get(config, "loss_scale_factor", None))
+    return agg_loss(pg_losses, mask, mode)
 
 
 def _dual_clip_ppo(
@@ -109,7 +116,7 @@ def compute_policy_loss_vanilla(
     (Ye et al. 2019, arXiv:1912.09729: clip_ratio_c). The log-ratio is clamped to [-20, 20]."""
     clip_low, clip_high = clip_ranges(config)
     losses, clipfrac, ppo_kl, clipfrac_lower = _dual_clip_ppo(
-        old_log_prob, log_prob, advantages, response_mask, clip_low, clip_high, cfg_get(config, "clip_ratio_c", 3.0)
+        old_log_prob, log_prob, advantages, response_mask, clip_low, clip_high, config.clip_ratio_c
     )
     pg_loss = aggregate_pg_losses(losses, response_mask, loss_agg_mode, config, rollout_is_weights)
     return pg_loss, pg_metrics(clipfrac, ppo_kl, clipfrac_lower)
@@ -265,11 +272,6 @@ def compute_policy_loss_cispo(
     return pg_loss, pg_metrics(clipfrac, masked_mean(-log_ratio, response_mask), 0.0)
 
 
-def _sapo_temperature(config: Any, key: str, default: float) -> float:
-    # Upstream keeps tau_pos/tau_neg on the actor config; accept them under policy_loss as well.
-    return cfg_get(config, key, cfg_get(cfg_get(config, "policy_loss"), key, default))
-
-
 @register_policy_loss("sapo")
 def compute_policy_loss_sapo(
     old_log_prob: torch.Tensor,
@@ -284,10 +286,10 @@ def compute_policy_loss_sapo(
     loss = -f_tau(ratio) * A with f_tau(r) = sigmoid(tau (r - 1)) * 4 / tau, tau = tau_pos (1.0) when
     A > 0 else tau_neg (1.05). At r = 1 the gradient equals the unclipped one; it decays smoothly away
     from 1. Always aggregated seq-mean-token-mean, as upstream; ``loss_agg_mode`` is ignored."""
-    tau_pos = _sapo_temperature(config, "tau_pos", 1.0)
-    tau_neg = _sapo_temperature(config, "tau_neg", 1.05)
+    policy_loss = require_actor_config(config, "sapo").policy_loss
+    tau_pos, tau_neg = policy_loss.tau_pos, policy_loss.tau_neg
     if tau_pos <= 0 or tau_neg <= 0:
-        raise ValueError(f"actor_rollout_ref.actor.tau_pos/tau_neg must be > 0 (got {tau_pos}, {tau_neg}).")
+        raise ValueError(f"actor_rollout_ref.actor.policy_loss.tau_pos/tau_neg must be > 0 (got {tau_pos}, {tau_neg}).")
     advantages = advantages.detach()
     log_ratio = torch.clamp(log_prob - old_log_prob.detach(), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)

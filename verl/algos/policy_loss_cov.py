@@ -13,15 +13,14 @@ from typing import Any
 
 import torch
 
-from verl.algos.policy_loss import aggregate_pg_losses, clip_ranges, pg_metrics
-from verl.algos.registry import cfg_get, register_policy_loss
+from verl.algos.policy_loss import aggregate_pg_losses, clip_ranges, pg_metrics, require_actor_config
+from verl.algos.registry import register_policy_loss
 from verl.utils.torch_masked import masked_mean
 
 __all__ = ["compute_policy_loss_clip_cov", "compute_policy_loss_kl_cov"]
 
 
-def _policy_loss_setting(config: Any, key: str, default: float) -> float:
-    value = cfg_get(cfg_get(config, "policy_loss"), key, default)
+def _positive(value: float, key: str) -> float:
     if not value > 0:
         raise ValueError(f"actor_rollout_ref.actor.policy_loss.{key} must be > 0 (got {value}).")
     return value
@@ -45,9 +44,9 @@ def compute_policy_loss_clip_cov(
     a random max(1, int(clip_cov_ratio * n_valid)) have their loss (and gradient) zeroed.
     The random choice uses torch's global generator (seed it for reproducibility).
     pg_clipfrac reports the fraction of tokens so dropped."""
-    clip_cov_ratio = _policy_loss_setting(config, "clip_cov_ratio", 0.0002)
-    clip_cov_lb = cfg_get(cfg_get(config, "policy_loss"), "clip_cov_lb", 1.0)
-    clip_cov_ub = cfg_get(cfg_get(config, "policy_loss"), "clip_cov_ub", 5.0)
+    clip_cov_ratio = _positive(require_actor_config(config, "clip_cov").policy_loss.clip_cov_ratio, "clip_cov_ratio")
+    clip_cov_lb = config.policy_loss.clip_cov_lb
+    clip_cov_ub = config.policy_loss.clip_cov_ub
     clip_low, clip_high = clip_ranges(config)
     advantages = advantages.detach()
     valid = response_mask.bool()
@@ -86,8 +85,8 @@ def compute_policy_loss_kl_cov(
     """Unclipped surrogate -A * ratio plus KL-Cov: the top max(1, int(kl_cov_ratio * n_valid)) tokens by
     covariance get + ppo_kl_coef * |log ratio|. As upstream, "actor/ppo_kl" reports the mean |log ratio|;
     pg_clipfrac reports the fraction of penalised tokens."""
-    kl_cov_ratio = _policy_loss_setting(config, "kl_cov_ratio", 0.0002)
-    ppo_kl_coef = cfg_get(cfg_get(config, "policy_loss"), "ppo_kl_coef", 1.0)
+    kl_cov_ratio = _positive(require_actor_config(config, "kl_cov").policy_loss.kl_cov_ratio, "kl_cov_ratio")
+    ppo_kl_coef = config.policy_loss.ppo_kl_coef
     advantages = advantages.detach()
     valid = response_mask.bool()
 

@@ -1,4 +1,4 @@
-"""Name -> function registries for advantage estimators and policy losses, plus config access.
+"""Name -> function registries for advantage estimators and policy losses.
 
 The trainer looks functions up by the names users write in their config (`algorithm.adv_estimator`,
 `actor_rollout_ref.actor.policy_loss.loss_mode`), so a custom estimator or loss is one decorator away
@@ -18,7 +18,6 @@ __all__ = [
     "get_adv_estimator_fn",
     "register_policy_loss",
     "get_policy_loss_fn",
-    "cfg_get",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -109,18 +108,3 @@ def register_policy_loss(name: str) -> Callable[[F], F]:
 def get_policy_loss_fn(name: str) -> Callable[..., Any]:
     return _lookup(POLICY_LOSS_REGISTRY, "policy loss", "actor_rollout_ref.actor.policy_loss.loss_mode", name)
 
-
-def cfg_get(config: Any, key: str, default: Any = None) -> Any:
-    """`config.key` for a dataclass, DictConfig, plain dict or None; `default` when absent or None.
-
-    Upstream configs use null to mean "use the default", so a None value falls back as well.
-    """
-    if config is None:
-        return default
-    if isinstance(config, dict):
-        value = config.get(key, None)
-    elif hasattr(config, "get") and not hasattr(config, "__dataclass_fields__"):
-        value = config.get(key, None)  # omegaconf DictConfig and other mappings
-    else:
-        value = getattr(config, key, None)
-    return default if value is None else value
