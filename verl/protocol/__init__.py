@@ -5,42 +5,12 @@ A DataProto holds N rows in three parts:
 - ``non_tensor_batch``: ``dict[str, np.ndarray]`` of object arrays whose first dim is N (strings, dicts, lists),
 - ``meta_info``: a plain dict shared by the whole batch (settings and results that are not per row).
 
-Standard keys. Project rule: every key is produced in exactly one place; a stage that needs a new key adds it
-here with its producer.
+Batch keys: ``verl.protocol.keys`` lists every key a PPO/GRPO step puts in ``batch`` and ``non_tensor_batch``,
+with its dtype, symbolic shape, the one function that produces it and the config under which it exists
+(``BATCH_KEYS``, ``expected_keys(config)``, ``check_batch(batch, config)``). Project rule: every key is produced
+in exactly one place; a stage that needs a new key adds it to that table with its producer.
 
-==================== ============ ==============================================================================
-key                  part         produced by
-==================== ============ ==============================================================================
-input_ids            batch        dataset (prompt, left-padded); rollout replaces it with prompt+response
-attention_mask       batch        dataset (prompt); rollout replaces it with the prompt+response mask
-position_ids         batch        dataset (prompt); rollout replaces it with prompt+response positions
-prompts              batch        rollout (the left-padded prompt ids it was given)
-responses            batch        rollout (right-padded response ids)
-response_mask        batch        rollout (1 on real response tokens, 0 on padding / after EOS)
-rollout_log_probs    batch        rollout engine (log-probs of the sampled tokens, when it reports them)
-token_level_scores   batch        reward manager (score on the last response token)
-old_log_probs        batch        actor ``compute_log_prob``
-entropys             batch        actor ``compute_log_prob``
-ref_log_prob         batch        ref ``compute_ref_log_prob``
-values               batch        critic ``compute_values``
-token_level_rewards  batch        trainer ``apply_kl_penalty`` (or a copy of token_level_scores without KL)
-advantages           batch        advantage estimator (``compute_advantage``)
-returns              batch        advantage estimator (``compute_advantage``)
-reward_baselines     batch        ReMax baseline rollout (greedy response reward)
-raw_prompt_ids       non-tensor   dataset (unpadded prompt token ids)
-raw_prompt           non-tensor   dataset (chat messages, when ``return_raw_chat``)
-data_source          non-tensor   dataset
-reward_model         non-tensor   dataset (holds ``ground_truth``)
-extra_info           non-tensor   dataset
-index                non-tensor   dataset
-uid                  non-tensor   trainer (one id per prompt, assigned before ``repeat(rollout.n)``)
-reward_extra_info    non-tensor   reward manager (per-row extra reward fields)
-==================== ============ ==============================================================================
-
-meta_info keys: ``temperature``, ``micro_batch_size``, ``use_dynamic_bsz``, ``max_token_len``,
-``global_token_num``, ``do_sample``, ``validate``, ``global_steps``, ``eos_token_id``, ``pad_token_id``
-(set by the trainer for the call that reads them), ``metrics`` (returned by workers), ``timing`` (returned by
-rollout / workers).
+meta_info keys (not per row) are listed there too, in the module docstring.
 """
 
 from __future__ import annotations
