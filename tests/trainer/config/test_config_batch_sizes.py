@@ -185,34 +185,3 @@ def test_actor_check_accepts_exactly_the_batches_that_split_evenly(train, mini, 
     assert (not problems) == _splits_evenly(train, mini, n, nodes * gpus, micro), problems
     for p in problems:
         assert any(str(v) in p for v in (train, mini, micro, mini * n, nodes * gpus)), p
-
-
-def test_dapo_filter_groups_need_a_metric_and_groups(cfg):
-    _set(_grpo(cfg, 1), algorithm__filter_groups__enable=True)
-    problems = _problems(cfg)
-    assert any(
-        p.startswith("algorithm.filter_groups.enable=true needs algorithm.filter_groups.metric") for p in problems
-    )
-    assert any(p.startswith("algorithm.filter_groups.enable=true drops groups") for p in problems)
-    _set(cfg, algorithm__filter_groups__metric="acc", actor_rollout_ref__rollout__n=4, data__gen_batch_size=12)
-    typed = validate_config(cfg, check_files=False)
-    assert typed.algorithm.filter_groups.metric == "acc" and typed.data.gen_batch_size == 12
-
-
-def test_lora_in_rl_is_refused_naming_the_key_instead_of_training_the_full_model(cfg):
-    _set(cfg, actor_rollout_ref__model__lora_rank=32)
-    message = next(p for p in _problems(cfg) if "lora_rank" in p)
-    assert message.startswith("actor_rollout_ref.model.lora_rank=32") and "lora_rank=0" in message
-
-
-def test_critic_lora_is_checked_only_when_the_critic_is_used(cfg):
-    _set(cfg, algorithm__adv_estimator="gae", critic__model__lora_rank=8)
-    assert any(p.startswith("critic.model.lora_rank=8") for p in _problems(cfg))
-    _set(_grpo(cfg, 2), critic__model__lora_rank=8)
-    validate_config(cfg, check_files=False)
-
-
-def test_gpu_only_model_switches_warn_that_they_do_nothing(cfg):
-    _set(cfg, actor_rollout_ref__model__use_liger=True, actor_rollout_ref__model__use_fused_kernels=True)
-    with pytest.warns(ConfigWarning, match=r"model\.\{use_liger, use_fused_kernels\} have no effect"):
-        validate_config(cfg, check_files=False)

@@ -5,10 +5,31 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field
-from verl.trainer.config.engine import TRAIN_STRATEGIES, CheckpointConfig, FSDPConfig, OptimConfig
+from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field, refused
+from verl.trainer.config.engine import TRAIN_STRATEGIES, CheckpointConfig, OptimConfig, WorkerFSDPConfig
 from verl.trainer.config.registries import KL_PENALTIES, LOSS_AGG_MODES, POLICY_LOSSES, policy_loss_registered
 from verl.trainer.config.rollout import RolloutConfig
+
+# Shared by the model sections of the actor and the critic (critic.py imports them).
+NO_LORA = (
+    "the RL workers train the full model; LoRA is built for the SFT trainer only (verl.trainer.fsdp_sft_trainer)",
+    "Set lora_rank=0, or start RL from an SFT LoRA run's checkpoint (its global_step_N folder already holds the "
+    "merged model).",
+)
+NO_LORA_KEY = ("only used with lora_rank > 0, and LoRA is not built for the RL workers", "Remove it.")
+NO_ACTIVATION_OFFLOAD = (
+    "activation offloading is not built; enable_gradient_checkpointing saves activation memory instead",
+    "Set enable_gradient_checkpointing=true instead.",
+)
+NO_ULYSSES = (
+    "Ulysses sequence parallelism is not built; every worker holds whole sequences",
+    "Set it to 1; use use_remove_padding=true and smaller micro-batches for long sequences.",
+)
+NO_TORCH_COMPILE = ("torch.compile of the model is not built", "Set it to false.")
+NO_DEPRECATED_LOG_PROB_MICRO = (
+    "the deprecated global size is not built for log-prob passes",
+    "Set log_prob_micro_batch_size_per_gpu instead (samples per forward pass on one worker).",
+)
 
 
 @dataclass
@@ -18,15 +39,26 @@ class ModelConfig(BaseConfig):
     external_lib: str | None = None
     override_config: dict[str, Any] = dict_field()
     enable_gradient_checkpointing: bool = False  # as in ppo_trainer.yaml: small CPU runs are not memory-bound
-    enable_activation_offload: bool = False
+    enable_activation_offload: bool = refused(False, *NO_ACTIVATION_OFFLOAD)
     use_remove_padding: bool = False
-    lora_rank: int = at_least(0, 0)
-    lora_alpha: int = 16
-    target_modules: str | list[str] = "all-linear"
-    use_shm: bool = False
+    lora_rank: int = refused(at_least(0, 0), *NO_LORA)
+    lora_alpha: int = refused(16, *NO_LORA_KEY)
+    target_modules: str | list[str] = refused("all-linear", *NO_LORA_KEY)
+    use_shm: bool = refused(
+        False,
+        "loading the model through /dev/shm is not built; the model loads from model.path",
+        "Set it to false.",
+    )
     trust_remote_code: bool = False
-    use_liger: bool = False
-    use_fused_kernels: bool = False
+    use_liger: bool = refused(
+        False, "Liger kernels are GPU kernels this build does not include", "Set it to false."
+    )
+    use_fused_kernels: bool = refused(
+        False,
+        "the fused GPU log-prob kernels are not built (on CPU the fused RMSNorm/rotary are on already; "
+        "VERL_FUSED_NORM_ROPE=0 turns them off)",
+        "Set it to false.",
+    )
 
 
 @dataclass
@@ -60,35 +92,39 @@ class ActorConfig(BaseConfig):
     loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
     entropy_coeff: float = 0.0
     use_kl_loss: bool = False
-    use_torch_compile: bool = False
+    use_torch_compile: bool = refused(False, *NO_TORCH_COMPILE)
     kl_loss_coef: float = 0.001
     kl_loss_type: str = choice("low_var_kl", KL_PENALTIES)
     ppo_epochs: int = at_least(1, 1)
     shuffle: bool = False
-    ulysses_sequence_parallel_size: int = at_least(1, 1)
+    ulysses_sequence_parallel_size: int = refused(at_least(1, 1), *NO_ULYSSES)
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    fsdp_config: WorkerFSDPConfig = field(default_factory=WorkerFSDPConfig)
 
 
 @dataclass
 class RefConfig(BaseConfig):
     strategy: str = choice("fsdp", TRAIN_STRATEGIES)
     use_remove_padding: bool = False  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
-    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
-    use_torch_compile: bool = False
-    log_prob_micro_batch_size: int | None = None  # deprecated: global
+    fsdp_config: WorkerFSDPConfig = field(default_factory=WorkerFSDPConfig)
+    use_torch_compile: bool = refused(False, *NO_TORCH_COMPILE)  # ${actor_rollout_ref.actor.use_torch_compile}
+    log_prob_micro_batch_size: int | None = refused(None, *NO_DEPRECATED_LOG_PROB_MICRO)
     log_prob_micro_batch_size_per_gpu: int | None = at_least(2, 1)
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = at_least(16384, 1)
-    ulysses_sequence_parallel_size: int = at_least(1, 1)
+    ulysses_sequence_parallel_size: int = refused(at_least(1, 1), *NO_ULYSSES)
 
 
 @dataclass
 class ActorRolloutRefConfig(BaseConfig):
     # One worker holds actor, rollout and (when used) reference, and hands weights to the rollout in process.
-    hybrid_engine: bool = True
+    hybrid_engine: bool = refused(
+        True,
+        "actor and rollout always share one worker here (weights are handed over in process)",
+        "Set actor_rollout_ref.hybrid_engine=true.",
+    )
     model: ModelConfig = field(default_factory=ModelConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     ref: RefConfig = field(default_factory=RefConfig)

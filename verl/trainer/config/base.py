@@ -82,13 +82,18 @@ def _with_meta(spec: Any, **extra: Any) -> Any:
     return field(default=spec.default, metadata=meta)
 
 
-def refused(spec: Any, why: str, todo: str) -> Any:
+def refused(spec: Any, why: str, todo: str, follows: str | None = None) -> Any:
     """A key this build does not implement: its default is accepted, any other value stops the run before Ray
-    starts, with the key's dotted name, `why` and `todo`. Never accepted and ignored."""
+    starts, with the key's dotted name, `why` and `todo`. Never accepted and ignored.
+
+    `follows` names the key whose value the yaml interpolates into this one (`gen_batch_size:
+    ${data.train_batch_size}`): that value is the accepted one, so changing the followed key alone is fine.
+    On a section (a dataclass field) every leaf must keep its default.
+    """
     default = spec.default if isinstance(spec, dataclasses.Field) else spec
     if isinstance(spec, dataclasses.Field) and spec.default_factory is not dataclasses.MISSING:
         default = spec.default_factory()
-    return _with_meta(spec, refused=Refusal(why, todo), refused_default=default)
+    return _with_meta(spec, refused=Refusal(why, todo), refused_default=default, refused_follows=follows)
 
 
 def refused_values(spec: Any, values: Mapping[Any, Refusal]) -> Any:
@@ -106,8 +111,57 @@ def iter_refusals(cls: type, prefix: str = "") -> Iterator[tuple[str, Any, Refus
         for value, refusal in f.metadata.get("refused_values", {}).items():
             yield path, value, refusal
         tp = _strip_optional(hints[f.name])
-        if dataclasses.is_dataclass(tp):
+        if dataclasses.is_dataclass(tp) and "refused" not in f.metadata:
             yield from iter_refusals(tp, path + ".")
+
+
+@dataclass(frozen=True)
+class RefusedKey:
+    """One row of the refusal table (docs/config.md): what is refused and what is still accepted."""
+
+    key: str
+    refused: str  # "any other value", or the refused value
+    accepted: str
+    why: str
+    todo: str
+
+
+def refusal_table(cls: type, prefix: str = "") -> list[RefusedKey]:
+    """`iter_refusals` with the accepted value spelled out, for the docs and the audit."""
+    rows = []
+    fields = {}
+    for key, value, refusal in iter_refusals(cls, prefix):
+        if key not in fields:
+            fields[key] = _field_at(cls, key[len(prefix):])
+        meta = fields[key].metadata
+        if value is None:
+            follows = meta.get("refused_follows")
+            default = meta["refused_default"]
+            if follows:
+                accepted = f"${{{follows}}} (its default)"
+            elif dataclasses.is_dataclass(default):
+                accepted = "every key below at its default"
+            else:
+                accepted = f"{_yaml_text(default)} (its default)"
+            rows.append(RefusedKey(key, "any other value", accepted, refusal.why, refusal.todo))
+        else:
+            rows.append(RefusedKey(key, _yaml_text(value), "other values", refusal.why, refusal.todo))
+    return rows
+
+
+def _field_at(cls: type, dotted: str) -> dataclasses.Field:
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        cls = _strip_optional(type_hints(cls)[part])
+    return next(f for f in dataclasses.fields(cls) if f.name == leaf)
+
+
+def _yaml_text(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
 
 
 # ---------------------------------------------------------------- schema walking
@@ -162,7 +216,7 @@ class BuildResult:
 
 def build_config(cls: type[T], node: Any, root: str = "") -> BuildResult:
     """Build `cls` from a DictConfig/dict, collecting problems instead of stopping at the first."""
-    builder = _Builder(known=schema_keys(cls, f"{root}." if root else "")[0])
+    builder = _Builder(known=schema_keys(cls, f"{root}." if root else "")[0], root=node)
     config = builder.build(cls, node, root)
     return BuildResult(config=config, problems=builder.problems, normalised=builder.normalised)
 
@@ -172,8 +226,9 @@ def _describe(value: Any) -> str:
 
 
 class _Builder:
-    def __init__(self, known: frozenset[str]):
+    def __init__(self, known: frozenset[str], root: Any = None):
         self.known = known
+        self.root = root  # the whole config, for refused keys that follow another key
         self.problems: list[str] = []
         self.normalised: dict[str, list] = {}
 
@@ -251,7 +306,7 @@ class _Builder:
         for member in members:
             if member is type(None):
                 continue
-            trial = _Builder(self.known)
+            trial = _Builder(self.known, self.root)
             ok, converted = trial.convert(member, value, path)
             if ok and not trial.problems:
                 self.normalised.update(trial.normalised)
@@ -308,6 +363,17 @@ class _Builder:
             return self._fail(path, "a string", value)
         raise TypeError(f"schema for {path} uses unsupported type {tp!r}")
 
+    def _lookup(self, dotted: str) -> Any:
+        node = self.root
+        for part in dotted.split("."):
+            try:
+                node = node[part]
+            except (KeyError, TypeError, OmegaConfBaseException):
+                return None
+        if isinstance(node, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(node, resolve=True)
+        return node
+
     def _fail(self, path: str, expected: str, value: Any) -> tuple[bool, Any]:
         self.problems.append(f"{path} must be {expected}, got {_describe(value)}.")
         return False, None
@@ -315,13 +381,22 @@ class _Builder:
     # ------------------------------------------------------------ values
 
     def _allowed(self, meta: Mapping[str, Any], value: Any, path: str) -> bool:
-        if "refused" in meta and value != meta["refused_default"]:
+        if "refused" in meta:
             refusal = meta["refused"]
-            self.problems.append(
-                f"{path}={value!r} is refused: {refusal.why}. {refusal.todo} "
-                f"(its default, {meta['refused_default']!r}, is fine)."
-            )
-            return False
+            follows = meta.get("refused_follows")
+            accepted = self._lookup(follows) if follows else meta["refused_default"]
+            if dataclasses.is_dataclass(accepted):
+                changed = _changed_leaves(accepted, value, path)
+                if changed:
+                    self.problems.append(
+                        f"{', '.join(changed)} under {path} refused: {refusal.why}. {refusal.todo} "
+                        f"(leave {path} at its defaults)."
+                    )
+                    return False
+            elif value != accepted:
+                fine = f"${{{follows}}}" if follows else f"its default, {accepted!r},"
+                self.problems.append(f"{path}={value!r} is refused: {refusal.why}. {refusal.todo} ({fine} is fine).")
+                return False
         entries = value if isinstance(value, list) else [value]
         for entry in entries:
             refusal = meta.get("refused_values", {}).get(entry) if isinstance(entry, (str, int, bool)) else None
@@ -343,6 +418,21 @@ class _Builder:
             self.problems.append(f"{path} must be >= {meta['min']}, got {value}.")
             return False
         return True
+
+
+def _changed_leaves(default: Any, value: Any, path: str) -> list[str]:
+    old, new = dataclasses.asdict(default), dataclasses.asdict(value)
+    out: list[str] = []
+
+    def walk(a: Any, b: Any, where: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in a:
+                walk(a[key], b.get(key), f"{where}.{key}")
+        elif a != b:
+            out.append(f"{where}={b!r}")
+
+    walk(old, new, path)
+    return out
 
 
 def _is_choice(value: str, choices: Sequence[str], registered: Callable[[str], bool] | None) -> bool:

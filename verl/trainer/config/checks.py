@@ -27,12 +27,9 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_log_prob_batches(cfg)
     if cfg.use_critic:
         problems += check_critic_batches(cfg)
-    if cfg.reward_model.enable:
-        problems += check_reward_model(cfg)
     problems += check_algorithm(cfg)
     problems += check_lengths(cfg)
     problems += check_trainer(cfg)
-    problems += check_not_implemented(cfg)
     return problems
 
 
@@ -227,27 +224,6 @@ def check_log_prob_batches(cfg: PPOTrainerConfig) -> list[str]:
     return problems
 
 
-def check_reward_model(cfg: PPOTrainerConfig) -> list[str]:
-    rm = cfg.reward_model
-    problems: list[str] = []
-    if rm.model.path is None:
-        problems.append(
-            "reward_model.enable=true needs reward_model.model.path (a reward model folder); "
-            "or set reward_model.enable=false to score with custom_reward_function / the data_source rules."
-        )
-    if not rm.use_dynamic_bsz:
-        resolve_micro(
-            "reward_model",
-            "micro_batch_size",
-            "micro_batch_size_per_gpu",
-            rm.micro_batch_size,
-            rm.micro_batch_size_per_gpu,
-            max(1, cfg.world_size),
-            problems,
-        )
-    return problems
-
-
 # ---------------------------------------------------------------- everything else
 
 
@@ -270,11 +246,6 @@ def check_resources(cfg: PPOTrainerConfig) -> list[str]:
     for key, value in divisors:
         if world % value != 0:
             problems.append(f"{key} ({value}) must divide the number of workers, {world_how} = {world}.")
-    if not cfg.actor_rollout_ref.hybrid_engine:
-        problems.append(
-            "actor_rollout_ref.hybrid_engine=false is not supported: actor and rollout share one worker; "
-            "set actor_rollout_ref.hybrid_engine=true."
-        )
     return problems
 
 
@@ -285,17 +256,6 @@ def check_algorithm(cfg: PPOTrainerConfig) -> list[str]:
         problems.append(
             f"algorithm.adv_estimator={estimator} compares the responses to the same prompt, but {N}=1 gives one "
             f"response per prompt, so every advantage is 0; set {N} to 2 or more (e.g. {N}=4)."
-        )
-    groups = cfg.algorithm.filter_groups
-    if groups.enable and groups.metric is None:
-        problems.append(
-            "algorithm.filter_groups.enable=true needs algorithm.filter_groups.metric "
-            "(acc, score, seq_reward or seq_final_reward): the value that must differ within a group."
-        )
-    if groups.enable and n == 1:
-        problems.append(
-            f"algorithm.filter_groups.enable=true drops groups whose responses all score the same, but {N}=1 "
-            f"makes every group a single response; set {N} to 2 or more."
         )
     if cfg.algorithm.use_kl_in_reward and cfg.actor_rollout_ref.actor.use_kl_loss:
         warnings.warn(
@@ -352,14 +312,6 @@ def check_lengths(cfg: PPOTrainerConfig) -> list[str]:
         sp = cfg.critic.ulysses_sequence_parallel_size
         budgets.append(("critic.ppo_max_token_len_per_gpu", cfg.critic.ppo_max_token_len_per_gpu, sp))
         budgets.append(("critic.forward_max_token_len_per_gpu", cfg.critic.forward_max_token_len_per_gpu, sp))
-    if cfg.reward_model.enable and cfg.reward_model.use_dynamic_bsz:
-        budgets.append(
-            (
-                "reward_model.forward_max_token_len_per_gpu",
-                cfg.reward_model.forward_max_token_len_per_gpu,
-                cfg.reward_model.ulysses_sequence_parallel_size,
-            )
-        )
     for key, value, sp in budgets:
         _warn_short(key, value, sp, need, how)
 
@@ -371,12 +323,6 @@ def check_lengths(cfg: PPOTrainerConfig) -> list[str]:
             f"prompt_length + response_length = {arr.rollout.prompt_length} + {arr.rollout.response_length} = "
             f"{total}; raise it or set it to null."
         )
-    if data.val_batch_size is not None:
-        warnings.warn(
-            "data.val_batch_size is deprecated and ignored: validation runs over the whole set at once.",
-            ConfigWarning,
-            stacklevel=2,
-        )
     return problems
 
 
@@ -385,32 +331,5 @@ def check_trainer(cfg: PPOTrainerConfig) -> list[str]:
     if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
         problems.append(
             "trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_* checkpoint folder)."
-        )
-    return problems
-
-
-def check_not_implemented(cfg: PPOTrainerConfig) -> list[str]:
-    """Upstream keys the RL workers do not implement: an error where ignoring one would train something else than
-    asked (LoRA), a warning where only speed or memory differs."""
-    problems: list[str] = []
-    models = [("actor_rollout_ref.model", cfg.actor_rollout_ref.model)]
-    if cfg.use_critic:
-        models.append(("critic.model", cfg.critic.model))
-    for prefix, model in models:
-        if model.lora_rank > 0:
-            problems.append(
-                f"{prefix}.lora_rank={model.lora_rank}: the RL workers train the full model; LoRA is implemented by "
-                f"the SFT trainer only (verl.trainer.fsdp_sft_trainer). Set {prefix}.lora_rank=0, or start RL from an "
-                "SFT LoRA run's checkpoint (its global_step_N folder already holds the merged model)."
-            )
-    model = cfg.actor_rollout_ref.model
-    ignored = [key for key in ("use_liger", "use_fused_kernels", "use_shm", "enable_activation_offload")
-               if getattr(model, key)]
-    if ignored:
-        warnings.warn(
-            f"actor_rollout_ref.model.{{{', '.join(ignored)}}} have no effect here (GPU kernels and loaders this "
-            "build does not include); the run goes on with the standard HF model code.",
-            ConfigWarning,
-            stacklevel=2,
         )
     return problems

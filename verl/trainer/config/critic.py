@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field
-from verl.trainer.config.engine import TRAIN_STRATEGIES, CheckpointConfig, FSDPConfig, OptimConfig
+from verl.trainer.config.actor import NO_ACTIVATION_OFFLOAD, NO_LORA, NO_LORA_KEY, NO_ULYSSES
+from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field, refused
+from verl.trainer.config.engine import TRAIN_STRATEGIES, CheckpointConfig, OptimConfig, WorkerFSDPConfig
 from verl.trainer.config.registries import LOSS_AGG_MODES
 
 
@@ -21,12 +22,12 @@ class CriticModelConfig(BaseConfig):
     override_config: dict[str, Any] = dict_field()
     external_lib: str | None = None
     enable_gradient_checkpointing: bool = False  # as in ppo_trainer.yaml: small CPU runs are not memory-bound
-    enable_activation_offload: bool = False
+    enable_activation_offload: bool = refused(False, *NO_ACTIVATION_OFFLOAD)
     use_remove_padding: bool = False
-    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
-    lora_rank: int = at_least(0, 0)
-    lora_alpha: int = 16
-    target_modules: str | list[str] = "all-linear"
+    fsdp_config: WorkerFSDPConfig = field(default_factory=WorkerFSDPConfig)
+    lora_rank: int = refused(at_least(0, 0), *NO_LORA)
+    lora_alpha: int = refused(16, *NO_LORA_KEY)
+    target_modules: str | list[str] = refused("all-linear", *NO_LORA_KEY)
     trust_remote_code: bool = False
 
 
@@ -39,12 +40,17 @@ class CriticConfig(BaseConfig):
     ppo_mini_batch_size: int = at_least(4, 1)  # in prompts, like the actor's
     ppo_micro_batch_size: int | None = None  # deprecated: global
     ppo_micro_batch_size_per_gpu: int | None = at_least(2, 1)
-    forward_micro_batch_size: int | None = None  # deprecated: global
+    forward_micro_batch_size: int | None = refused(
+        None,
+        "the deprecated global size is not built for the value pass; it follows critic.ppo_micro_batch_size",
+        "Set critic.forward_micro_batch_size_per_gpu instead.",
+        follows="critic.ppo_micro_batch_size",
+    )
     forward_micro_batch_size_per_gpu: int | None = at_least(2, 1)
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = at_least(32768, 1)
     forward_max_token_len_per_gpu: int = at_least(32768, 1)
-    ulysses_sequence_parallel_size: int = at_least(1, 1)
+    ulysses_sequence_parallel_size: int = refused(at_least(1, 1), *NO_ULYSSES)
     ppo_epochs: int = at_least(1, 1)
     shuffle: bool = False
     grad_clip: float = 1.0

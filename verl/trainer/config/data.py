@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.trainer.config.base import BaseConfig, at_least, choice, list_field
+from verl.trainer.config.base import BaseConfig, at_least, choice, list_field, refused
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 
@@ -20,7 +20,9 @@ class CustomClsConfig(BaseConfig):
 @dataclass
 class DataConfig(BaseConfig):
     tokenizer: str | None = None
-    use_shm: bool = False
+    use_shm: bool = refused(
+        False, "copying the data files to /dev/shm is not built; they are read in place", "Set it to false."
+    )
     train_files: list[str] = list_field(["~/data/arithmetic/train.parquet"])
     val_files: list[str] | None = list_field(["~/data/arithmetic/test.parquet"])
     prompt_key: str = "prompt"
@@ -28,15 +30,29 @@ class DataConfig(BaseConfig):
     max_prompt_length: int = at_least(512, 1)
     max_response_length: int = at_least(512, 1)
     train_batch_size: int = at_least(8, 1)
-    gen_batch_size: int = at_least(8, 1)  # DAPO: prompts generated per round when algorithm.filter_groups is on
-    val_batch_size: int | None = None
+    gen_batch_size: int = refused(
+        at_least(8, 1),
+        "DAPO's dynamic sampling (algorithm.filter_groups) is not built yet; each step generates "
+        "data.train_batch_size prompts",
+        "Remove it (it follows data.train_batch_size).",
+        follows="data.train_batch_size",
+    )
+    val_batch_size: int | None = refused(
+        None,
+        "deprecated upstream too: validation runs over the whole validation set at once",
+        "Remove it; data.val_max_samples limits the validation set.",
+    )
     return_raw_input_ids: bool = False
     return_raw_chat: bool = False
     return_full_prompt: bool = False
     shuffle: bool = True
     seed: int = 1
     dataloader_num_workers: int = at_least(0, 0)
-    validation_shuffle: bool = False
+    validation_shuffle: bool = refused(
+        False,
+        "validation always runs over the whole set in file order, so its order cannot change a score",
+        "Set it to false.",
+    )
     filter_overlong_prompts: bool = False
     filter_overlong_prompts_workers: int = at_least(1, 1)
     truncation: str = choice("error", TRUNCATION_MODES)

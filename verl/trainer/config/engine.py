@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.trainer.config.base import BaseConfig, at_least, choice, list_field
+from verl.trainer.config.base import BaseConfig, choice, list_field, refused
 
 DTYPES = ("fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
 WARMUP_STYLES = ("constant", "cosine")
@@ -14,15 +14,23 @@ TRAIN_STRATEGIES = ("fsdp", "fsdp2")
 
 @dataclass
 class WrapPolicyConfig(BaseConfig):
-    # 0 wraps per transformer layer; a positive number wraps any module with at least that many parameters.
-    min_num_params: int = at_least(0, 0)
+    # Upstream: a positive number wraps any module with at least that many parameters.
+    min_num_params: int = refused(
+        0,
+        "only per-decoder-layer wrapping is built (every layer is one FSDP2 unit, the model the root)",
+        "Remove it; the layer wrapping is what 0 means.",
+    )
 
 
 @dataclass
 class MixedPrecisionConfig(BaseConfig):
     param_dtype: str = choice("fp32", DTYPES)
     reduce_dtype: str = choice("fp32", DTYPES)
-    buffer_dtype: str = choice("fp32", DTYPES)
+    buffer_dtype: str = refused(
+        choice("fp32", DTYPES),
+        "FSDP2's mixed precision has no buffer dtype; buffers keep the model's dtype (fsdp_config.model_dtype)",
+        "Remove it, or set fsdp_config.model_dtype.",
+    )
 
 
 @dataclass
@@ -30,16 +38,33 @@ class FSDPConfig(BaseConfig):
     wrap_policy: WrapPolicyConfig = field(default_factory=WrapPolicyConfig)
     param_offload: bool = False
     optimizer_offload: bool = False
-    offload_policy: bool = False
+    offload_policy: bool = refused(
+        False,
+        "not built: CPU offload follows param_offload / optimizer_offload (and does nothing on a CPU-only machine)",
+        "Use fsdp_config.param_offload=true instead.",
+    )
     reshard_after_forward: bool = True
-    fsdp_size: int = -1
-    forward_prefetch: bool = False
+    fsdp_size: int = -1  # -1: shard over all ranks; smaller: HSDP (replicate x shard), as the SFT trainer does
+    forward_prefetch: bool = refused(
+        False, "not built: FSDP2 prefetches the next layer by itself", "Remove it."
+    )
     model_dtype: str = choice("fp32", DTYPES)
     mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
 
 
 # Upstream's name for the same section.
 FSDPEngineConfig = FSDPConfig
+
+
+@dataclass
+class WorkerFSDPConfig(FSDPConfig):
+    """fsdp_config of the RL workers (actor, reference, critic): they shard over all ranks."""
+
+    fsdp_size: int = refused(
+        -1,
+        "the RL workers shard over all ranks; HSDP (fsdp_size smaller than the world) is built for SFT only",
+        "Set fsdp_size=-1 (the default), or change trainer.n_gpus_per_node / trainer.nnodes.",
+    )
 
 
 @dataclass

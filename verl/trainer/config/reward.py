@@ -5,27 +5,41 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field
+from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field, refused
 from verl.trainer.config.engine import TRAIN_STRATEGIES, FSDPConfig
 from verl.trainer.config.registries import REWARD_MANAGERS, reward_manager_registered
+
+NO_REWARD_MODEL = (
+    "model-based reward is not built yet; rewards come from rules (custom_reward_function, or the built-in score "
+    "chosen by data_source)",
+    "Remove reward_model.enable and the reward model's keys; for your own scoring set custom_reward_function.path.",
+)
+NO_SANDBOX = (
+    "the Sandbox Fusion code-execution reward is not built",
+    "Remove reward_model.sandbox_fusion.*; score code with your own custom_reward_function.",
+)
+
+
+def _no_rm(spec, follows: str | None = None):
+    return refused(spec, *NO_REWARD_MODEL, follows=follows)
 
 
 @dataclass
 class RewardModelModelConfig(BaseConfig):
-    input_tokenizer: str | None = None  # the actor's, to decode before re-tokenizing
-    path: str | None = None
-    external_lib: str | None = None
-    use_remove_padding: bool = False
-    use_fused_kernels: bool = False
-    trust_remote_code: bool = False
-    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    input_tokenizer: str | None = _no_rm(None, follows="actor_rollout_ref.model.path")
+    path: str | None = _no_rm(None)
+    external_lib: str | None = _no_rm(None, follows="actor_rollout_ref.model.external_lib")
+    use_remove_padding: bool = _no_rm(False)
+    use_fused_kernels: bool = _no_rm(False, follows="actor_rollout_ref.model.use_fused_kernels")
+    trust_remote_code: bool = _no_rm(False)
+    fsdp_config: FSDPConfig = _no_rm(field(default_factory=FSDPConfig))
 
 
 @dataclass
 class SandboxFusionConfig(BaseConfig):
-    url: str | None = None
-    max_concurrent: int = at_least(64, 1)
-    memory_limit_mb: int = at_least(1024, 1)
+    url: str | None = refused(None, *NO_SANDBOX)
+    max_concurrent: int = refused(at_least(64, 1), *NO_SANDBOX)
+    memory_limit_mb: int = refused(at_least(1024, 1), *NO_SANDBOX)
 
 
 @dataclass
@@ -40,15 +54,15 @@ class OverlongBufferConfig(BaseConfig):
 
 @dataclass
 class RewardModelConfig(BaseConfig):
-    enable: bool = False
-    strategy: str = choice("fsdp", TRAIN_STRATEGIES)
+    enable: bool = _no_rm(False)
+    strategy: str = _no_rm(choice("fsdp", TRAIN_STRATEGIES))
     model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
-    micro_batch_size: int | None = None  # deprecated: global
-    micro_batch_size_per_gpu: int | None = at_least(2, 1)
-    max_length: int | None = None
-    ulysses_sequence_parallel_size: int = at_least(1, 1)
-    use_dynamic_bsz: bool = False
-    forward_max_token_len_per_gpu: int = at_least(32768, 1)
+    micro_batch_size: int | None = _no_rm(None)
+    micro_batch_size_per_gpu: int | None = _no_rm(at_least(2, 1))
+    max_length: int | None = _no_rm(None)
+    ulysses_sequence_parallel_size: int = _no_rm(at_least(1, 1))
+    use_dynamic_bsz: bool = _no_rm(False, follows="critic.use_dynamic_bsz")
+    forward_max_token_len_per_gpu: int = _no_rm(at_least(32768, 1), follows="critic.forward_max_token_len_per_gpu")
     reward_manager: str = choice("naive", REWARD_MANAGERS, reward_manager_registered)
     reward_kwargs: dict[str, Any] = dict_field()
     launch_reward_fn_async: bool = False

