@@ -20,9 +20,7 @@ from torch.utils.data import Dataset
 
 from verl.data.parquet_files import read_parquet_files
 from verl.data.sft_dataset import (
-    SFT_TRUNCATION_MODES,
     _as_file_list,
-    _cfg,
     fit_to_length,
     is_chat,
     pad_right,
@@ -63,24 +61,22 @@ def split_conversation(tokenizer: Any, messages: Sequence[dict], row: int, **cha
 
 
 class MultiTurnSFTDataset(Dataset):
-    """Config keys (the `data` section): multiturn.messages_key, multiturn.tools_key,
+    """`config` is the typed `data` section (SFTDataConfig). Keys: multiturn.messages_key, multiturn.tools_key,
     multiturn.enable_thinking_key, max_length, truncation (error | left | right), chat_template,
     apply_chat_template_kwargs."""
 
     def __init__(self, parquet_files: str | Sequence[str], tokenizer: Any, config: Any, max_samples: int = -1) -> None:
         self.parquet_files = _as_file_list(parquet_files)
         self.tokenizer = tokenizer
-        multiturn = _cfg(config, "multiturn", {})
-        self.messages_key = str(_cfg(multiturn, "messages_key", "messages"))
-        self.tools_key = str(_cfg(multiturn, "tools_key", "tools"))
-        self.enable_thinking_key = str(_cfg(multiturn, "enable_thinking_key", "enable_thinking"))
-        self.max_length = int(_cfg(config, "max_length", 1024))
-        self.truncation = str(_cfg(config, "truncation", "error"))
-        self.chat_kwargs = dict(_cfg(config, "apply_chat_template_kwargs", {}))
-        if self.truncation not in SFT_TRUNCATION_MODES:
-            raise ValueError(f"data.truncation must be one of {SFT_TRUNCATION_MODES}, got {self.truncation!r}")
-        if _cfg(config, "chat_template", None):
-            tokenizer.chat_template = str(config.get("chat_template"))
+        multiturn = config.multiturn
+        self.messages_key = multiturn.messages_key
+        self.tools_key = multiturn.tools_key
+        self.enable_thinking_key = multiturn.enable_thinking_key
+        self.max_length = config.max_length
+        self.truncation = config.truncation
+        self.chat_kwargs = dict(config.apply_chat_template_kwargs)
+        if config.chat_template:
+            tokenizer.chat_template = config.chat_template
         self.pad_token_id = pad_token_id_of(tokenizer)
         hint = "Set data.multiturn.messages_key to the column holding the conversations."
         frame = read_parquet_files(self.parquet_files, required_column=self.messages_key, column_hint=hint)

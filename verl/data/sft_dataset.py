@@ -29,11 +29,6 @@ class SFTResponseTooLongError(ValueError):
     """A sample does not fit data.max_length and data.truncation is 'error'."""
 
 
-def _cfg(config: Any, key: str, default: Any = None) -> Any:
-    value = config.get(key, default) if config is not None else default
-    return default if value is None else value
-
-
 def _as_file_list(files: str | Sequence[str]) -> list[str]:
     return [files] if isinstance(files, str) else [str(f) for f in files]
 
@@ -72,7 +67,7 @@ def pad_token_id_of(tokenizer: Any) -> int:
 
 
 class SFTDataset(Dataset):
-    """Config keys (the `data` section): prompt_key, response_key, prompt_dict_keys, response_dict_keys,
+    """`config` is the typed `data` section (SFTDataConfig; anything with the same attributes works). Keys: prompt_key, response_key, prompt_dict_keys, response_dict_keys,
     max_length, truncation (error | left | right), chat_template, apply_chat_template_kwargs.
 
     The prompt column may hold a string (sent as one user message through the chat template), chat messages,
@@ -84,19 +79,15 @@ class SFTDataset(Dataset):
     def __init__(self, parquet_files: str | Sequence[str], tokenizer: Any, config: Any, max_samples: int = -1) -> None:
         self.parquet_files = _as_file_list(parquet_files)
         self.tokenizer = tokenizer
-        self.prompt_key = str(_cfg(config, "prompt_key", "prompt"))
-        self.response_key = str(_cfg(config, "response_key", "response"))
-        self.prompt_dict_keys = list(_cfg(config, "prompt_dict_keys", []))
-        self.response_dict_keys = list(_cfg(config, "response_dict_keys", []))
-        self.max_length = int(_cfg(config, "max_length", 1024))
-        self.truncation = str(_cfg(config, "truncation", "error"))
-        self.chat_kwargs = dict(_cfg(config, "apply_chat_template_kwargs", {}))
-        if self.truncation not in SFT_TRUNCATION_MODES:
-            raise ValueError(f"data.truncation must be one of {SFT_TRUNCATION_MODES}, got {self.truncation!r}")
-        if self.max_length < 2:
-            raise ValueError(f"data.max_length must be >= 2, got {self.max_length}")
-        if _cfg(config, "chat_template", None):
-            tokenizer.chat_template = str(config.get("chat_template"))
+        self.prompt_key = config.prompt_key
+        self.response_key = config.response_key
+        self.prompt_dict_keys = list(config.prompt_dict_keys or ())  # null: the column holds the text itself
+        self.response_dict_keys = list(config.response_dict_keys or ())
+        self.max_length = config.max_length
+        self.truncation = config.truncation
+        self.chat_kwargs = dict(config.apply_chat_template_kwargs)
+        if config.chat_template:
+            tokenizer.chat_template = config.chat_template
         if getattr(tokenizer, "eos_token", None) is None:
             raise ValueError("the tokenizer has no eos_token; SFT appends it to every response so the model learns "
                              "to stop")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
+from verl.trainer.config.sft import SFTTrainerSection
 from verl.trainer.sft.checkpoint import (
     LATEST_FILE,
     STATE_FILE,
@@ -52,8 +52,10 @@ def test_latest_checkpoint_and_resume_modes(tmp_path):
     assert find_latest_checkpoint(str(tmp_path)) == str(newest)
     (tmp_path / LATEST_FILE).write_text("2")
     assert find_latest_checkpoint(str(tmp_path)).endswith("global_step_2")
-    trainer = OmegaConf.create({"default_local_dir": str(tmp_path), "resume_mode": "disable"})
+    trainer = SFTTrainerSection(default_local_dir=str(tmp_path), resume_mode="disable")
     assert resolve_resume_dir(trainer) is None
+    trainer.resume_mode = "auto"
+    assert resolve_resume_dir(trainer).endswith("global_step_2")
     trainer.resume_mode = "resume_path"
     trainer.resume_from_path = str(newest)
     assert resolve_resume_dir(trainer) == str(newest)

@@ -6,11 +6,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
 from verl.data.multiturn_sft_dataset import ChatTemplateNotIncrementalError, MultiTurnSFTDataset
 from verl.data.sft_dataset import SFTDataset, SFTResponseTooLongError
+from verl.trainer.config.sft import SFTDataConfig, SFTMultiTurnConfig
 
 
 class CharTokenizer:
@@ -44,8 +44,7 @@ def write(tmp_path, rows, name="data.parquet") -> str:
 
 
 def cfg(**data):
-    return OmegaConf.create({"prompt_key": "prompt", "response_key": "response", "max_length": 12,
-                             "truncation": "error", **data})
+    return SFTDataConfig(**{"max_length": 12, **data})
 
 
 def test_single_turn_mask_by_hand(tmp_path):
@@ -86,7 +85,7 @@ def test_multi_turn_only_assistant_turns_by_hand(tmp_path):
     conversation = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
                     {"role": "user", "content": "c"}, {"role": "assistant", "content": "de"}]
     path = write(tmp_path, [{"messages": conversation}])
-    config = OmegaConf.create({"multiturn": {"messages_key": "messages"}, "max_length": 20, "truncation": "error"})
+    config = SFTDataConfig(multiturn=SFTMultiTurnConfig(enable=True), max_length=20)
     item = MultiTurnSFTDataset(path, CharTokenizer(), config)[0]
     text = "U:a|A:b|U:c|A:de|"
     # trained tokens: 'b|' (indices 6, 7) and 'de|' (14, 15, 16); the headers 'A:' are given, not trained
@@ -113,7 +112,7 @@ def test_tiny_bpe_multi_turn_trains_assistant_turns(tmp_path):
                     {"role": "assistant", "content": "17"}, {"role": "user", "content": "times 2"},
                     {"role": "assistant", "content": "#### 34"}]
     path = write(tmp_path, [{"messages": conversation}])
-    config = OmegaConf.create({"multiturn": {"messages_key": "messages"}, "max_length": 96})
+    config = SFTDataConfig(multiturn=SFTMultiTurnConfig(enable=True), max_length=96)
     item = MultiTurnSFTDataset(path, tokenizer, config)[0]
     mask = item["loss_mask"].bool()
     trained = item["input_ids"][1:][mask[:-1]].tolist()
@@ -133,7 +132,7 @@ def test_template_that_rewrites_history_is_refused(tmp_path):
     conversation = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
                     {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]
     path = write(tmp_path, [{"messages": conversation}])
-    dataset = MultiTurnSFTDataset(path, Forgetful(), OmegaConf.create({"max_length": 40}))
+    dataset = MultiTurnSFTDataset(path, Forgetful(), SFTDataConfig(max_length=40))
     with pytest.raises(ChatTemplateNotIncrementalError, match="row 0"):
         dataset[0]
 

@@ -12,10 +12,11 @@ from hydra import compose, initialize_config_dir
 from safetensors.torch import load_file
 
 from verl.trainer.config.errors import ConfigError
+from verl.trainer.config.sft import SFTTrainerConfig
 from verl.trainer.fsdp_sft_trainer import create_trainer, run_sft
 from verl.trainer.sft.argv import CONFIG_DIR, normalize_overrides
 from verl.trainer.sft.checkpoint import LATEST_FILE, STATE_FILE
-from verl.trainer.sft.config import check_sft_config
+from verl.trainer.sft.config import validate_sft_config
 
 
 @pytest.fixture(autouse=True)
@@ -26,16 +27,18 @@ def fresh_process_group():
         dist.destroy_process_group()
 
 
-def sft_config(model_dir, files, out_dir, *overrides):
+def compose_sft(model_dir, files, out_dir, *overrides):
     train, test = files
     base = [f"model.partial_pretrain={model_dir}", f"data.train_files={train}", f"data.val_files={test}",
             "data.max_length=192", "data.train_batch_size=4", "data.micro_batch_size_per_gpu=2",
             "model.enable_gradient_checkpointing=false", "optim.lr=1e-3", "optim.warmup_steps_ratio=0",
             f"trainer.default_local_dir={out_dir}", "trainer.logger=[]", "trainer.total_epochs=1"]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        config = compose(config_name="sft_trainer", overrides=base + list(overrides))
-    check_sft_config(config, world_size=1)
-    return config
+        return compose(config_name="sft_trainer", overrides=base + list(overrides))
+
+
+def sft_config(model_dir, files, out_dir, *overrides) -> SFTTrainerConfig:
+    return validate_sft_config(compose_sft(model_dir, files, out_dir, *overrides), world_size=1)
 
 
 def metrics_by_step(report_dir) -> dict[int, dict]:
@@ -76,13 +79,12 @@ def test_resume_continues_exactly_where_it_stopped(tiny_model_dir, arithmetic_sf
 
 
 def test_checkpoint_is_a_plain_hf_folder_main_ppo_can_load(tiny_model_dir, arithmetic_sft_files, tmp_path):
-    from omegaconf import OmegaConf
-
     from verl.models.loader import load_causal_lm, load_tokenizer
+    from verl.trainer.config.actor import ModelConfig
 
     run_sft(sft_config(tiny_model_dir, arithmetic_sft_files, tmp_path, "trainer.total_training_steps=1"))
     folder = str(tmp_path / "global_step_1")
-    model, _ = load_causal_lm(OmegaConf.create({"path": folder}), "actor_rollout_ref.model")
+    model, _ = load_causal_lm(ModelConfig(path=folder), "actor_rollout_ref.model")
     tokenizer = load_tokenizer(folder, "actor_rollout_ref.model.path")
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.chat_template
     saved = load_file(f"{folder}/model.safetensors")
@@ -153,25 +155,26 @@ def test_loss_is_a_global_token_mean_whatever_the_micro_batching(tiny_model_dir,
 
 
 def test_config_problems_name_their_keys(tiny_model_dir, arithmetic_sft_files, tmp_path):
-    config = sft_config(tiny_model_dir, arithmetic_sft_files, tmp_path)
-    config.data.train_batch_size = 6
-    config.data.micro_batch_size_per_gpu = 4
-    config.trainer.resume_mode = "sometimes"
+    config = compose_sft(tiny_model_dir, arithmetic_sft_files, tmp_path, "data.train_batch_size=6",
+                         "data.micro_batch_size_per_gpu=4", "trainer.resume_mode=sometimes")
     with pytest.raises(ConfigError) as err:
-        check_sft_config(config, world_size=1)
-    problems = "\n".join(err.value.problems)
-    assert "data.train_batch_size / ranks = 6 must be divisible by data.micro_batch_size_per_gpu=4" in problems
-    assert "trainer.resume_mode='sometimes'" in problems
+        validate_sft_config(config, world_size=1)
+    assert "trainer.resume_mode='sometimes' is not allowed" in str(err.value)
+    config.trainer.resume_mode = "auto"
+    with pytest.raises(ConfigError, match="data.train_batch_size / ranks = 6 must be divisible by "
+                                          "data.micro_batch_size_per_gpu=4"):
+        validate_sft_config(config, world_size=1)
     with pytest.raises(ConfigError, match="data.train_batch_size=6 must be divisible by the 4 ranks"):
-        config.trainer.resume_mode = "auto"
-        check_sft_config(config, world_size=4)
+        validate_sft_config(config, world_size=4)
 
 
 def test_command_line_keys():
     # upstream's examples write +data.prompt_dict_keys=[...]; the key exists here, so the + is dropped
-    assert normalize_overrides(["+data.prompt_dict_keys=[question]", "data.max_length=8"], "sft_trainer") == \
-        ["data.prompt_dict_keys=[question]", "data.max_length=8"]
-    assert normalize_overrides(["+model.override_config.rope_theta=5"], "sft_trainer", ("model.override_config",)) \
+    assert normalize_overrides(["+data.prompt_dict_keys=[question]", "data.max_length=8"], SFTTrainerConfig,
+                               "sft_trainer") == ["data.prompt_dict_keys=[question]", "data.max_length=8"]
+    assert normalize_overrides(["+model.override_config.rope_theta=5"], SFTTrainerConfig, "sft_trainer") \
         == ["+model.override_config.rope_theta=5"]
     with pytest.raises(ConfigError, match="Did you mean 'data.micro_batch_size_per_gpu'"):
-        normalize_overrides(["data.micro_batch_size_per_gpo=2"], "sft_trainer")
+        normalize_overrides(["data.micro_batch_size_per_gpo=2"], SFTTrainerConfig, "sft_trainer")
+    with pytest.raises(ConfigError, match=r"add it with '\+model.override_config.rope_theta=5'"):
+        normalize_overrides(["model.override_config.rope_theta=5"], SFTTrainerConfig, "sft_trainer")

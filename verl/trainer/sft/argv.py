@@ -1,37 +1,27 @@
 """Command-line checks shared by the SFT, generation and evaluation entry points, run before Hydra.
 
-Hydra answers a misspelt key with "Key 'x' is not in struct" and refuses `+key=value` for a key the yaml
-already has. Upstream's SFT examples write `+data.prompt_dict_keys=[...]` (older yaml lacked the key) while
-newer ones write `data.prompt_dict_keys=[...]`; both must work here, so a `+` on a key the yaml defines is
-dropped, and an unknown key is reported with the closest valid one.
+Keys are checked against the dataclass schema (as verl/trainer/config/overrides.py does for main_ppo), so a typo
+is answered with the key the user meant. Upstream's SFT examples write `+data.prompt_dict_keys=[...]` (older yaml
+lacked the key) while newer ones write `data.prompt_dict_keys=[...]`; both must work here, so a `+` on a key the
+schema defines is dropped. Keys under a free-form section (e.g. `model.override_config`) take any name, added
+with `+` as usual.
 """
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Iterable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
+from verl.trainer.config.base import schema_keys
 from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.keys import unknown_key_message
+from verl.trainer.config.overrides import split_argv
+from verl.trainer.config.yaml_files import CONFIG_DIR, yaml_keys
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
+__all__ = ["CONFIG_DIR", "CONFIG_ERROR_EXIT", "normalize_overrides", "precheck_argv", "exit_on_config_error"]
+
 CONFIG_ERROR_EXIT = 2
-
-
-@functools.lru_cache(maxsize=8)
-def yaml_keys(config_name: str) -> frozenset[str]:
-    from omegaconf import OmegaConf
-
-    def walk(node: dict, prefix: str) -> Iterable[str]:
-        for key, value in node.items():
-            yield prefix + str(key)
-            if isinstance(value, dict):
-                yield from walk(value, f"{prefix}{key}.")
-
-    raw = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / f"{config_name}.yaml"), resolve=False)
-    return frozenset(walk(raw, ""))
+_HELP_FLAGS = {"--help", "-h", "--hydra-help", "--version", "--shell-completion", "-sc"}
 
 
 def _key(override: str) -> str:
@@ -42,12 +32,9 @@ def _key(override: str) -> str:
     return ".".join(parts)
 
 
-def normalize_overrides(argv: Sequence[str], config_name: str, free_form: Sequence[str] = ()) -> list[str]:
-    """argv with `+key=` turned into `key=` for keys the yaml has; ConfigError for keys it does not know.
-
-    Keys under a `free_form` section (e.g. `model.override_config`) may be added with `+` as usual.
-    """
-    known = yaml_keys(config_name)
+def normalize_overrides(argv: Sequence[str], schema: type, config_name: str) -> list[str]:
+    """argv with `+key=` turned into `key=` for keys the schema has; ConfigError for keys it does not know."""
+    known, free_form = schema_keys(schema)
     out: list[str] = []
     problems: list[str] = []
     for arg in argv:
@@ -55,7 +42,13 @@ def normalize_overrides(argv: Sequence[str], config_name: str, free_form: Sequen
             out.append(arg)
             continue
         key = _key(arg)
-        if any(key == section or key.startswith(section + ".") for section in free_form):
+        section = next((f for f in free_form if key.startswith(f + ".")), None)
+        if section is not None:
+            if not arg.startswith("+") and key not in yaml_keys(config_name):
+                problems.append(f"'{key}' is not in the default config; '{section}' takes any keys, so add it "
+                                f"with '+{arg}'.")
+            elif arg.startswith("+") and not arg.startswith("++") and key in yaml_keys(config_name):
+                arg = arg[1:]  # Hydra refuses to add a key the yaml already has
             out.append(arg)
             continue
         if key not in known:
@@ -70,10 +63,17 @@ def normalize_overrides(argv: Sequence[str], config_name: str, free_form: Sequen
     return out
 
 
-def precheck_argv(config_name: str, free_form: Sequence[str] = ()) -> None:
+def exit_on_config_error(err: ConfigError) -> None:
+    print(f"Invalid config:\n{err}", file=sys.stderr)
+    sys.exit(CONFIG_ERROR_EXIT)
+
+
+def precheck_argv(schema: type, config_name: str) -> None:
     """Rewrite sys.argv in place for Hydra, or print the problems and exit 2."""
+    flags, _ = split_argv(sys.argv[1:])
+    if any(f.split("=", 1)[0] in _HELP_FLAGS for f in flags):
+        return
     try:
-        sys.argv[1:] = normalize_overrides(sys.argv[1:], config_name, free_form)
+        sys.argv[1:] = normalize_overrides(sys.argv[1:], schema, config_name)
     except ConfigError as err:
-        print(f"Invalid config:\n{err}", file=sys.stderr)
-        sys.exit(CONFIG_ERROR_EXIT)
+        exit_on_config_error(err)

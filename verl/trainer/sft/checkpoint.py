@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -27,6 +27,9 @@ from torch.distributed.checkpoint.state_dict import (
     get_optimizer_state_dict,
     set_optimizer_state_dict,
 )
+
+if TYPE_CHECKING:
+    from verl.trainer.config.sft import SFTTrainerSection
 
 STATE_FILE = "trainer_state.pt"
 LATEST_FILE = "latest_checkpointed_iteration.txt"
@@ -73,9 +76,9 @@ def find_latest_checkpoint(root: str) -> str | None:
     return found[-1][1] if found else None
 
 
-def resolve_resume_dir(trainer_config) -> str | None:
+def resolve_resume_dir(trainer_config: SFTTrainerSection) -> str | None:
     """The checkpoint folder to resume from, per trainer.resume_mode (auto | disable | resume_path)."""
-    mode = str(trainer_config.get("resume_mode", "auto"))
+    mode = trainer_config.resume_mode
     if mode == "disable":
         return None
     if mode == "resume_path":
@@ -84,7 +87,7 @@ def resolve_resume_dir(trainer_config) -> str | None:
             raise FileNotFoundError(f"trainer.resume_from_path={trainer_config.resume_from_path!r} has no {STATE_FILE}; "
                                     "point it at a global_step_N folder written by the SFT trainer")
         return path
-    return find_latest_checkpoint(str(trainer_config.default_local_dir))
+    return find_latest_checkpoint(trainer_config.default_local_dir)
 
 
 # ---- weights ----------------------------------------------------------------------------------------------------

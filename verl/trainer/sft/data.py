@@ -8,12 +8,12 @@ import sys
 import warnings
 from typing import Any
 
-from omegaconf import DictConfig
 from torch.utils.data import Dataset, DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from verl.data.multiturn_sft_dataset import MultiTurnSFTDataset
 from verl.data.sft_dataset import SFTDataset
+from verl.trainer.config.sft import SFTDataConfig
 
 
 def _custom_class(path: str, name: str) -> type:
@@ -32,14 +32,13 @@ def _custom_class(path: str, name: str) -> type:
     return cls
 
 
-def create_sft_dataset(data_paths, data_config: DictConfig, tokenizer: Any, max_samples: int = -1) -> Dataset:
+def create_sft_dataset(data_paths, data_config: SFTDataConfig, tokenizer: Any, max_samples: int = -1) -> Dataset:
     """data.custom_cls when set, else MultiTurnSFTDataset with data.multiturn.enable, else SFTDataset."""
-    custom = data_config.get("custom_cls") or {}
-    if custom.get("path"):
-        cls = _custom_class(str(custom.path), str(custom.get("name") or ""))
+    custom = data_config.custom_cls
+    if custom.path:
+        cls = _custom_class(custom.path, custom.name or "")
         return cls(data_paths, tokenizer, data_config)
-    multiturn = data_config.get("multiturn") or {}
-    cls = MultiTurnSFTDataset if multiturn.get("enable", False) else SFTDataset
+    cls = MultiTurnSFTDataset if data_config.multiturn.enable else SFTDataset
     return cls(data_paths, tokenizer, data_config, max_samples=max_samples)
 
 

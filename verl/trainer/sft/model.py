@@ -4,43 +4,34 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any
 
 import torch
-from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from verl.models.loader import load_causal_lm, resolve_model_path
+from verl.trainer.config.actor import ModelConfig
+from verl.trainer.config.sft import SFTModelConfig, SFTTrainerConfig
 from verl.trainer.sft.checkpoint import ADAPTER_DIR, ADAPTER_WEIGHTS
 from verl.workers.fsdp_utils import apply_fsdp2, to_torch_dtype
 
 
-def base_model_path(config: DictConfig) -> str:
-    return resolve_model_path(config.model.get("partial_pretrain"), "model.partial_pretrain")
+def base_model_path(config: SFTTrainerConfig) -> str:
+    return resolve_model_path(config.model.partial_pretrain, "model.partial_pretrain")
 
 
-def _plain(value: Any) -> dict:
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else dict(value or {})
+def lora_enabled(config: SFTTrainerConfig) -> bool:
+    return config.model.lora_rank > 0
 
 
-def lora_enabled(config: DictConfig) -> bool:
-    return int(config.model.get("lora_rank", 0) or 0) > 0
-
-
-def _target_modules(value: Any) -> str | list[str]:
-    if isinstance(value, ListConfig | list | tuple):
-        return [str(v) for v in value]
-    return str(value)
-
-
-def add_lora(module: torch.nn.Module, model_config: DictConfig) -> torch.nn.Module:
+def add_lora(module: torch.nn.Module, model_config: SFTModelConfig) -> torch.nn.Module:
     """Wrap in a peft LoRA model: base weights frozen, only the adapter matrices train."""
     from peft import LoraConfig, TaskType, get_peft_model
 
+    target = model_config.target_modules
     lora_config = LoraConfig(
         task_type=TaskType.CAUSAL_LM,
-        r=int(model_config.lora_rank),
-        lora_alpha=float(model_config.get("lora_alpha", 16)),
-        target_modules=_target_modules(model_config.get("target_modules", "all-linear")),
+        r=model_config.lora_rank,
+        lora_alpha=model_config.lora_alpha,
+        target_modules=list(target) if isinstance(target, list) else target,
         lora_dropout=0.0,
         bias="none",
     )
@@ -62,28 +53,25 @@ def _load_adapter(module: torch.nn.Module, checkpoint_dir: str) -> None:
                            "(model.lora_rank / model.target_modules changed since the checkpoint?)")
 
 
-def build_sft_module(config: DictConfig, device_mesh, resume_dir: str | None = None) -> torch.nn.Module:
+def build_sft_module(config: SFTTrainerConfig, device_mesh, resume_dir: str | None = None) -> torch.nn.Module:
     """The FSDP2-sharded model. A full-model resume loads the checkpoint's HF weights; a LoRA resume loads the
     base model and then the saved adapter."""
     model_config = config.model
-    if model_config.get("external_lib"):
-        importlib.import_module(str(model_config.external_lib))
-    fsdp_config = model_config.get("fsdp_config") or {}
-    dtype = to_torch_dtype(fsdp_config.get("model_dtype", "fp32"), "model.fsdp_config.model_dtype")
+    if model_config.external_lib:
+        importlib.import_module(model_config.external_lib)
+    fsdp_config = model_config.fsdp_config
+    dtype = to_torch_dtype(fsdp_config.model_dtype, "model.fsdp_config.model_dtype")
     lora = lora_enabled(config)
     path = resume_dir if (resume_dir and not lora) else base_model_path(config)
-    load_config = OmegaConf.create({
-        "path": path,
-        "trust_remote_code": bool(model_config.get("trust_remote_code", False)),
-        "override_config": _plain(model_config.get("override_config")),
-        "enable_gradient_checkpointing": bool(model_config.get("enable_gradient_checkpointing", False)),
-    })
+    load_config = ModelConfig(path=path, trust_remote_code=model_config.trust_remote_code,
+                              override_config=dict(model_config.override_config),
+                              enable_gradient_checkpointing=model_config.enable_gradient_checkpointing)
     module, _ = load_causal_lm(load_config, "model (model.partial_pretrain)", dtype=dtype)
     if lora:
         module = add_lora(module, model_config)
         if resume_dir:
             _load_adapter(module, resume_dir)
-    return apply_fsdp2(module, fsdp_config, device_mesh)
+    return apply_fsdp2(module, fsdp_config.to_engine(), device_mesh)
 
 
 def hf_module(module: torch.nn.Module) -> torch.nn.Module:

@@ -1,25 +1,22 @@
 """Running the SFT ranks as Ray workers (`trainer.n_gpus_per_node` x `trainer.nnodes` > 1 without torchrun).
 
 Each worker is an ordinary SPMD rank: the worker group sets RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT, the
-worker joins the process group and runs the same `run_sft` a torchrun rank would.
+worker joins the process group and runs the same `run_sft` a torchrun rank would. The typed config travels to
+the workers as it is (dataclasses pickle).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from verl.single_controller.base import Dispatch, Worker, register
-
-# Paths the workers read or write: made absolute on the driver, since a worker's working directory may differ.
-_PATH_KEYS = ("data.train_files", "data.val_files", "model.partial_pretrain", "trainer.default_local_dir",
-              "trainer.report_dir", "trainer.resume_from_path")
+from verl.trainer.config.sft import SFTTrainerConfig
 
 
 class SFTWorker(Worker):
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: SFTTrainerConfig) -> None:
         super().__init__()
         self.config = config
 
@@ -28,7 +25,7 @@ class SFTWorker(Worker):
         from verl.trainer.sft.trainer import run_sft
 
         self.init_torch_distributed()
-        return run_sft(OmegaConf.create(self.config))
+        return run_sft(self.config)
 
 
 def _absolute(value: Any) -> Any:
@@ -39,30 +36,30 @@ def _absolute(value: Any) -> Any:
     return [_absolute(v) for v in value]
 
 
-def absolute_paths(config: DictConfig) -> dict[str, Any]:
-    """The config as a plain dict with every path in _PATH_KEYS absolute."""
-    plain = OmegaConf.to_container(config, resolve=True)
-    for key in _PATH_KEYS:
-        *parents, leaf = key.split(".")
-        node = plain
-        for part in parents:
-            node = node.get(part) or {}
-        if node.get(leaf) is not None:
-            node[leaf] = _absolute(node[leaf])
-    return plain
+def absolute_paths(config: SFTTrainerConfig) -> SFTTrainerConfig:
+    """A copy with every path the workers read or write made absolute: a worker's working directory may differ."""
+    data, model, trainer = config.data, config.model, config.trainer
+    return dataclasses.replace(
+        config,
+        data=dataclasses.replace(data, train_files=_absolute(data.train_files), val_files=_absolute(data.val_files)),
+        model=dataclasses.replace(model, partial_pretrain=_absolute(model.partial_pretrain)),
+        trainer=dataclasses.replace(trainer, default_local_dir=_absolute(trainer.default_local_dir),
+                                    report_dir=_absolute(trainer.report_dir),
+                                    resume_from_path=_absolute(trainer.resume_from_path)))
 
 
-def run_sft_on_ray(config: DictConfig) -> dict[str, Any]:
+def run_sft_on_ray(config: SFTTrainerConfig) -> dict[str, Any]:
     from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
-    from verl.utils.device import is_cuda_available
+    from verl.utils.device import is_cuda_available, set_device_preference
     from verl.utils.ray_utils import init_ray
 
-    per_node, nnodes = int(config.trainer.n_gpus_per_node), int(config.trainer.nnodes)
-    plain = absolute_paths(config)
-    init_ray(config.get("ray_kwargs"), run_dir=plain["trainer"]["default_local_dir"],
+    per_node, nnodes = config.trainer.n_gpus_per_node, config.trainer.nnodes
+    config = absolute_paths(config)
+    set_device_preference(config.trainer.device)  # before Ray starts, so the workers inherit it
+    init_ray({"ray_init": config.ray_kwargs.ray_init}, run_dir=config.trainer.default_local_dir,
              num_cpus=max(per_node * nnodes + 1, os.cpu_count() or 1))
     pool = RayResourcePool(process_on_nodes=[per_node] * nnodes, use_gpu=is_cuda_available(), max_colocate_count=1)
-    group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(SFTWorker, config=plain),
+    group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(SFTWorker, config=config),
                            name_prefix="sft")
     summaries = group.fit()
     print(f"[sft] finished on {len(summaries)} Ray workers: {summaries[0]}", flush=True)

@@ -20,19 +20,16 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig, OmegaConf
 
+from verl.trainer.config.sft import SFTTrainerConfig
 from verl.trainer.sft.checkpoint import SFTCheckpointer, resolve_resume_dir
-from verl.trainer.sft.config import as_list
 from verl.trainer.sft.data import build_dataloader, create_sft_dataset
 from verl.trainer.sft.loss import count_trained_tokens, sft_nll_sum
 from verl.trainer.sft.model import base_model_path, build_sft_module, hf_module, lora_enabled
-from verl.utils.device import get_device_name, get_nccl_backend, get_torch_device
+from verl.utils.device import get_device_name, get_nccl_backend, get_torch_device, set_device_preference
 from verl.utils.torch_functional import clip_grad_norm_
 from verl.workers.fsdp_utils import build_lr_scheduler, build_optimizer, create_device_mesh
 from verl.workers.micro_batching import GradientAccumulation
-
-FREE_FORM_SECTIONS = ("model.override_config", "data.apply_chat_template_kwargs", "ray_kwargs")
 
 
 def _all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
@@ -44,7 +41,7 @@ def _all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
 class FSDPSFTTrainer:
     """Upstream's constructor: (config, device_mesh, ulysses_device_mesh, tokenizer, train_dataset, val_dataset)."""
 
-    def __init__(self, config: DictConfig, device_mesh, ulysses_device_mesh=None, tokenizer=None,
+    def __init__(self, config: SFTTrainerConfig, device_mesh, ulysses_device_mesh=None, tokenizer=None,
                  train_dataset=None, val_dataset=None) -> None:
         self.config = config
         self.device_mesh = device_mesh
@@ -53,18 +50,17 @@ class FSDPSFTTrainer:
         self.world_size = dist.get_world_size() if dist.is_initialized() else 1
         self.device = torch.device(get_device_name(), get_torch_device().current_device()) \
             if get_device_name() == "cuda" else torch.device("cpu")
-        self.use_remove_padding = bool(config.get("use_remove_padding", False))
-        self.micro_batch_size = int(config.data.micro_batch_size_per_gpu)
-        self.local_batch_size = int(config.data.train_batch_size) // self.world_size
+        self.use_remove_padding = config.use_remove_padding
+        self.micro_batch_size = config.data.micro_batch_size_per_gpu
+        self.local_batch_size = config.data.train_batch_size // self.world_size
         self._build_dataloaders(train_dataset, val_dataset)
         self.resume_dir = resolve_resume_dir(config.trainer)
         self._build_model_optimizer()
-        checkpoint = config.trainer.get("checkpoint") or {}
-        self.checkpointer = SFTCheckpointer(
-            str(config.trainer.default_local_dir), tokenizer,
-            save_contents=as_list(checkpoint.get("save_contents", ["model", "optimizer", "extra"])),
-            load_contents=as_list(checkpoint.get("load_contents", ["model", "optimizer", "extra"])),
-            max_ckpt_to_keep=config.trainer.get("max_ckpt_to_keep"))
+        checkpoint = config.trainer.checkpoint
+        self.checkpointer = SFTCheckpointer(config.trainer.default_local_dir, tokenizer,
+                                            save_contents=checkpoint.save_contents,
+                                            load_contents=checkpoint.load_contents,
+                                            max_ckpt_to_keep=config.trainer.max_ckpt_to_keep)
         self.global_step, self.epoch, self.steps_in_epoch = 0, 0, 0
         self._pending_loader_state: dict | None = None
         self.last_checkpoint: str | None = None
@@ -74,8 +70,8 @@ class FSDPSFTTrainer:
     # -- building -------------------------------------------------------------------------------------------------
 
     def _build_dataloaders(self, train_dataset, val_dataset) -> None:
-        seed = int(self.config.trainer.get("seed", 1))
-        if len(train_dataset) < int(self.config.data.train_batch_size):
+        seed = self.config.trainer.seed
+        if len(train_dataset) < self.config.data.train_batch_size:
             raise ValueError(f"data.train_files has {len(train_dataset)} samples, fewer than one batch of "
                              f"data.train_batch_size={self.config.data.train_batch_size}")
         self.train_dataloader, self.train_sampler = build_dataloader(
@@ -85,22 +81,17 @@ class FSDPSFTTrainer:
             self.val_dataloader, _ = build_dataloader(val_dataset, self.micro_batch_size, self.rank, self.world_size,
                                                       seed, shuffle=False, drop_last=False)
         self.steps_per_epoch = len(self.train_dataloader)
-        total = self.config.trainer.get("total_training_steps")
-        self.total_steps = int(total) if total else self.steps_per_epoch * int(self.config.trainer.total_epochs)
+        total = self.config.trainer.total_training_steps
+        self.total_steps = total if total is not None else self.steps_per_epoch * self.config.trainer.total_epochs
 
     def _build_model_optimizer(self) -> None:
         self.fsdp_model = build_sft_module(self.config, self.device_mesh, self.resume_dir)
         self.lora_scaling = None
         if lora_enabled(self.config):
-            model = self.config.model
-            self.lora_scaling = float(model.get("lora_alpha", 16)) / int(model.lora_rank)
-        optim = self.config.optim
+            self.lora_scaling = self.config.model.lora_alpha / self.config.model.lora_rank
+        optim = self.config.optim.to_engine(self.total_steps)
         self.optimizer = build_optimizer(self.fsdp_model, optim, "optim")
-        schedule = {"total_training_steps": self.total_steps, "lr_warmup_steps": -1,
-                    "lr_warmup_steps_ratio": float(optim.get("warmup_steps_ratio", 0.0)),
-                    "warmup_style": str(optim.get("lr_scheduler", "cosine")),
-                    "min_lr_ratio": float(optim.get("min_lr_ratio", 0.0) or 0.0), "num_cycles": 0.5}
-        self.lr_scheduler = build_lr_scheduler(self.optimizer, schedule, "optim")
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, optim, "optim")
 
     def _restore(self, folder: str) -> None:
         state = self.checkpointer.load(folder, self.fsdp_model, self.optimizer, self.lr_scheduler)
@@ -149,7 +140,7 @@ class FSDPSFTTrainer:
                 accumulation.before_backward(micro_idx)
                 (nll_sum * scale).backward()
                 nll_total += nll_sum.detach()
-        grad_norm = clip_grad_norm_(self.fsdp_model.parameters(), float(self.config.optim.get("clip_grad", 1.0)))
+        grad_norm = clip_grad_norm_(self.fsdp_model.parameters(), self.config.optim.clip_grad)
         stepped = global_tokens > 0 and math.isfinite(grad_norm)
         if stepped:
             self.optimizer.step()
@@ -217,11 +208,11 @@ class FSDPSFTTrainer:
                 metrics = self.training_step(batch)
                 metrics["train/epoch"] = self.epoch
                 is_last = self.global_step >= self.total_steps
-                if self.val_dataloader is not None and self._is_due(int(trainer.get("test_freq", -1)), is_last):
+                if self.val_dataloader is not None and self._is_due(trainer.test_freq, is_last):
                     metrics.update(self.validate())
                 if tracker is not None:
                     tracker.log(data=metrics, step=self.global_step)
-                if self._is_due(int(trainer.get("save_freq", -1)), is_last):
+                if self._is_due(trainer.save_freq, is_last):
                     self.save_checkpoint(self.global_step)
                 if progress is not None:
                     progress.advance(f"loss={metrics['train/loss']:.4g}")
@@ -252,36 +243,36 @@ def init_distributed() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def _tracker(config: DictConfig, report_dir: str):
+def _tracker(config: SFTTrainerConfig, report_dir: str):
     from verl.trainer.tracking import Tracking
 
-    return Tracking(project_name=str(config.trainer.project_name), experiment_name=str(config.trainer.experiment_name),
-                    default_backend=as_list(config.trainer.logger) + ["jsonl"],
-                    config=OmegaConf.to_container(config, resolve=True), log_dir=report_dir)
+    backends = list(dict.fromkeys([*config.trainer.logger, "jsonl"]))  # the jsonl file is the run report
+    return Tracking(project_name=config.trainer.project_name, experiment_name=config.trainer.experiment_name,
+                    default_backend=backends, config=config.to_dict(), log_dir=report_dir)
 
 
-def create_trainer(config: DictConfig) -> FSDPSFTTrainer:
+def create_trainer(config: SFTTrainerConfig) -> FSDPSFTTrainer:
     """Join (or make) the process group, load tokenizer and data, and build the trainer for this rank."""
     from verl.models.loader import load_tokenizer
 
+    set_device_preference(config.trainer.device)
     _, world = init_distributed()
-    torch.manual_seed(int(config.trainer.get("seed", 1)))
-    mesh = create_device_mesh(world, int(config.model.get("fsdp_config", {}).get("fsdp_size", -1) or -1))
+    torch.manual_seed(config.trainer.seed)
+    mesh = create_device_mesh(world, config.model.fsdp_config.fsdp_size)
     tokenizer = load_tokenizer(base_model_path(config), "model.partial_pretrain",
-                               trust_remote_code=bool(config.model.get("trust_remote_code", False)))
+                               trust_remote_code=config.model.trust_remote_code)
     data = config.data
-    train_dataset = create_sft_dataset(data.train_files, data, tokenizer, int(data.get("train_max_samples", -1)))
-    val_dataset = create_sft_dataset(data.val_files, data, tokenizer, int(data.get("val_max_samples", -1))) \
-        if data.get("val_files") else None
+    train_dataset = create_sft_dataset(data.train_files, data, tokenizer, data.train_max_samples)
+    val_dataset = create_sft_dataset(data.val_files, data, tokenizer, data.val_max_samples) \
+        if data.val_files else None
     return FSDPSFTTrainer(config, mesh, None, tokenizer, train_dataset, val_dataset)
 
 
-def run_sft(config: DictConfig) -> dict[str, Any]:
+def run_sft(config: SFTTrainerConfig) -> dict[str, Any]:
     """Train on this process's rank; returns the run summary (written to trainer.report_dir on rank 0)."""
     start = time.time()
     trainer = create_trainer(config)
-    report_dir = os.path.abspath(os.path.expanduser(str(config.trainer.get("report_dir")
-                                                        or os.path.join(config.trainer.default_local_dir, "report"))))
+    report_dir = os.path.abspath(os.path.expanduser(config.trainer.report_dir))
     tracker = _tracker(config, report_dir) if trainer.rank == 0 else None
     try:
         final = trainer.fit(tracker)
