@@ -66,9 +66,11 @@ def full_params(model) -> dict[str, torch.Tensor]:
 
 def manager(model, optimizer, scheduler, contents=None):
     from verl.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+    from verl.trainer.config import CheckpointConfig
 
+    contents = list(contents or SAVE_CONTENTS)
     return FSDPCheckpointManager(model, optimizer, scheduler, build_tiny_tokenizer(),
-                                 {"save_contents": contents or SAVE_CONTENTS})
+                                 CheckpointConfig(save_contents=contents, load_contents=contents))
 
 
 def _two_rank_run(rank: int, world: int, port: int, root: str, results) -> None:

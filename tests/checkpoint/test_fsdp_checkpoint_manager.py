@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.checkpoint.fsdp_ckpt_runs import LR, WARMUP, eval_ids, run_all, token_log_probs
+from verl.trainer.config import CheckpointConfig
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -169,7 +170,7 @@ def test_critic_checkpoint_merges_to_a_token_classification_model(tmp_path):
     torch.manual_seed(0)
     critic = build_value_model(tiny_llama_config(), score_init_std=0.5)
     optimizer = torch.optim.AdamW(critic.parameters(), lr=LR)
-    FSDPCheckpointManager(critic, optimizer, None, None, {"save_contents": ["model", "optimizer"]}).save(
+    FSDPCheckpointManager(critic, optimizer, None, None, CheckpointConfig(save_contents=["model", "optimizer"])).save(
         str(tmp_path / "critic"), global_step=1)
     main(["merge", "--backend", "fsdp", "--local_dir", str(tmp_path / "critic"), "--target_dir", str(tmp_path / "hf")])
     merged = AutoModelForTokenClassification.from_pretrained(tmp_path / "hf")

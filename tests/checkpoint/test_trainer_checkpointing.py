@@ -14,10 +14,14 @@ import torch
 from torchdata.stateful_dataloader.sampler import RandomSampler as StatefulRandomSampler
 
 from verl.checkpoint import read_tracker
-from verl.trainer.config import load_config
+from verl.trainer.config import load_config, validate_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 DATASET = [{"idx": i} for i in range(6)]  # batch 2 -> 3 steps per epoch
+# batches of 2 (or 3) prompts pass validation with one worker and mini-batches of one prompt
+SMALL = ["trainer.n_gpus_per_node=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "critic.ppo_mini_batch_size=1",
+         "critic.ppo_micro_batch_size_per_gpu=1"]
 
 
 class FakeRoleGroup:
@@ -51,9 +55,10 @@ def make_trainer(root, total_steps=7, save_freq=3, sampler=stateful_sampler, bat
                  **trainer_keys) -> RayPPOTrainer:
     overrides = [f"data.train_batch_size={batch_size}", f"trainer.total_training_steps={total_steps}",
                  f"trainer.save_freq={save_freq}", f"trainer.default_local_dir={root}", "trainer.logger=[console]",
-                 "algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive"]
+                 "algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
+                 *SMALL]
     overrides += [f"trainer.{k}={v}" for k, v in trainer_keys.items()]
-    config = load_config(overrides)
+    config = validate_config(load_config(overrides), check_files=False)
     trainer = RayPPOTrainer(config, tokenizer=None, role_worker_mapping={}, resource_pool_manager=None,
                             train_dataset=DATASET, train_sampler=sampler())
     trainer.actor_rollout_wg, trainer.critic_wg = FakeRoleGroup("actor"), FakeRoleGroup("critic")
@@ -102,12 +107,11 @@ def test_resume_mid_epoch_replays_the_rest_of_that_epoch(tmp_path, uninterrupted
 
 
 def test_resume_mid_epoch_with_the_sampler_main_ppo_builds(tmp_path):
-    from omegaconf import OmegaConf
-
     from verl.data.rl_loading import create_rl_sampler
+    from verl.trainer.config import DataConfig
 
     def sampler():
-        return create_rl_sampler(OmegaConf.create({"shuffle": True, "seed": 1}), DATASET)
+        return create_rl_sampler(DataConfig(shuffle=True, seed=1), DATASET)
 
     full = make_trainer(str(tmp_path / "full"), save_freq=-1, sampler=sampler)
     full.fit()

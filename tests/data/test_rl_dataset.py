@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 from torch.utils.data import SequentialSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
@@ -11,13 +10,17 @@ from torchdata.stateful_dataloader.sampler import RandomSampler
 from tests.data.conftest import make_row, write_rows
 from verl.protocol import DataProto
 from verl.data import RLHFDataset, collate_fn, create_rl_dataset, create_rl_sampler
+from verl.trainer.config import CustomClsConfig, DataConfig
 
 
 def data_config(**overrides):
+    """The typed `data` section RLHFDataset receives from the trainer."""
     base = dict(prompt_key="prompt", max_prompt_length=64, truncation="error", filter_overlong_prompts=False,
                 return_raw_chat=False, shuffle=False, seed=1)
     base.update(overrides)
-    return OmegaConf.create(base)
+    if isinstance(base.get("custom_cls"), dict):
+        base["custom_cls"] = CustomClsConfig(**base["custom_cls"])
+    return DataConfig(**base)
 
 
 def chat_ids(tokenizer, content):
@@ -146,9 +149,9 @@ def test_collate_fn_stacks_tensors_and_keeps_objects_per_row():
 
 def test_sampler_is_seeded_random_or_sequential(tokenizer, parquet_file):
     dataset = RLHFDataset(parquet_file, tokenizer, data_config())
-    sequential = create_rl_sampler(OmegaConf.create({"shuffle": False}), dataset)
+    sequential = create_rl_sampler(data_config(shuffle=False), dataset)
     assert isinstance(sequential, SequentialSampler) and list(sequential) == [0, 1, 2, 3, 4, 5]
-    config = OmegaConf.create({"shuffle": True, "seed": 3})
+    config = data_config(shuffle=True, seed=3)
     first, second = create_rl_sampler(config, dataset), create_rl_sampler(config, dataset)
     assert isinstance(first, RandomSampler)
     order = list(first)

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from verl.data import RLHFDataset
+from verl.trainer.config import DataConfig
 
 MODEL_DIR = os.path.expanduser("~/.cache/verl/models/SmolLM2-135M-Instruct")
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "data_preprocess" / "arithmetic.py"
@@ -29,7 +29,7 @@ def test_arithmetic_prompts_with_smollm2_tokenizer(tmp_path):
     train_path, _ = arithmetic.main(["--local_save_dir", str(tmp_path), "--train_size", "8", "--test_size", "2"])
 
     tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)
-    config = OmegaConf.create({"max_prompt_length": 256, "truncation": "error", "filter_overlong_prompts": True})
+    config = DataConfig(max_prompt_length=256, truncation="error", filter_overlong_prompts=True)
     dataset = RLHFDataset(train_path, tokenizer, config)
     assert len(dataset) == 8  # the one-shot prompt fits 256 tokens
     item = dataset[0]

@@ -44,13 +44,6 @@ def checked_contents(value: Any, key: str, default: Iterable[str] = DEFAULT_CONT
     return tuple(dict.fromkeys(items))
 
 
-def _config_get(config: Any, key: str) -> Any:
-    if config is None:
-        return None
-    if hasattr(config, "get"):
-        return config.get(key)
-    return getattr(config, key, None)
-
 
 class BaseCheckpointManager:
     """Saves and loads one role's training state; subclasses decide the on-disk format.
@@ -59,7 +52,7 @@ class BaseCheckpointManager:
         model: the (FSDP-wrapped) module.
         optimizer, lr_scheduler: may be None for a role that does not train.
         processing_class: the tokenizer (or processor) saved with the HF config; may be None.
-        checkpoint_config: the role's `checkpoint` section (save_contents, load_contents).
+        checkpoint_config: the role's typed `checkpoint` section (CheckpointConfig: save_contents, load_contents).
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
@@ -69,9 +62,11 @@ class BaseCheckpointManager:
         self.lr_scheduler = lr_scheduler
         self.processing_class = processing_class
         self.checkpoint_config = checkpoint_config
-        self.save_contents = checked_contents(_config_get(checkpoint_config, "save_contents"), "checkpoint.save_contents")
-        self.load_contents = checked_contents(_config_get(checkpoint_config, "load_contents"), "checkpoint.load_contents",
-                                              default=self.save_contents)
+        # None (no section): save and load the defaults
+        save = checkpoint_config.save_contents if checkpoint_config is not None else None
+        load = checkpoint_config.load_contents if checkpoint_config is not None else None
+        self.save_contents = checked_contents(save, "checkpoint.save_contents")
+        self.load_contents = checked_contents(load, "checkpoint.load_contents", default=self.save_contents)
         if optimizer is None:  # a frozen role: nothing to train, so no optimizer state to keep
             self.save_contents = tuple(c for c in self.save_contents if c != "optimizer")
             self.load_contents = tuple(c for c in self.load_contents if c != "optimizer")

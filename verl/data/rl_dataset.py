@@ -8,10 +8,12 @@ so the reward manager sees the row's data_source and ground truth.
 from __future__ import annotations
 
 import copy
+import os
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 import torch
 from omegaconf import ListConfig
 from torch.utils.data import Dataset
@@ -21,6 +23,8 @@ from verl.data.prompt_ids import TRUNCATION_MODES, left_pad, truncate_ids
 from verl.utils.torch_functional import compute_position_id_with_mask
 
 _LENGTH_BATCH = 1024
+# upstream's data.image_key / data.video_key columns
+MEDIA_COLUMNS = ("images", "videos")
 
 
 def _as_file_list(data_files: str | list[str] | ListConfig) -> list[str]:
@@ -43,9 +47,30 @@ def _as_messages(prompt: Any, row: int, prompt_key: str) -> list[dict[str, Any]]
     )
 
 
+def _chat_text(tokenizer: Any, messages: list[dict[str, Any]]) -> str:
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError(
+            "the tokenizer has no chat_template, so chat prompts cannot be rendered; use an instruct model's "
+            "tokenizer (or set tokenizer.chat_template)"
+        )
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def _prompt_lengths(prompts: list[Any], rows: list[int], tokenizer: Any, prompt_key: str) -> dict[str, list[int]]:
+    """Templated prompt lengths of one batch of rows (a module function: `datasets` ships it to worker processes)."""
+    texts = [_chat_text(tokenizer, _as_messages(prompt, row, prompt_key)) for prompt, row in zip(prompts, rows)]
+    return {"_prompt_length": [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]}
+
+
 class RLHFDataset(Dataset):
-    """Config keys (the `data` section): prompt_key, max_prompt_length, truncation, filter_overlong_prompts,
-    return_raw_chat, return_full_prompt, apply_chat_template_kwargs, shuffle and seed (for max_samples)."""
+    """`config` is the typed `data` section (DataConfig); read here: prompt_key, max_prompt_length, truncation,
+    filter_overlong_prompts (+ _workers), return_raw_input_ids, return_raw_chat, return_full_prompt, shuffle and
+    seed (for max_samples).
+
+    Items: input_ids / attention_mask / position_ids (left-padded), raw_prompt_ids (the templated prompt's ids),
+    index, every other column; raw_input_ids (the prompt's ids without the chat template, for a reward model
+    whose template differs) with return_raw_input_ids; raw_prompt (the messages) with return_raw_chat;
+    full_prompts (the templated text) with return_full_prompt."""
 
     def __init__(
         self,
@@ -61,15 +86,16 @@ class RLHFDataset(Dataset):
         self.processor = processor
         self.config = config
         self.max_samples = max_samples
-        self.prompt_key = config.get("prompt_key", "prompt")
-        self.max_prompt_length = int(config.get("max_prompt_length", 1024))
-        self.truncation = config.get("truncation", "error")
-        self.filter_overlong_prompts = bool(config.get("filter_overlong_prompts", True))
-        self.return_raw_chat = bool(config.get("return_raw_chat", False))
-        self.return_full_prompt = bool(config.get("return_full_prompt", False))
-        self.apply_chat_template_kwargs = dict(config.get("apply_chat_template_kwargs") or {})
-        self.shuffle = bool(config.get("shuffle", False))
-        self.seed = config.get("seed")
+        self.prompt_key = config.prompt_key
+        self.max_prompt_length = config.max_prompt_length
+        self.truncation = config.truncation
+        self.filter_overlong_prompts = config.filter_overlong_prompts
+        self.filter_overlong_prompts_workers = config.filter_overlong_prompts_workers
+        self.return_raw_input_ids = config.return_raw_input_ids
+        self.return_raw_chat = config.return_raw_chat
+        self.return_full_prompt = config.return_full_prompt
+        self.shuffle = config.shuffle
+        self.seed = config.seed
         if self.truncation not in TRUNCATION_MODES:
             raise ValueError(f"data.truncation must be one of {TRUNCATION_MODES}, got {self.truncation!r}")
         self.pad_token_id = self._pad_token_id(tokenizer)
@@ -95,10 +121,15 @@ class RLHFDataset(Dataset):
         print(f"[RLHFDataset] {len(self.dataframe)} prompts from {self.data_files}")
 
     def _reject_multimodal(self) -> None:
-        media = [key for key in ("images", "videos") if key in self.dataframe.column_names]
-        if media and self.processor is not None:
+        """Images or videos would be carried along and the model trained on the text alone: refuse at load."""
+        for column in MEDIA_COLUMNS:
+            if column not in self.dataframe.column_names:
+                continue
+            files = [path for path in self.data_files if column in pq.read_schema(os.path.expanduser(path)).names]
             raise NotImplementedError(
-                f"RLHFDataset: multimodal columns {media} are not supported yet; use a text-only dataset"
+                f"{', '.join(files) or self.data_files}: column {column!r} holds {column} for a vision-language "
+                "model, and VLM training is not built in this verl (the model would silently train on the text "
+                f"alone). Use a text-only dataset, or drop the {column!r} column."
             )
 
     def _take_max_samples(self, frame: Any) -> Any:
@@ -113,15 +144,14 @@ class RLHFDataset(Dataset):
         return frame.select(indices)
 
     def _drop_overlong(self, frame: Any) -> Any:
-        prompts = frame[self.prompt_key]
-        lengths: list[int] = []
-        for start in range(0, len(prompts), _LENGTH_BATCH):
-            texts = [
-                self._chat_text(_as_messages(prompt, start + offset, self.prompt_key))
-                for offset, prompt in enumerate(prompts[start : start + _LENGTH_BATCH])
-            ]
-            encoded = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-            lengths.extend(len(ids) for ids in encoded)
+        # data.filter_overlong_prompts_workers processes tokenize the prompts (one: in this process)
+        workers = self.filter_overlong_prompts_workers
+        lengths = frame.select_columns([self.prompt_key]).map(
+            _prompt_lengths, fn_kwargs={"tokenizer": self.tokenizer, "prompt_key": self.prompt_key},
+            input_columns=[self.prompt_key], with_indices=True, batched=True,
+            batch_size=_LENGTH_BATCH, remove_columns=[self.prompt_key], num_proc=workers if workers > 1 else None,
+            desc="filter_overlong_prompts",
+        )["_prompt_length"]
         keep = [row for row, length in enumerate(lengths) if length <= self.max_prompt_length]
         dropped = len(lengths) - len(keep)
         print(
@@ -136,14 +166,7 @@ class RLHFDataset(Dataset):
         return frame.select(keep) if dropped else frame
 
     def _chat_text(self, messages: list[dict[str, Any]]) -> str:
-        if getattr(self.tokenizer, "chat_template", None) is None:
-            raise ValueError(
-                "the tokenizer has no chat_template, so chat prompts cannot be rendered; use an instruct model's "
-                "tokenizer (or set tokenizer.chat_template)"
-            )
-        return self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False, **self.apply_chat_template_kwargs
-        )
+        return _chat_text(self.tokenizer, messages)
 
     # ---- items --------------------------------------------------------------------------------------------
 
@@ -162,6 +185,10 @@ class RLHFDataset(Dataset):
         row_dict["attention_mask"] = attention_mask
         row_dict["position_ids"] = compute_position_id_with_mask(attention_mask)
         row_dict["raw_prompt_ids"] = raw_prompt_ids
+        if self.return_raw_input_ids:
+            plain = "\n".join(str(message["content"]) for message in messages)
+            row_dict["raw_input_ids"] = truncate_ids(self.tokenizer.encode(plain, add_special_tokens=False),
+                                                     self.max_prompt_length, self.truncation, row=item)
         if self.return_raw_chat:
             row_dict["raw_prompt"] = messages
         if self.return_full_prompt:

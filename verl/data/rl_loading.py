@@ -45,13 +45,13 @@ def create_rl_dataset(
 ) -> Dataset:
     """RLHFDataset, or the user's class from data.custom_cls.path/name (same constructor arguments).
 
-    `is_train` is accepted for upstream's signature; pass data.train_max_samples / data.val_max_samples as
-    `max_samples`.
+    `data_config` is the typed `data` section (DataConfig). `is_train` is accepted for upstream's signature; pass
+    data.train_max_samples / data.val_max_samples as `max_samples`.
     """
-    custom = data_config.get("custom_cls") or {}
+    custom = data_config.custom_cls
     dataset_cls = RLHFDataset
-    if custom.get("path"):
-        dataset_cls = _load_custom_dataset_cls(custom.get("path"), custom.get("name"))
+    if custom.path:
+        dataset_cls = _load_custom_dataset_cls(custom.path, custom.name)
     return dataset_cls(
         data_files=data_paths, tokenizer=tokenizer, config=data_config, processor=processor, max_samples=max_samples
     )
@@ -59,9 +59,8 @@ def create_rl_dataset(
 
 def create_rl_sampler(data_config: Any, dataset: Dataset) -> Sampler:
     """Seeded random order when data.shuffle (seed data.seed), else the file order."""
-    if data_config.get("shuffle", True):
+    if data_config.shuffle:
         generator = torch.Generator()
-        seed = data_config.get("seed")
-        generator.manual_seed(1 if seed is None else int(seed))
+        generator.manual_seed(data_config.seed)
         return RandomSampler(data_source=dataset, generator=generator)
     return SequentialSampler(data_source=dataset)

@@ -1,8 +1,9 @@
 """PPO / GRPO training entry point: `python -m verl.trainer.main_ppo key=value ...`.
 
 The config is checked in two places before any worker starts: override keys before Hydra parses them
-(so a typo gets a suggestion), and the composed config inside the Hydra main. Nothing heavy (torch,
-ray) is imported until the config has passed, so mistakes are reported in about a second.
+(so a typo gets a suggestion), and the composed config inside the Hydra main, which turns it into the typed
+PPOTrainerConfig every later stage receives. Nothing heavy (torch, ray) is imported until the config has
+passed, so mistakes are reported in about a second.
 """
 
 from __future__ import annotations
@@ -13,24 +14,40 @@ import warnings
 import hydra
 from omegaconf import DictConfig
 
-from verl.trainer.config import ConfigError, ConfigWarning, precheck_argv, validate_config
+from verl.trainer.config import ConfigError, ConfigWarning, PPOTrainerConfig, precheck_argv, validate_config
 
 CONFIG_ERROR_EXIT = 2
 
 
 @hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)
 def main(config: DictConfig) -> None:
-    check(config)
-    run_ppo(config)
+    run_ppo(check(config))
 
 
-def check(config: DictConfig) -> None:
-    """Validate, printing problems and warnings as plain lines (no traceback); exit 2 on any problem."""
+def device_problems(config: PPOTrainerConfig) -> list[str]:
+    """trainer.device=cuda is a promise the machine must keep before any worker is started."""
+    if config.trainer.device != "cuda":
+        return []
+    import torch  # only here: a config asking for CUDA has passed every other check
+
+    if torch.cuda.is_available():
+        return []
+    return ["trainer.device=cuda but no CUDA GPU is visible to this process (torch.cuda.is_available() is "
+            "False). Set trainer.device=auto (use a GPU when there is one) or trainer.device=cpu."]
+
+
+def check(config: DictConfig) -> PPOTrainerConfig:
+    """Validate into the typed config, printing problems and warnings as plain lines (no traceback); exit 2 on
+    any problem."""
     error: ConfigError | None = None
+    typed: PPOTrainerConfig | None = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConfigWarning)
         try:
-            validate_config(config)
+            typed = validate_config(config)
+            problems = device_problems(typed)
+            if problems:
+                raise ConfigError(problems)
         except ConfigError as e:
             error = e
     for warning in caught:
@@ -41,13 +58,14 @@ def check(config: DictConfig) -> None:
     if error is not None:
         print(f"Invalid config:\n{error}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT)
+    return typed
 
 
-def run_ppo(config: DictConfig) -> None:
-    """Start Ray, build the worker groups and train; the config must already be validated."""
+def run_ppo(config: PPOTrainerConfig | DictConfig) -> dict:
+    """Start Ray, build the worker groups and train. A DictConfig is validated first."""
     from verl.trainer.ppo.launcher import run_training
 
-    run_training(config)
+    return run_training(config)
 
 
 if __name__ == "__main__":

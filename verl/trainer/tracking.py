@@ -28,6 +28,8 @@ from omegaconf import DictConfig, OmegaConf
 __all__ = ["Tracking", "format_console_line", "format_value", "flatten_dict", "sanitize_mlflow_key", "SUPPORTED_BACKENDS"]
 
 SUPPORTED_BACKENDS = ("console", "tensorboard", "wandb", "mlflow", "file", "jsonl")
+# trainer.log_val_generations samples, next to metrics.jsonl.
+GENERATIONS_FILE = "val_generations.jsonl"
 
 
 class _Backend(Protocol):
@@ -112,6 +114,11 @@ class _ConsoleBackend:
     def log(self, data: dict[str, Any], step: int) -> None:
         print(format_console_line(data, step), file=sys.stdout, flush=True)
 
+    def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
+        for i, (prompt, response, score) in enumerate(samples):
+            print(f"[val generation {i} @ step {step}] score={score:.4g}\n[input] {prompt}\n[output] {response}",
+                  file=sys.stdout, flush=True)
+
     def finish(self) -> None:
         pass
 
@@ -127,6 +134,12 @@ class _JsonlBackend:
     def log(self, data: dict[str, Any], step: int) -> None:
         record = {"step": step, **{k: _as_scalar(v) for k, v in data.items()}}
         self._fh.write(json.dumps(record, default=str) + "\n")
+
+    def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
+        path = os.path.join(os.path.dirname(os.path.abspath(self.path)), GENERATIONS_FILE)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": step, "samples": [{"input": i, "output": o, "score": s}
+                                                          for i, o, s in samples]}, ensure_ascii=False) + "\n")
 
     def finish(self) -> None:
         if not self._fh.closed:
@@ -146,6 +159,11 @@ class _TensorboardBackend:
             value = _as_scalar(value)
             if isinstance(value, numbers.Number):
                 self._writer.add_scalar(key, value, step)
+        self._writer.flush()
+
+    def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
+        text = "\n\n".join(f"**input**: {i}\n\n**output**: {o}\n\n**score**: {s}" for i, o, s in samples)
+        self._writer.add_text("val/generations", text, step)
         self._writer.flush()
 
     def finish(self) -> None:
@@ -172,6 +190,14 @@ class _WandbBackend:
 
     def log(self, data: dict[str, Any], step: int) -> None:
         self._run.log({k: _as_scalar(v) for k, v in data.items()}, step=step)
+
+    def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
+        import wandb
+
+        # upstream's layout: one row per validation, step then input/output/score of each sample
+        columns = ["step"] + [f"{name}_{i + 1}" for i in range(len(samples)) for name in ("input", "output", "score")]
+        row = [step] + [value for sample in samples for value in sample]
+        self._run.log({"val/generations": wandb.Table(columns=columns, data=[row])}, step=step)
 
     def finish(self) -> None:
         self._run.finish()
@@ -216,6 +242,10 @@ class _MlflowBackend:
             if isinstance(value, numbers.Number):
                 metrics[sanitize_mlflow_key(key)] = float(value)
         self._mlflow.log_metrics(metrics, step=step)
+
+    def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
+        rows = [{"input": i, "output": o, "score": s} for i, o, s in samples]
+        self._mlflow.log_text(json.dumps(rows, indent=2, ensure_ascii=False), f"val_generations_step_{step}.json")
 
     def finish(self) -> None:
         self._mlflow.end_run()
@@ -284,6 +314,14 @@ class Tracking:
         for name, logger in self.logger.items():
             if only is None or name in only:
                 logger.log(payload, step)
+
+    def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
+        """trainer.log_val_generations: (input, output, score) samples, to every backend that can show text."""
+        if getattr(self, "_finished", False):
+            raise RuntimeError("Tracking.log_generations called after finish()")
+        for logger in self.logger.values():
+            if hasattr(logger, "log_generations"):
+                logger.log_generations(samples, step)
 
     def finish(self) -> None:
         """Flush and close every backend; safe to call more than once."""

@@ -6,13 +6,34 @@ Everything else asks here, so a CPU-only machine and a GPU cluster run the same 
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
+# trainer.device, as the driver hands it to every process it starts (Ray workers inherit or are given it).
+DEVICE_ENV = "VERL_DEVICE"
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def set_device_preference(device: str) -> None:
+    """Record trainer.device for this process and the workers it starts; "cpu" hides any GPU from verl."""
+    if device not in DEVICES:
+        raise ValueError(f"trainer.device={device!r}: use one of {DEVICES}")
+    os.environ[DEVICE_ENV] = device
+
+
+def device_preference() -> str:
+    return os.environ.get(DEVICE_ENV, "auto")
+
 
 @functools.lru_cache(maxsize=1)
-def is_cuda_available() -> bool:
+def _cuda_present() -> bool:
     return torch.cuda.is_available()
+
+
+def is_cuda_available() -> bool:
+    """Whether verl computes on CUDA: a GPU is visible and trainer.device is not "cpu"."""
+    return device_preference() != "cpu" and _cuda_present()
 
 
 def get_device_name() -> str:

@@ -3,20 +3,24 @@
 One instance per rank. The driver calls their `@register`-ed methods on a worker group; DP_COMPUTE_PROTO splits
 the batch across ranks, so each method sees only its shard. Batch sizes arrive in the user's units (prompts) and
 are normalised here to responses per rank, once, before the compute classes are built.
+
+The workers receive typed config sections (verl.trainer.config): ActorRolloutRefWorker an ActorRolloutRefConfig,
+CriticWorker a CriticConfig. The layers keep workers from importing the trainer's config package, so the
+annotations below say `Any` and the docstrings name the types.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, Worker, register
-from verl.utils.config import cfg_select
 from verl.utils.device import get_default_device
 from verl.utils.flops_counter import FlopsCounter, measure_matmul_peak, mfu
 from verl.utils.malloc_tuning import release_free_memory, tune_malloc_for_training
@@ -34,20 +38,25 @@ logger = logging.getLogger(__name__)
 
 _ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
 
+# The schema has no seed for the workers' models (upstream's reads a key that does not exist either, so it is
+# always 0): every run initialises freshly built heads and samples from this seed, offset by rank for the actor.
+MODEL_INIT_SEED = 0
 
-def normalize_ppo_batch_sizes(section: DictConfig, key: str, rollout_n: int, dp_size: int) -> None:
-    """ppo_mini_batch_size: prompts (as users write it) -> responses per rank, as the compute classes expect."""
-    with open_dict(section):
-        mini = int(section.ppo_mini_batch_size) * rollout_n
-        if mini % dp_size:
-            raise ValueError(f"{key}.ppo_mini_batch_size x rollout.n = {mini} is not divisible by the "
-                             f"{dp_size} data-parallel ranks")
-        section.ppo_mini_batch_size = mini // dp_size
-        if section.get("ppo_micro_batch_size") and not section.get("ppo_micro_batch_size_per_gpu"):
-            # the deprecated global micro batch size counts across ranks
-            section.ppo_micro_batch_size_per_gpu = max(1, int(section.ppo_micro_batch_size) // dp_size)
-        if not section.get("ppo_micro_batch_size_per_gpu"):
-            section.ppo_micro_batch_size_per_gpu = section.ppo_mini_batch_size
+
+def normalize_ppo_batch_sizes(cfg: Any, key_prefix: str, dp_size: int) -> Any:
+    """A copy of an ActorConfig / CriticConfig with ppo_mini_batch_size in responses per rank (users write
+    prompts; the compute classes count responses) and ppo_micro_batch_size_per_gpu filled in."""
+    mini = cfg.ppo_mini_batch_size * cfg.rollout_n
+    if mini % dp_size:
+        raise ValueError(f"{key_prefix}.ppo_mini_batch_size x rollout.n = {mini} is not divisible by the "
+                         f"{dp_size} data-parallel ranks")
+    per_rank = mini // dp_size
+    micro = cfg.ppo_micro_batch_size_per_gpu
+    if cfg.ppo_micro_batch_size and not micro:
+        micro = max(1, cfg.ppo_micro_batch_size // dp_size)  # the deprecated global size counts across ranks
+    if not micro:
+        micro = per_rank
+    return dataclasses.replace(cfg, ppo_mini_batch_size=per_rank, ppo_micro_batch_size_per_gpu=micro)
 
 
 class _FSDPWorkerBase(Worker):
@@ -56,7 +65,7 @@ class _FSDPWorkerBase(Worker):
         self.device_mesh = create_device_mesh(dist.get_world_size())
 
     def _model_dtype(self, fsdp_config, key: str) -> torch.dtype:
-        return to_torch_dtype(cfg_select(fsdp_config, "model_dtype", "fp32"), f"{key}.fsdp_config.model_dtype")
+        return to_torch_dtype(fsdp_config.model_dtype, f"{key}.fsdp_config.model_dtype")
 
     def _init_perf(self, module: torch.nn.Module, fsdp_config, key: str) -> None:
         """FLOPs counter and the matmul peak of this rank, in the dtype the matmuls run in (measured once)."""
@@ -89,7 +98,8 @@ class _FSDPWorkerBase(Worker):
 class ActorRolloutRefWorker(_FSDPWorkerBase):
     """Any mix of the policy's jobs in one process: train (actor), generate (rollout), frozen reference (ref)."""
 
-    def __init__(self, config: DictConfig, role: str) -> None:
+    def __init__(self, config: Any, role: str) -> None:
+        """`config`: the typed ActorRolloutRefConfig (model, actor, ref, rollout)."""
         super().__init__()
         if role not in _ROLES:
             raise ValueError(f"ActorRolloutRefWorker role {role!r} is not one of {_ROLES}")
@@ -106,7 +116,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         from verl.models.loader import load_causal_lm, load_tokenizer
 
         self._init_distributed()
-        torch.manual_seed(int(cfg_select(self.config, "seed", 0) or 0) + self.rank)
+        torch.manual_seed(MODEL_INIT_SEED + self.rank)
         cfg = self.config
         self.tokenizer = None
         if self._is_actor or self._is_rollout:
@@ -115,8 +125,8 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
                                           dtype=self._model_dtype(fsdp_cfg, "actor_rollout_ref.actor"))
             self.model_path = path
             self.tokenizer = load_tokenizer(path, "actor_rollout_ref.model.path",
-                                            trust_remote_code=bool(cfg.model.get("trust_remote_code", False)),
-                                            custom_chat_template=cfg.model.get("custom_chat_template"))
+                                            trust_remote_code=cfg.model.trust_remote_code,
+                                            custom_chat_template=cfg.model.custom_chat_template)
             self.actor_module = apply_fsdp2(module, fsdp_cfg, self.device_mesh)
         if self._is_actor:
             self._build_actor()
@@ -126,24 +136,15 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
             self._build_ref()
         self._keep_host_memory_mapped()
 
-    def _with_model_flags(self, section: DictConfig) -> DictConfig:
-        """A resolved copy of the actor/ref section with the model-level switches the compute classes read
-        (upstream copies actor_rollout_ref.model.use_remove_padding into the actor config the same way)."""
-        cfg = OmegaConf.create(OmegaConf.to_container(section, resolve=True))
-        with open_dict(cfg):
-            cfg.use_remove_padding = bool(self.config.model.get("use_remove_padding", False))
-        return cfg
-
     def _build_actor(self) -> None:
         from verl.workers.actor import DataParallelPPOActor
 
-        actor_cfg = self._with_model_flags(self.config.actor)
-        normalize_ppo_batch_sizes(actor_cfg, "actor_rollout_ref.actor", int(self.config.rollout.n), self.world_size)
+        actor_cfg = normalize_ppo_batch_sizes(self.config.actor, "actor_rollout_ref.actor", self.world_size)
         self.actor_optimizer = build_optimizer(self.actor_module, actor_cfg.optim, "actor_rollout_ref.actor.optim")
         self.actor_lr_scheduler = build_lr_scheduler(self.actor_optimizer, actor_cfg.optim, "actor_rollout_ref.actor.optim")
         self.actor = DataParallelPPOActor(actor_cfg, self.actor_module, self.actor_optimizer)
         self._init_perf(self.actor_module, self.config.actor.fsdp_config, "actor_rollout_ref.actor")
-        self._ppo_epochs = int(actor_cfg.get("ppo_epochs", 1))
+        self._ppo_epochs = actor_cfg.ppo_epochs
 
     def _build_rollout(self) -> None:
         from verl.workers.rollout.registry import build_rollout
@@ -154,19 +155,19 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         if not self._is_actor:
             from verl.workers.actor import DataParallelPPOActor
 
-            self.actor = DataParallelPPOActor(self._with_model_flags(self.config.actor), self.actor_module)
+            self.actor = DataParallelPPOActor(self.config.actor, self.actor_module)
 
     def _build_ref(self) -> None:
         from verl.models.loader import load_causal_lm
         from verl.workers.actor import DataParallelPPOActor
 
         ref_cfg = self.config.ref
-        fsdp_cfg = ref_cfg.get("fsdp_config") or self.config.actor.fsdp_config
+        fsdp_cfg = ref_cfg.fsdp_config
         module, _ = load_causal_lm(self.config.model, "actor_rollout_ref.model",
                                    dtype=self._model_dtype(fsdp_cfg, "actor_rollout_ref.ref"))
         module.requires_grad_(False)
         self.ref_module = apply_fsdp2(module, fsdp_cfg, self.device_mesh)
-        self.ref_policy = DataParallelPPOActor(self._with_model_flags(ref_cfg), self.ref_module)
+        self.ref_policy = DataParallelPPOActor(ref_cfg, self.ref_module)
 
     # -- compute --------------------------------------------------------------------------------------------------
 
@@ -190,12 +191,12 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
         return sorted(i for i in ids if i is not None)
 
-    def _log_prob_meta(self, data: DataProto, section: DictConfig) -> None:
-        rollout = self.config.rollout
-        data.meta_info.setdefault("temperature", float(rollout.temperature))
-        data.meta_info["micro_batch_size"] = int(section.get("log_prob_micro_batch_size_per_gpu") or 8)
-        data.meta_info["use_dynamic_bsz"] = bool(section.get("log_prob_use_dynamic_bsz", False))
-        data.meta_info["max_token_len"] = section.get("log_prob_max_token_len_per_gpu") or 16384
+    def _log_prob_meta(self, data: DataProto, section: Any) -> None:
+        """The log-prob pass's batching from the rollout's (old log-probs) or the ref's section."""
+        data.meta_info.setdefault("temperature", self.config.rollout.temperature)
+        data.meta_info["micro_batch_size"] = _log_prob_micro_batch(section, self.world_size)
+        data.meta_info["use_dynamic_bsz"] = section.log_prob_use_dynamic_bsz
+        data.meta_info["max_token_len"] = section.log_prob_max_token_len_per_gpu
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
@@ -217,7 +218,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto) -> DataProto:
         assert self._is_actor, f"update_actor called on a worker with role {self.role!r}"
-        data.meta_info.setdefault("temperature", float(self.config.rollout.temperature))
+        data.meta_info.setdefault("temperature", self.config.rollout.temperature)
         start = time.perf_counter()
         metrics = self.actor.update_policy(data)
         self.actor_lr_scheduler.step()
@@ -239,7 +240,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         if getattr(self, "_ckpt_manager", None) is None:
             self._ckpt_manager = FSDPCheckpointManager(
                 self.actor_module, getattr(self, "actor_optimizer", None), getattr(self, "actor_lr_scheduler", None),
-                self.tokenizer, self.config.actor.get("checkpoint"))
+                self.tokenizer, self.config.actor.checkpoint)
         return self._ckpt_manager
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -255,7 +256,8 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
 class CriticWorker(_FSDPWorkerBase):
     """The value model for PPO/GAE: an HF backbone with a one-output token-classification head."""
 
-    def __init__(self, config: DictConfig) -> None:
+    def __init__(self, config: Any) -> None:
+        """`config`: the typed CriticConfig."""
         super().__init__()
         self.config = config
 
@@ -267,10 +269,9 @@ class CriticWorker(_FSDPWorkerBase):
         self._init_distributed()
         # the value head is freshly initialised: the same seed on every rank gives every rank the same head and
         # every run the same critic (a resumed run is compared against an uninterrupted one)
-        torch.manual_seed(int(cfg_select(self.config, "seed", 0) or 0))
-        cfg = OmegaConf.create(OmegaConf.to_container(self.config, resolve=True))
-        normalize_ppo_batch_sizes(cfg, "critic", int(cfg.get("rollout_n", 1)), self.world_size)
-        fsdp_cfg = cfg.model.get("fsdp_config") or {}
+        torch.manual_seed(MODEL_INIT_SEED)
+        cfg = normalize_ppo_batch_sizes(self.config, "critic", self.world_size)
+        fsdp_cfg = cfg.model.fsdp_config
         module, _ = load_causal_lm(cfg.model, "critic.model", dtype=self._model_dtype(fsdp_cfg, "critic.model"),
                                    value_head=True)
         self.critic_module = apply_fsdp2(module, fsdp_cfg, self.device_mesh)
@@ -283,10 +284,9 @@ class CriticWorker(_FSDPWorkerBase):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
-        data.meta_info["micro_batch_size"] = int(self._cfg.get("forward_micro_batch_size_per_gpu")
-                                                 or self._cfg.ppo_micro_batch_size_per_gpu)
-        data.meta_info["use_dynamic_bsz"] = bool(self._cfg.get("use_dynamic_bsz", False))
-        data.meta_info["max_token_len"] = self._cfg.get("forward_max_token_len_per_gpu") or 16384
+        data.meta_info["micro_batch_size"] = _forward_micro_batch(self._cfg, self.world_size)
+        data.meta_info["use_dynamic_bsz"] = self._cfg.use_dynamic_bsz
+        data.meta_info["max_token_len"] = self._cfg.forward_max_token_len_per_gpu
         values = self.critic.compute_values(data)
         return DataProto.from_dict(tensors={"values": values})
 
@@ -297,7 +297,7 @@ class CriticWorker(_FSDPWorkerBase):
         self.critic_lr_scheduler.step()
         metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]
         seconds = time.perf_counter() - start
-        metrics.update(self._perf_metrics("critic", data, seconds, int(self._cfg.get("ppo_epochs", 1))))
+        metrics.update(self._perf_metrics("critic", data, seconds, self._cfg.ppo_epochs))
         release_free_memory()  # the critic idles through the next rollout: do not sit on its training peak
         return DataProto(meta_info={"metrics": metrics})
 
@@ -306,7 +306,7 @@ class CriticWorker(_FSDPWorkerBase):
 
         if getattr(self, "_ckpt_manager", None) is None:
             self._ckpt_manager = FSDPCheckpointManager(self.critic_module, self.critic_optimizer,
-                                                       self.critic_lr_scheduler, None, self._cfg.get("checkpoint"))
+                                                       self.critic_lr_scheduler, None, self._cfg.checkpoint)
         return self._ckpt_manager
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -317,3 +317,23 @@ class CriticWorker(_FSDPWorkerBase):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False) -> None:
         self._checkpoint_manager().load_checkpoint(local_path, hdfs_path, del_local_after_load)
+
+
+def _log_prob_micro_batch(section: Any, dp_size: int) -> int | None:
+    """log_prob_micro_batch_size_per_gpu; the deprecated global log_prob_micro_batch_size counts across ranks.
+    None only with log_prob_use_dynamic_bsz (validation requires one of the two otherwise): token budgets then."""
+    if section.log_prob_micro_batch_size_per_gpu:
+        return section.log_prob_micro_batch_size_per_gpu
+    if section.log_prob_micro_batch_size:
+        return max(1, section.log_prob_micro_batch_size // dp_size)
+    return None
+
+
+def _forward_micro_batch(cfg: Any, dp_size: int) -> int:
+    """critic.forward_micro_batch_size_per_gpu; the deprecated global size counts across ranks; without either,
+    the (normalised) ppo_micro_batch_size_per_gpu."""
+    if cfg.forward_micro_batch_size_per_gpu:
+        return cfg.forward_micro_batch_size_per_gpu
+    if cfg.forward_micro_batch_size:
+        return max(1, cfg.forward_micro_batch_size // dp_size)
+    return cfg.ppo_micro_batch_size_per_gpu

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from verl.trainer.config.validate import load_config
+from verl.trainer.config.validate import load_config, validate_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.workers.micro_batching import NonFiniteLossError
+
+
+# batches of 2 prompts pass validation with one worker and mini-batches of one prompt
+SMALL = ["trainer.n_gpus_per_node=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "critic.ppo_mini_batch_size=1",
+         "critic.ppo_micro_batch_size_per_gpu=1"]
 
 
 class _Trainer(RayPPOTrainer):
@@ -30,8 +36,9 @@ class _Trainer(RayPPOTrainer):
 
 
 def test_nan_loss_stops_fit_with_the_step_and_no_checkpoint_from_it():
-    config = load_config(["data.train_batch_size=2", "trainer.total_training_steps=4", "trainer.save_freq=1",
-                          "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.logger=[]"])
+    config = validate_config(load_config([
+        "data.train_batch_size=2", "trainer.total_training_steps=4", "trainer.save_freq=1",
+        "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.logger=[]", *SMALL]), check_files=False)
     trainer = _Trainer(config)
     with pytest.raises(NonFiniteLossError) as info:
         trainer.fit()
@@ -65,8 +72,8 @@ class _ResumedTrainer(_Trainer):
 
 
 def test_validation_before_training_is_logged_at_the_step_a_resumed_run_starts_from():
-    config = load_config(["data.train_batch_size=2", "trainer.total_training_steps=4", "trainer.test_freq=-1",
-                          "trainer.logger=[]"])
+    config = validate_config(load_config(["data.train_batch_size=2", "trainer.total_training_steps=4",
+                                          "trainer.test_freq=-1", "trainer.logger=[]", *SMALL]), check_files=False)
     trainer = _ResumedTrainer(config)
     trainer.validator, trainer.tracker = _Validator(), _Tracker()
     trainer.fit()

@@ -4,22 +4,29 @@ import textwrap
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from tests.workers.reward_manager.conftest import RESPONSE_LEN, make_batch
 from verl.rewards import default_compute_score
+from verl.trainer.config import (
+    CustomRewardFunctionConfig,
+    DataConfig,
+    OverlongBufferConfig,
+    PPOTrainerConfig,
+    RewardModelConfig,
+)
 from verl.trainer.ppo.reward import compute_reward, get_custom_reward_fn, load_reward_manager
 from verl.workers.reward_manager import BatchRewardManager, DAPORewardManager, NaiveRewardManager
 
 SAMPLES = [("Tom has 12", "#### 14", "14"), ("Anna has 9", "#### 10", "11")]
 
 
-def make_config(path=None, name=None, manager="naive", reward_kwargs=None, **extra):
-    return OmegaConf.create({
-        "custom_reward_function": {"path": path, "name": name, "reward_kwargs": reward_kwargs or {}},
-        "reward_model": {"reward_manager": manager, **extra},
-        "data": {"reward_fn_key": "data_source", "max_response_length": 32},
-    })
+def make_config(path=None, name="compute_score", manager="naive", reward_kwargs=None, overlong_buffer=None):
+    """The typed trainer config load_reward_manager receives from the launcher."""
+    return PPOTrainerConfig(
+        custom_reward_function=CustomRewardFunctionConfig(path=path, name=name, reward_kwargs=reward_kwargs or {}),
+        reward_model=RewardModelConfig(reward_manager=manager,
+                                       overlong_buffer=OverlongBufferConfig(**(overlong_buffer or {}))),
+        data=DataConfig(reward_fn_key="data_source", max_response_length=32))
 
 
 def write(tmp_path, source, filename="my_reward.py"):

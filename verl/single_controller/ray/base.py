@@ -22,6 +22,7 @@ from verl.single_controller.ray.class_with_args import RayClassWithInitArgs
 from verl.single_controller.ray.colocate import create_colocated_worker_cls
 from verl.single_controller.ray.errors import CallSite, WorkerGroupError, translate_error
 from verl.single_controller.ray.resource_pool import RayResourcePool, ResourcePoolManager
+from verl.utils.device import DEVICE_ENV
 
 __all__ = [
     "RayClassWithInitArgs",
@@ -84,8 +85,10 @@ class RayWorkerGroup(WorkerGroup):
         local_ranks, local_sizes = pool.local_rank_list(), pool.local_world_size_list()
         is_worker = issubclass(cls_with_init.user_class(), Worker)
         base_env = {"WORLD_SIZE": str(world_size), "WG_PREFIX": self.name_prefix, "WG_BACKEND": "ray"}
-        if TORCH_THREADS_ENV in os.environ:
-            base_env[TORCH_THREADS_ENV] = os.environ[TORCH_THREADS_ENV]
+        # A joined cluster's workers do not inherit the driver's environment: trainer.device goes explicitly.
+        for name in (TORCH_THREADS_ENV, DEVICE_ENV):
+            if name in os.environ:
+                base_env[name] = os.environ[name]
         if is_worker:
             # Chosen on rank 0's node before any rank starts, so all ranks can start at once.
             pg, bundle = pool.placement_of_rank(0)

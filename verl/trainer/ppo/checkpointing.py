@@ -2,8 +2,8 @@
 
 A save of step N:
   1. the workers write `global_step_N.tmp-<id>/actor` (and `/critic`): DCP shards, LR scheduler, every rank's RNG
-  2. the driver writes `data.pt` (the StatefulDataLoader's state) and `trainer_state.pt` (step, KL controller,
-     driver RNG, the batch geometry the data position depends on)
+  2. the driver writes its TrainerState (verl/trainer/ppo/state.py): `data.pt` (the StatefulDataLoader's state)
+     and `trainer_state.pt` (step, KL controller, driver RNG, the batch geometry the data position depends on)
   3. everything is fsynced, the folder renamed to `global_step_N`, then `latest_checkpointed_iteration.txt` is
      replaced atomically: the checkpoint exists for a reader only from this moment on
   4. older checkpoints beyond trainer.max_actor_ckpt_to_keep / max_critic_ckpt_to_keep are removed
@@ -19,9 +19,7 @@ import sys
 import time
 from typing import Any
 
-import torch
-
-from verl.checkpoint.atomic import atomic_torch_save, fsync_tree, publish_dir
+from verl.checkpoint.atomic import fsync_tree, publish_dir
 from verl.checkpoint.layout import (
     find_latest_ckpt_path,
     new_partial_step_dir,
@@ -32,22 +30,16 @@ from verl.checkpoint.layout import (
     write_tracker,
 )
 from verl.checkpoint.manifest import MANIFEST_NAME
-from verl.checkpoint.rng import get_rng_state, set_rng_state
+from verl.trainer.config import TrainerConfig
+from verl.trainer.ppo.state import DATA_FILE, TRAINER_STATE_FILE, TrainerState
 
 logger = logging.getLogger(__name__)
 
-DATA_FILE = "data.pt"
-TRAINER_STATE_FILE = "trainer_state.pt"
 RESUME_MODES = ("auto", "disable", "resume_path")
 
 
 def checkpoint_root(config) -> str:
-    return os.path.abspath(os.path.expanduser(str(config.trainer.default_local_dir)))
-
-
-def should_save(trainer_config, step: int, is_last: bool) -> bool:
-    freq = int(trainer_config.get("save_freq", -1) or -1)
-    return freq > 0 and (step % freq == 0 or is_last)
+    return os.path.abspath(os.path.expanduser(config.trainer.default_local_dir))
 
 
 def _say(message: str) -> None:
@@ -57,25 +49,11 @@ def _say(message: str) -> None:
 # -- save ---------------------------------------------------------------------------------------------------------
 
 
-def trainer_state(trainer) -> dict[str, Any]:
-    """Driver-side state and the batch geometry `data.pt` only makes sense with."""
-    kl = trainer.kl_ctrl_in_reward
-    return {
-        "global_steps": int(trainer.global_steps),
-        "kl_ctrl": {k: float(v) for k, v in vars(kl).items()} if kl is not None else None,
-        "rng": get_rng_state(),
-        "train_batch_size": int(trainer.config.data.train_batch_size),
-        "dataset_len": len(trainer.train_dataloader.dataset),
-        "world_size": int(trainer.actor_rollout_wg.world_size),
-        "total_training_steps": int(trainer.total_training_steps),
-    }
-
-
 def _keep_limits(trainer) -> dict[str, int | None]:
     cfg = trainer.config.trainer
-    limits = {"actor": cfg.get("max_actor_ckpt_to_keep")}
+    limits = {"actor": cfg.max_actor_ckpt_to_keep}
     if trainer.use_critic:
-        limits["critic"] = cfg.get("max_critic_ckpt_to_keep")
+        limits["critic"] = cfg.max_critic_ckpt_to_keep
     return limits
 
 
@@ -83,8 +61,7 @@ def _write_parts(trainer, partial: str, step: int, limits: dict[str, int | None]
     trainer.actor_rollout_wg.save_checkpoint(os.path.join(partial, "actor"), None, step, limits["actor"])
     if trainer.use_critic:
         trainer.critic_wg.save_checkpoint(os.path.join(partial, "critic"), None, step, limits["critic"])
-    atomic_torch_save(trainer.train_dataloader.state_dict(), os.path.join(partial, DATA_FILE))
-    atomic_torch_save(trainer_state(trainer), os.path.join(partial, TRAINER_STATE_FILE))
+    trainer.trainer_state().save(partial)
     fsync_tree(partial)
 
 
@@ -92,7 +69,7 @@ def save_checkpoint(trainer) -> str:
     """Save the trainer's current step; returns the published `global_step_N` folder."""
     start = time.perf_counter()
     cfg = trainer.config.trainer
-    if cfg.get("default_hdfs_dir"):
+    if cfg.default_hdfs_dir:
         logger.warning("trainer.default_hdfs_dir is not supported and is ignored; checkpoints stay in %s",
                        checkpoint_root(trainer.config))
     root = checkpoint_root(trainer.config)
@@ -117,19 +94,19 @@ def save_checkpoint(trainer) -> str:
 # -- load ---------------------------------------------------------------------------------------------------------
 
 
-def resume_folder(trainer_config, root: str) -> str | None:
+def resume_folder(trainer_config: TrainerConfig, root: str) -> str | None:
     """The `global_step_N` folder to resume from under the configured resume_mode, or None to start fresh."""
-    mode = trainer_config.get("resume_mode", "auto")
+    mode = trainer_config.resume_mode
     if mode not in RESUME_MODES:
         raise ValueError(f"trainer.resume_mode={mode!r}: use one of {list(RESUME_MODES)}")
     if mode == "disable":
         return None
     if mode == "auto":
         return find_latest_ckpt_path(root)
-    path = trainer_config.get("resume_from_path")
+    path = trainer_config.resume_from_path
     if not path:
         raise ValueError("trainer.resume_mode=resume_path needs trainer.resume_from_path=<.../global_step_N>")
-    folder = os.path.abspath(os.path.expanduser(str(path)))
+    folder = os.path.abspath(os.path.expanduser(path))
     step_of(folder)  # the name must say which step it is
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"trainer.resume_from_path={path!r}: no such folder")
@@ -149,22 +126,20 @@ def _required_parts(folder: str, use_critic: bool) -> None:
                                 "another global_step_N (trainer.resume_mode=resume_path) or set trainer.resume_mode=disable")
 
 
-def check_compatible(saved: dict[str, Any], trainer, folder: str) -> None:
+def check_compatible(saved: TrainerState, current: TrainerState, folder: str) -> None:
     """Refuse what cannot be resumed faithfully; warn about what resumes but will not repeat the original run."""
-    batch = int(trainer.config.data.train_batch_size)
-    if saved["train_batch_size"] != batch:
+    if saved.train_batch_size != current.train_batch_size:
         raise ValueError(
-            f"{folder} was written with data.train_batch_size={saved['train_batch_size']}, this run has {batch}: the "
-            f"saved dataloader position counts batches of {saved['train_batch_size']} prompts and cannot be mapped. "
-            f"Resume with data.train_batch_size={saved['train_batch_size']}, or start a new run "
-            "(trainer.resume_mode=disable) from the merged weights (python -m verl.model_merger merge ...).")
-    if saved["dataset_len"] != len(trainer.train_dataloader.dataset):
+            f"{folder} was written with data.train_batch_size={saved.train_batch_size}, this run has "
+            f"{current.train_batch_size}: the saved dataloader position counts batches of {saved.train_batch_size} "
+            f"prompts and cannot be mapped. Resume with data.train_batch_size={saved.train_batch_size}, or start a "
+            "new run (trainer.resume_mode=disable) from the merged weights (python -m verl.model_merger merge ...).")
+    if saved.dataset_len != current.dataset_len:
         logger.warning("%s was written with %d training prompts, this run has %d: the data order after resuming "
-                       "differs from the original run", folder, saved["dataset_len"], len(trainer.train_dataloader.dataset))
-    world = int(trainer.actor_rollout_wg.world_size)
-    if saved["world_size"] != world:
-        _say(f"{folder} was written by {saved['world_size']} workers, this run has {world}: weights and optimizer "
-             "state are resharded; sampling RNG streams start fresh")
+                       "differs from the original run", folder, saved.dataset_len, current.dataset_len)
+    if saved.world_size != current.world_size:
+        _say(f"{folder} was written by {saved.world_size} workers, this run has {current.world_size}: weights and "
+             "optimizer state are resharded; sampling RNG streams start fresh")
 
 
 def _warn_if_sampler_not_resumable(trainer, data_state: dict[str, Any]) -> None:
@@ -172,6 +147,7 @@ def _warn_if_sampler_not_resumable(trainer, data_state: dict[str, Any]) -> None:
     from torch.utils.data import RandomSampler
 
     sampler = getattr(trainer.train_dataloader, "sampler", None)
+    # a StatefulDataLoader state dict (a real dict, not config)
     mid_epoch = 0 < int(data_state.get("_sampler_iter_yielded") or 0) < len(trainer.train_dataloader)
     if type(sampler) is RandomSampler and mid_epoch:
         logger.warning("resuming mid-epoch with torch.utils.data.RandomSampler, which does not checkpoint its "
@@ -180,32 +156,27 @@ def _warn_if_sampler_not_resumable(trainer, data_state: dict[str, Any]) -> None:
 
 
 def load_checkpoint(trainer) -> int:
-    """Clean up after a crash, then restore the workers, the data position and the driver state; returns the step
-    resumed from (0 when starting fresh)."""
+    """Clean up after a crash, then restore the workers and the trainer's state; returns the step resumed from
+    (0 when starting fresh)."""
     cfg = trainer.config.trainer
     root = checkpoint_root(trainer.config)
     recover_or_remove_partials(root)
     folder = resume_folder(cfg, root)
     if folder is None:
-        if cfg.get("resume_mode", "auto") == "auto":
+        if cfg.resume_mode == "auto":
             _say(f"no checkpoint in {root}: training from scratch")
         return 0
     start = time.perf_counter()
     _required_parts(folder, trainer.use_critic)
-    saved = torch.load(os.path.join(folder, TRAINER_STATE_FILE), weights_only=True)
-    check_compatible(saved, trainer, folder)
+    saved = TrainerState.load(folder)
+    check_compatible(saved, trainer.trainer_state(), folder)
     trainer.actor_rollout_wg.load_checkpoint(os.path.join(folder, "actor"), None, False)
     if trainer.use_critic:
         trainer.critic_wg.load_checkpoint(os.path.join(folder, "critic"), None, False)
-    data_state = torch.load(os.path.join(folder, DATA_FILE), weights_only=True)
-    _warn_if_sampler_not_resumable(trainer, data_state)
-    trainer.train_dataloader.load_state_dict(data_state)
-    if trainer.kl_ctrl_in_reward is not None and saved.get("kl_ctrl"):
-        for key, value in saved["kl_ctrl"].items():
-            setattr(trainer.kl_ctrl_in_reward, key, value)
-    set_rng_state(saved["rng"])
-    trainer.global_steps = step_of(folder)
-    if cfg.get("del_local_ckpt_after_load"):
+    _warn_if_sampler_not_resumable(trainer, saved.dataloader)
+    saved.global_steps = step_of(folder)  # the folder's name is what the tracker file and pruning go by
+    trainer.restore_state(saved)
+    if cfg.del_local_ckpt_after_load:
         logger.warning("trainer.del_local_ckpt_after_load is ignored: the local checkpoint is the only copy")
     left = max(0, int(trainer.total_training_steps) - trainer.global_steps)
     _say(f"resumed from {folder} (step {trainer.global_steps}, {left} step(s) to go) in "

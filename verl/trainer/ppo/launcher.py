@@ -2,81 +2,89 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
 import time
+from typing import Any
 
-from omegaconf import DictConfig, OmegaConf, open_dict
-
-
-def _run_dir(config: DictConfig) -> str:
-    return os.path.abspath(os.path.expanduser(str(config.trainer.default_local_dir)))
+from verl.trainer.config import PPOTrainerConfig
+from verl.trainer.ppo.typed import as_typed
 
 
-def _report_dir(config: DictConfig) -> str:
-    return os.path.abspath(os.path.expanduser(str(config.trainer.get("report_dir") or
-                                                  os.path.join(_run_dir(config), "report"))))
+def _run_dir(config: PPOTrainerConfig) -> str:
+    return os.path.abspath(os.path.expanduser(config.trainer.default_local_dir))
 
 
-def resolve_model_paths(config: DictConfig) -> None:
+def _report_dir(config: PPOTrainerConfig) -> str:
+    return os.path.abspath(os.path.expanduser(config.trainer.report_dir or os.path.join(_run_dir(config), "report")))
+
+
+def resolve_model_paths(config: PPOTrainerConfig) -> None:
     """Fill `model.path: null` with the bundled default model, once, so every role loads the same folder."""
     from verl.models.loader import resolve_model_path
 
-    with open_dict(config):
-        model = config.actor_rollout_ref.model
-        model.path = resolve_model_path(model.get("path"), "actor_rollout_ref.model.path")
-        critic_model = config.critic.model
-        if not critic_model.get("path"):
-            critic_model.path = model.path
-        if not critic_model.get("tokenizer_path"):
-            critic_model.tokenizer_path = model.path
+    model = config.actor_rollout_ref.model
+    model.path = resolve_model_path(model.path, "actor_rollout_ref.model.path")
+    critic_model = config.critic.model
+    if not critic_model.path:
+        critic_model.path = model.path
+    if not critic_model.tokenizer_path:
+        critic_model.tokenizer_path = model.path
 
 
-def role_worker_mapping(config: DictConfig):
+def role_worker_mapping(config: PPOTrainerConfig):
     from verl.single_controller.ray import ResourcePoolManager
     from verl.single_controller.roles import Role
     from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
 
     mapping = {Role.ActorRollout: ActorRolloutRefWorker, Role.Critic: CriticWorker, Role.RefPolicy: ActorRolloutRefWorker}
     pool = "global_pool"
-    spec = {pool: [int(config.trainer.n_gpus_per_node)] * int(config.trainer.nnodes)}
-    manager = ResourcePoolManager(resource_pool_spec=spec, mapping={role: pool for role in mapping})
+    spec = {pool: [config.trainer.n_gpus_per_node] * config.trainer.nnodes}
+    # trainer.device=cpu: the workers must not reserve the cluster's GPUs either
+    pool_kwargs = {"use_gpu": False} if config.trainer.device == "cpu" else {}
+    manager = ResourcePoolManager(resource_pool_spec=spec, mapping={role: pool for role in mapping},
+                                  pool_kwargs=pool_kwargs)
     return mapping, manager
 
 
-def build_trainer(config: DictConfig):
-    """Everything fit() needs, with Ray started; returns (trainer, tracker, report_dir). Workers not yet built."""
+def build_trainer(config: PPOTrainerConfig | Any):
+    """Everything fit() needs, with Ray started; returns (trainer, tracker, report_dir). Workers not yet built.
+    A DictConfig is validated first."""
     from verl.data.rl_dataset import collate_fn
     from verl.data.rl_loading import create_rl_dataset, create_rl_sampler
     from verl.models.loader import load_tokenizer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import load_reward_manager
     from verl.trainer.tracking import Tracking
+    from verl.utils.device import set_device_preference
     from verl.utils.ray_utils import init_ray
 
+    config = as_typed(config)
+    # before Ray starts, so every worker process it launches inherits the choice
+    set_device_preference(config.trainer.device)
     resolve_model_paths(config)
     run_dir = _run_dir(config)
     report_dir = _report_dir(config)
     os.makedirs(report_dir, exist_ok=True)
     data = config.data
-    tokenizer = load_tokenizer(data.get("tokenizer") or config.actor_rollout_ref.model.path, "data.tokenizer",
-                               custom_chat_template=config.actor_rollout_ref.model.get("custom_chat_template"))
-    train_dataset = create_rl_dataset(data.train_files, data, tokenizer, max_samples=int(data.get("train_max_samples", -1)))
+    model = config.actor_rollout_ref.model
+    tokenizer = load_tokenizer(data.tokenizer or model.path, "data.tokenizer",
+                               custom_chat_template=model.custom_chat_template)
+    train_dataset = create_rl_dataset(data.train_files, data, tokenizer, max_samples=data.train_max_samples)
     val_dataset = None
-    if data.get("val_files"):
+    if data.val_files:
         val_dataset = create_rl_dataset(data.val_files, data, tokenizer, is_train=False,
-                                        max_samples=int(data.get("val_max_samples", -1)))
-    reward_kwargs = dict(config.reward_model.get("reward_kwargs") or {})
+                                        max_samples=data.val_max_samples)
+    reward_kwargs = dict(config.reward_model.reward_kwargs)
     reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **reward_kwargs)
     val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **reward_kwargs)
-    workers = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
-    init_ray(config.get("ray_kwargs"), run_dir=run_dir, num_cpus=max(workers + 1, os.cpu_count() or 1))
+    workers = config.trainer.n_gpus_per_node * config.trainer.nnodes
+    init_ray(dataclasses.asdict(config.ray_kwargs), run_dir=run_dir, num_cpus=max(workers + 1, os.cpu_count() or 1))
     mapping, pools = role_worker_mapping(config)
-    backends = config.trainer.logger
-    backends = [backends] if isinstance(backends, str) else list(backends)
     tracker = Tracking(project_name=config.trainer.project_name, experiment_name=config.trainer.experiment_name,
-                       default_backend=backends + ["jsonl"], config=OmegaConf.to_container(config, resolve=True),
+                       default_backend=list(config.trainer.logger) + ["jsonl"], config=config.to_dict(),
                        log_dir=report_dir)
     trainer = RayPPOTrainer(config, tokenizer, mapping, pools, reward_fn=reward_fn, val_reward_fn=val_reward_fn,
                             train_dataset=train_dataset, val_dataset=val_dataset, collate_fn=collate_fn,
@@ -84,8 +92,10 @@ def build_trainer(config: DictConfig):
     return trainer, tracker, report_dir
 
 
-def run_training(config: DictConfig) -> dict:
-    """Train as configured; returns the run summary (also written to the report folder)."""
+def run_training(config: PPOTrainerConfig | Any) -> dict:
+    """Train as configured; returns the run summary (also written to the report folder).
+
+    Takes the typed PPOTrainerConfig, or a composed DictConfig, which is validated here once."""
     from verl.trainer.learning_curve import print_learning_curve
     from verl.trainer.run_report import write_run_report
 

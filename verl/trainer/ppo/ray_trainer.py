@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, open_dict
 
 from verl.protocol import DataProto
 from verl.single_controller.ray import (
@@ -22,15 +21,19 @@ from verl.single_controller.ray import (
     create_colocated_worker_cls,
 )
 from verl.single_controller.roles import Role
+from verl.trainer.config import PPOTrainerConfig
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
+from verl.trainer.ppo.generations import decode_generations, dump_generations, sample_generations
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_stage_throughput_metrics,
     compute_throughout_metrics,
     compute_timing_metrics,
 )
-from verl.trainer.ppo.reward import compute_reward
+from verl.trainer.ppo.reward import compute_reward, compute_reward_async
+from verl.trainer.ppo.state import TrainerState
+from verl.trainer.ppo.typed import as_typed
 from verl.trainer.ppo.validation import Validator
 from verl.utils.metric import reduce_metrics
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
@@ -39,10 +42,12 @@ from verl.workers.rollout.metrics import rollout_probs_diff_metrics
 
 
 class RayPPOTrainer:
-    def __init__(self, config: DictConfig, tokenizer, role_worker_mapping: dict[Role, Any],
+    def __init__(self, config: PPOTrainerConfig, tokenizer, role_worker_mapping: dict[Role, Any],
                  resource_pool_manager: ResourcePoolManager, ray_worker_group_cls=RayWorkerGroup,
                  reward_fn=None, val_reward_fn=None, train_dataset=None, val_dataset=None, collate_fn=None,
                  train_sampler=None, tracker=None) -> None:
+        # upstream's users pass the composed DictConfig: validated here once (files are the launcher's concern)
+        config = as_typed(config, check_files=False)
         self.config = config
         self.tokenizer = tokenizer
         self.role_worker_mapping = role_worker_mapping
@@ -52,7 +57,7 @@ class RayPPOTrainer:
         self.tracker = tracker
         alg = config.algorithm
         self.use_critic = alg.adv_estimator == AdvantageEstimator.GAE
-        self.use_reference_policy = bool(alg.use_kl_in_reward or config.actor_rollout_ref.actor.use_kl_loss)
+        self.use_reference_policy = config.use_reference_policy
         self.kl_ctrl_in_reward = core_algos.get_kl_controller(alg.kl_ctrl) if alg.use_kl_in_reward else None
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
         self.validator = Validator(config, tokenizer, val_reward_fn, self.val_dataloader)
@@ -65,8 +70,8 @@ class RayPPOTrainer:
 
         data = self.config.data
         self.train_dataloader = StatefulDataLoader(
-            train_dataset, batch_size=int(data.train_batch_size), sampler=train_sampler, collate_fn=collate_fn,
-            drop_last=True, num_workers=int(data.get("dataloader_num_workers", 0)))
+            train_dataset, batch_size=data.train_batch_size, sampler=train_sampler, collate_fn=collate_fn,
+            drop_last=True, num_workers=data.dataloader_num_workers)
         if len(self.train_dataloader) == 0:
             raise ValueError(f"data.train_files has {len(train_dataset)} prompts, fewer than one batch of "
                              f"data.train_batch_size={data.train_batch_size}")
@@ -75,13 +80,13 @@ class RayPPOTrainer:
             # validation runs the whole set as one batch; the worker groups split it across ranks
             self.val_dataloader = StatefulDataLoader(val_dataset, batch_size=len(val_dataset), shuffle=False,
                                                      collate_fn=collate_fn, drop_last=False)
-        steps = len(self.train_dataloader) * int(self.config.trainer.total_epochs)
-        if self.config.trainer.get("total_training_steps"):
-            steps = int(self.config.trainer.total_training_steps)
+        steps = len(self.train_dataloader) * self.config.trainer.total_epochs
+        if self.config.trainer.total_training_steps:
+            steps = self.config.trainer.total_training_steps
         self.total_training_steps = steps
-        with open_dict(self.config):  # the LR schedules need the horizon before the workers are built
-            self.config.actor_rollout_ref.actor.optim.total_training_steps = steps
-            self.config.critic.optim.total_training_steps = steps
+        # the LR schedules need the horizon before the workers are built
+        self.config.actor_rollout_ref.actor.optim.total_training_steps = steps
+        self.config.critic.optim.total_training_steps = steps
 
     def init_workers(self) -> None:
         """Every role mapped to one pool shares one process per rank (the hybrid engine)."""
@@ -102,7 +107,7 @@ class RayPPOTrainer:
             wg = self.ray_worker_group_cls(resource_pool=pool, ray_cls_with_init=create_colocated_worker_cls(class_dict),
                                            name_prefix="verl")
             groups.update(wg.spawn(prefix_set=class_dict.keys()))
-        self.critic_wg = groups.get("critic")
+        self.critic_wg = groups.get("critic")  # worker groups by role, not config
         self.ref_policy_wg = groups.get("ref")
         self.actor_rollout_wg = groups["actor_rollout"]
         for wg in (self.critic_wg, self.ref_policy_wg, self.actor_rollout_wg):  # the rollout is built last
@@ -117,9 +122,9 @@ class RayPPOTrainer:
 
         trainer = self.config.trainer
         self._load_checkpoint()
-        if self.validator.enabled and trainer.get("val_before_train", True):
-            self._log(self.validator.run(self.global_steps), step=self.global_steps)  # resumed: its step
-            if trainer.get("val_only", False):
+        if self.validator.enabled and trainer.val_before_train:
+            self._log(self._validate(), step=self.global_steps)  # resumed: its step
+            if trainer.val_only:
                 return
         progress = TrainingProgress(self.total_training_steps, initial=self.global_steps)
         last_val: dict[str, float] = {}
@@ -130,7 +135,7 @@ class RayPPOTrainer:
                 is_last = self.global_steps >= self.total_training_steps
                 if self.validator.enabled and trainer.test_freq > 0 and (
                         is_last or self.global_steps % trainer.test_freq == 0):
-                    last_val = self.validator.run(self.global_steps)
+                    last_val = self._validate()
                     metrics.update(last_val)
                 self._log(metrics, step=self.global_steps)
                 progress.advance(_summary(metrics))
@@ -140,6 +145,33 @@ class RayPPOTrainer:
                     break
         progress.close()
         self.final_validation_metrics = last_val
+
+    def _validate(self) -> dict[str, float]:
+        """Validation metrics at the current step; trainer.log_val_generations samples go to the loggers."""
+        metrics = self.validator.run(self.global_steps)
+        n = self.config.trainer.log_val_generations
+        if n > 0 and self.tracker is not None and hasattr(self.tracker, "log_generations"):
+            self.tracker.log_generations(sample_generations(self.validator.last_generations, n), self.global_steps)
+        return metrics
+
+    # -- checkpoint state -------------------------------------------------------------------------------------
+
+    def trainer_state(self) -> TrainerState:
+        """The driver's side of a checkpoint, and the batch geometry its data position depends on."""
+        kl = self.kl_ctrl_in_reward
+        return TrainerState.capture(
+            global_steps=self.global_steps, dataloader=self.train_dataloader.state_dict(),
+            kl_ctrl={k: float(v) for k, v in vars(kl).items()} if kl is not None else None,
+            train_batch_size=self.config.data.train_batch_size, dataset_len=len(self.train_dataloader.dataset),
+            world_size=self.actor_rollout_wg.world_size, total_training_steps=self.total_training_steps)
+
+    def restore_state(self, state: TrainerState) -> None:
+        self.train_dataloader.load_state_dict(state.dataloader)
+        if self.kl_ctrl_in_reward is not None and state.kl_ctrl:
+            for key, value in state.kl_ctrl.items():
+                setattr(self.kl_ctrl_in_reward, key, value)
+        state.restore_rng()
+        self.global_steps = state.global_steps
 
     def _save_checkpoint(self) -> None:
         from verl.trainer.ppo.checkpointing import save_checkpoint
@@ -170,10 +202,10 @@ class RayPPOTrainer:
             if self.config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
                 with marked_timer("gen_max", timing):
                     self._add_remax_baseline(batch)
-            if self.config.trainer.get("balance_batch", True):
+            if self.config.trainer.balance_batch:
                 self._balance_batch(batch, metrics)
             with marked_timer("reward", timing):
-                reward_tensor, reward_extra = compute_reward(batch, self.reward_fn)
+                reward = self._start_reward(batch)
             with marked_timer("old_log_prob", timing):
                 self._add_old_log_prob(batch, metrics)
             if self.use_reference_policy:
@@ -183,11 +215,15 @@ class RayPPOTrainer:
                 with marked_timer("values", timing):
                     batch = batch.union(self.critic_wg.compute_values(batch))
             with marked_timer("adv", timing):
+                reward_tensor, reward_extra = self._finish_reward(reward)
                 batch = self._compute_advantage(batch, reward_tensor, reward_extra, metrics)
+            if self.config.trainer.rollout_data_dir:
+                with marked_timer("dump_rollout_generations", timing):
+                    self._dump_rollouts(batch, reward_extra)
             if self.use_critic:
                 with marked_timer("update_critic", timing):
                     metrics.update(reduce_metrics(self.critic_wg.update_critic(batch).meta_info["metrics"]))
-            if self.global_steps > int(self.config.trainer.get("critic_warmup", 0)):
+            if self.global_steps > self.config.trainer.critic_warmup:
                 with marked_timer("update_actor", timing):
                     metrics.update(reduce_metrics(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]))
         check_finite_metrics(metrics, self.global_steps)
@@ -200,6 +236,26 @@ class RayPPOTrainer:
 
     # -- stages ---------------------------------------------------------------------------------------------------
 
+    def _start_reward(self, batch: DataProto) -> Any:
+        """reward_model.launch_reward_fn_async: score in a Ray task while the log-prob/ref/value passes run;
+        the ObjectRef is collected by _finish_reward before the advantages. Otherwise scored here and now."""
+        if self.config.reward_model.launch_reward_fn_async:
+            return compute_reward_async(batch, reward_fn=self.reward_fn)
+        return compute_reward(batch, self.reward_fn)
+
+    @staticmethod
+    def _finish_reward(reward: Any) -> tuple[torch.Tensor, dict]:
+        if isinstance(reward, tuple):
+            return reward
+        import ray
+
+        return ray.get(reward)
+
+    def _dump_rollouts(self, batch: DataProto, reward_extra: dict) -> None:
+        scores = batch.batch["token_level_scores"].sum(-1).tolist()
+        dump_generations(self.config.trainer.rollout_data_dir, self.global_steps,
+                         decode_generations(batch, self.tokenizer, scores, reward_extra))
+
     def _new_batch(self, batch_dict: dict) -> DataProto:
         batch = DataProto.from_single_dict(batch_dict)
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
@@ -207,7 +263,7 @@ class RayPPOTrainer:
 
     def _generate(self, batch: DataProto) -> DataProto:
         """n responses per prompt, interleaved (p0 p0 p1 p1 ...), the prompt's fields repeated alongside."""
-        n = int(self.config.actor_rollout_ref.rollout.n)
+        n = self.config.actor_rollout_ref.rollout.n
         gen_batch = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
         gen_batch.meta_info.update(self._gen_meta(do_sample=True))
         output = self.actor_rollout_wg.generate_sequences(gen_batch.repeat(n, interleave=True))
@@ -276,8 +332,8 @@ class RayPPOTrainer:
             batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
         return core_algos.compute_advantage(
             batch, adv_estimator=alg.adv_estimator, gamma=alg.gamma, lam=alg.lam,
-            num_repeat=int(self.config.actor_rollout_ref.rollout.n),
-            norm_adv_by_std_in_grpo=alg.get("norm_adv_by_std_in_grpo", True), config=alg)
+            num_repeat=self.config.actor_rollout_ref.rollout.n,
+            norm_adv_by_std_in_grpo=alg.norm_adv_by_std_in_grpo, config=alg)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
         if self.tracker is not None and metrics:

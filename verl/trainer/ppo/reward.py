@@ -56,11 +56,6 @@ def _ship_by_value(module: ModuleType) -> None:
     cloudpickle.register_pickle_by_value(module)
 
 
-def _expected_params(config: Any) -> tuple[str, ...]:
-    manager_name = (config.get("reward_model") or {}).get("reward_manager", "naive")
-    return get_reward_manager_cls(manager_name).compute_score_params
-
-
 def _check_signature(fn: Any, params: tuple[str, ...], reward_kwargs: dict, where: str) -> None:
     try:
         signature = inspect.signature(fn)
@@ -76,16 +71,18 @@ def _check_signature(fn: Any, params: tuple[str, ...], reward_kwargs: dict, wher
         ) from exc
 
 
-def get_custom_reward_fn(config: Any) -> RawRewardFn | None:
+def get_custom_reward_fn(config: Any, reward_manager: str = "naive") -> RawRewardFn | None:
     """The user's scoring function from custom_reward_function.path/.name, or None when no path is set.
 
-    custom_reward_function.reward_kwargs are bound into the returned callable.
+    `config` is any typed config with a `custom_reward_function` section (the trainer's, the evaluation's). Its
+    reward_kwargs are bound into the returned callable; the function's signature is checked against what
+    `reward_manager` passes it.
     """
-    fn_config = config.get("custom_reward_function") or {}
-    file_path = fn_config.get("path")
+    fn_config = config.custom_reward_function
+    file_path = fn_config.path
     if not file_path:
         return None
-    function_name = fn_config.get("name") or "compute_score"
+    function_name = fn_config.name
     module = _load_module_from_file(file_path)
     if not hasattr(module, function_name):
         defined = sorted(
@@ -96,20 +93,20 @@ def get_custom_reward_fn(config: Any) -> RawRewardFn | None:
             f"callables there: {defined}"
         )
     raw_fn = getattr(module, function_name)
-    reward_kwargs = dict(fn_config.get("reward_kwargs") or {})
+    reward_kwargs = dict(fn_config.reward_kwargs)  # free-form: the user's function's own arguments
     where = f"custom reward function {function_name!r} in {module.__file__}"
-    _check_signature(raw_fn, _expected_params(config), reward_kwargs, where)
+    _check_signature(raw_fn, get_reward_manager_cls(reward_manager).compute_score_params, reward_kwargs, where)
     print(f"using customized reward function {function_name!r} from {module.__file__}")
     return functools.partial(raw_fn, **reward_kwargs) if reward_kwargs else raw_fn
 
 
 def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_kwargs: Any) -> AbstractRewardManager:
-    """The reward manager named by reward_model.reward_manager (default "naive"), scoring with the custom
-    function when one is configured, else default_compute_score."""
-    manager_name = (config.get("reward_model") or {}).get("reward_manager", "naive")
+    """The reward manager named by reward_model.reward_manager of the typed PPOTrainerConfig, scoring with the
+    custom function when one is configured, else default_compute_score."""
+    manager_name = config.reward_model.reward_manager
     manager_cls = get_reward_manager_cls(manager_name)
-    compute_score = get_custom_reward_fn(config) or default_compute_score
-    reward_fn_key = (config.get("data") or {}).get("reward_fn_key", "data_source")
+    compute_score = get_custom_reward_fn(config, manager_name) or default_compute_score
+    reward_fn_key = config.data.reward_fn_key
     kwargs = {**manager_cls.kwargs_from_config(config), **reward_kwargs}
     return manager_cls(
         tokenizer=tokenizer,
@@ -133,7 +130,9 @@ def compute_reward(data: DataProto, reward_fn: Any) -> tuple[torch.Tensor, dict[
 
 def compute_reward_async(data: DataProto, config: Any = None, tokenizer: Any = None, reward_fn: Any = None) -> Any:
     """Start compute_reward in a Ray task (reward_model.launch_reward_fn_async); returns an ObjectRef of
-    (reward_tensor, reward_extra_infos_dict). Without reward_fn, the task builds one from config."""
+    (reward_tensor, reward_extra_infos_dict): `ray.get` it when the rewards are needed. Without reward_fn, the
+    task builds one from the typed config and tokenizer. (Upstream's is the ray.remote function itself; here
+    the call submits the task, so importing this module does not import Ray.)"""
     import ray
 
     return _remote_compute_reward(ray).remote(data, config, tokenizer, reward_fn)
@@ -146,8 +145,7 @@ def _remote_compute_reward(ray: Any) -> Any:
         if reward_fn is None:
             if config is None or tokenizer is None:
                 raise ValueError("compute_reward_async needs reward_fn, or config and tokenizer to build one")
-            reward_kwargs = dict((config.get("reward_model") or {}).get("reward_kwargs") or {})
-            reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **reward_kwargs)
+            reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **config.reward_model.reward_kwargs)
         return compute_reward(data, reward_fn)
 
     return _task

@@ -6,24 +6,24 @@ decoding and N=1 it is pass@1 accuracy for 0/1 rewards), `val-aux/...` for the r
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
-from omegaconf import DictConfig
 
 from verl.protocol import DataProto
+from verl.trainer.config import PPOTrainerConfig
+from verl.trainer.ppo.generations import Generations, decode_generations, dump_generations
 from verl.trainer.ppo.metric_utils import process_validation_metrics
 from verl.trainer.ppo.reward import compute_reward
 
 
 class Validator:
-    def __init__(self, config: DictConfig, tokenizer, val_reward_fn, val_dataloader) -> None:
+    def __init__(self, config: PPOTrainerConfig, tokenizer, val_reward_fn, val_dataloader) -> None:
         self.config = config
         self.tokenizer = tokenizer
         self.reward_fn = val_reward_fn
         self.dataloader = val_dataloader
         self.wg = None
-        self.last_generations: list[dict[str, Any]] = []
+        # every sample of the last run(): what trainer.log_val_generations picks from
+        self.last_generations = Generations()
 
     @property
     def enabled(self) -> bool:
@@ -34,39 +34,25 @@ class Validator:
 
     def run(self, step: int) -> dict[str, float]:
         val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
-        n = int(val_kwargs.get("n", 1))
+        reward_fn_key = self.config.data.reward_fn_key
         sources: list[str] = []
-        inputs: list[str] = []
-        scores: list[float] = []
-        extra: dict[str, list] = {}
-        self.last_generations = []
+        gens = Generations()
         for batch_dict in self.dataloader:
-            batch = DataProto.from_single_dict(batch_dict).repeat(n, interleave=True)
+            batch = DataProto.from_single_dict(batch_dict).repeat(val_kwargs.n, interleave=True)
             gen = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
             gen.meta_info.update({"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id,
-                                  "do_sample": bool(val_kwargs.get("do_sample", False)), "validate": True,
-                                  "global_steps": step})
+                                  "do_sample": val_kwargs.do_sample, "validate": True, "global_steps": step})
             batch = batch.union(self.wg.generate_sequences(gen))
             reward_tensor, reward_extra = compute_reward(batch, self.reward_fn)
-            scores.extend(reward_tensor.sum(-1).tolist())
-            for key, values in reward_extra.items():
-                extra.setdefault(key, []).extend(values)
-            key = self.config.data.get("reward_fn_key", "data_source")
-            sources.extend(str(s) for s in batch.non_tensor_batch.get(key, np.array(["unknown"] * len(batch))))
-            prompts = self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
-            inputs.extend(prompts)
-            self._keep_samples(batch, prompts, reward_tensor.sum(-1).tolist())
-        infos = {"reward": scores}
-        infos.update({k: v for k, v in extra.items() if len(v) == len(scores)})
-        return _flatten(process_validation_metrics(sources, inputs, infos))
-
-    def _keep_samples(self, batch: DataProto, prompts: list[str], scores: list[float]) -> None:
-        k = int(self.config.trainer.get("log_val_generations", 0) or 0)
-        if k <= 0:
-            return
-        responses = self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
-        for prompt, response, score in list(zip(prompts, responses, scores))[:k]:
-            self.last_generations.append({"input": prompt, "output": response, "score": score})
+            gens.extend(decode_generations(batch, self.tokenizer, reward_tensor.sum(-1).tolist(), reward_extra))
+            column = batch.non_tensor_batch.get(reward_fn_key, np.array(["unknown"] * len(batch)))  # a data column
+            sources.extend(str(s) for s in column)
+        self.last_generations = gens
+        if self.config.trainer.validation_data_dir:
+            dump_generations(self.config.trainer.validation_data_dir, step, gens)
+        infos = {"reward": gens.scores}
+        infos.update({k: v for k, v in gens.extra.items() if len(v) == len(gens.scores)})
+        return _flatten(process_validation_metrics(sources, gens.inputs, infos))
 
 
 def _flatten(nested: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,7 +36,10 @@ class DAPORewardManager(NaiveRewardManager):
     ) -> None:
         super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **kwargs)
         self.max_resp_len = max_resp_len
-        self.overlong_buffer_cfg = overlong_buffer_cfg
+        # a user's mapping, or the typed reward_model.overlong_buffer section: held as a plain dict either way
+        if dataclasses.is_dataclass(overlong_buffer_cfg):
+            overlong_buffer_cfg = dataclasses.asdict(overlong_buffer_cfg)
+        self.overlong_buffer_cfg = None if overlong_buffer_cfg is None else dict(overlong_buffer_cfg)
         if self._penalty_enabled():
             buffer_len = overlong_buffer_cfg.get("len")
             if max_resp_len is None:
@@ -51,15 +55,9 @@ class DAPORewardManager(NaiveRewardManager):
 
     @classmethod
     def kwargs_from_config(cls, config: Any) -> dict[str, Any]:
-        """DAPO recipes set reward_model.overlong_buffer and data.max_response_length."""
-        kwargs: dict[str, Any] = {}
-        overlong = (config.get("reward_model") or {}).get("overlong_buffer")
-        if overlong is not None:
-            kwargs["overlong_buffer_cfg"] = overlong
-        max_response_length = (config.get("data") or {}).get("max_response_length")
-        if max_response_length is not None:
-            kwargs["max_resp_len"] = max_response_length
-        return kwargs
+        """DAPO recipes set reward_model.overlong_buffer and data.max_response_length (the typed config)."""
+        return {"overlong_buffer_cfg": dataclasses.asdict(config.reward_model.overlong_buffer),
+                "max_resp_len": config.data.max_response_length}
 
     def _penalty_enabled(self) -> bool:
         return bool(self.overlong_buffer_cfg is not None and self.overlong_buffer_cfg.get("enable", False))
