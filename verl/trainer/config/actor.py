@@ -21,6 +21,11 @@ NO_ACTIVATION_OFFLOAD = (
     "activation offloading is not built; enable_gradient_checkpointing saves activation memory instead",
     "Set enable_gradient_checkpointing=true instead.",
 )
+NO_EXTERNAL_LIB = (
+    "importing a module before loading the model is built for the SFT trainer only",
+    "Remove it; use a model folder whose classes transformers knows (model.trust_remote_code=true for code "
+    "shipped with the model).",
+)
 NO_ULYSSES = (
     "Ulysses sequence parallelism is not built; every worker holds whole sequences",
     "Set it to 1; use use_remove_padding=true and smaller micro-batches for long sequences.",
@@ -36,7 +41,7 @@ NO_DEPRECATED_LOG_PROB_MICRO = (
 class ModelConfig(BaseConfig):
     path: str | None = None  # None: the bundled default model (verl.utils.default_model)
     custom_chat_template: str | None = None
-    external_lib: str | None = None
+    external_lib: str | None = refused(None, *NO_EXTERNAL_LIB)
     override_config: dict[str, Any] = dict_field()
     enable_gradient_checkpointing: bool = False  # as in ppo_trainer.yaml: small CPU runs are not memory-bound
     enable_activation_offload: bool = refused(False, *NO_ACTIVATION_OFFLOAD)

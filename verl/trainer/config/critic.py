@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.actor import NO_ACTIVATION_OFFLOAD, NO_LORA, NO_LORA_KEY, NO_ULYSSES
+from verl.trainer.config.actor import NO_ACTIVATION_OFFLOAD, NO_EXTERNAL_LIB, NO_LORA, NO_LORA_KEY, NO_ULYSSES
 from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field, refused
 from verl.trainer.config.engine import TRAIN_STRATEGIES, CheckpointConfig, OptimConfig, WorkerFSDPConfig
 from verl.trainer.config.registries import LOSS_AGG_MODES
@@ -20,7 +20,7 @@ class CriticModelConfig(BaseConfig):
     path: str | None = None  # None: the actor's model
     tokenizer_path: str | None = None
     override_config: dict[str, Any] = dict_field()
-    external_lib: str | None = None
+    external_lib: str | None = refused(None, *NO_EXTERNAL_LIB, follows="actor_rollout_ref.model.external_lib")
     enable_gradient_checkpointing: bool = False  # as in ppo_trainer.yaml: small CPU runs are not memory-bound
     enable_activation_offload: bool = refused(False, *NO_ACTIVATION_OFFLOAD)
     use_remove_padding: bool = False

@@ -58,8 +58,14 @@ class TrainerConfig(BaseConfig):
     val_only: bool = False
     test_freq: int = -1
     critic_warmup: int = at_least(0, 0)
-    default_hdfs_dir: str | None = None
-    del_local_ckpt_after_load: bool = False
+    default_hdfs_dir: str | None = refused(
+        None, "copying checkpoints to HDFS is not built", "Remove it; checkpoints stay in trainer.default_local_dir."
+    )
+    del_local_ckpt_after_load: bool = refused(
+        False,
+        "with no HDFS copy the local checkpoint is the only one, so it is never deleted",
+        "Set it to false.",
+    )
     default_local_dir: str = "checkpoints/verl_examples/gsm8k"
     max_actor_ckpt_to_keep: int | None = at_least(None, 1)
     max_critic_ckpt_to_keep: int | None = at_least(None, 1)

@@ -1,0 +1,246 @@
+"""The honoured half of the key audit: each ppo_trainer.yaml key the runtime uses -> a test showing its effect.
+
+The refused half is machine-readable from the dataclasses (`verl.trainer.config.base.iter_refusals`);
+test_yaml_leaves.py checks that every leaf of every shipped yaml is in exactly one of the two.
+
+Sections with the same type share a test where the same code reads them: actor, reference and critic
+fsdp_config all go through verl.workers.fsdp_utils.apply_fsdp2, the actor's and critic's optim through
+build_optimizer / build_lr_scheduler.
+"""
+
+from __future__ import annotations
+
+ARR = "actor_rollout_ref"
+
+_DATASET = "tests/data/test_rl_dataset.py"
+_PROMPT_IDS = "tests/data/test_prompt_ids.py"
+_ACTOR = "tests/workers/actor/test_dp_actor.py"
+_CRITIC = "tests/workers/critic/test_dp_critic.py"
+_RMPAD = "tests/workers/actor/test_remove_padding.py"
+_KNOBS = "tests/workers/actor/test_memory_knobs.py"
+_LOSSES = "tests/algos/test_policy_losses.py"
+_KL = "tests/algos/test_kl_value_agg.py"
+_ADV = "tests/algos/test_advantage_estimators.py"
+_ALGOS = "tests/algos/test_algos_dataproto.py"
+_VLLM = "tests/workers/rollout/test_vllm_parts.py"
+_HF = "tests/workers/rollout/test_hf_rollout.py"
+_TORCH_F = "tests/utils/test_torch_functional.py"
+_CKPT = "tests/checkpoint/test_trainer_checkpointing.py"
+_FSDP_CKPT = "tests/checkpoint/test_fsdp_checkpoint_manager.py"
+_REWARD = "tests/workers/reward_manager/test_reward_managers.py"
+_LOAD_REWARD = "tests/workers/reward_manager/test_load_reward_manager.py"
+_FIT = "tests/trainer/ppo/test_fit_loop.py"
+_TRAINER_KEYS = "tests/trainer/ppo/test_trainer_keys.py"  # helper H1's runtime-key tests
+_BATCHES = "tests/trainer/config/test_config_batch_sizes.py"
+_EFFECTS = "tests/trainer/config/test_honoured_effects.py"
+_E2E = "tests/e2e/test_ppo_e2e.py::test_two_rank_run_updates_weights_and_rollout_follows"
+
+
+def _fsdp(prefix: str) -> dict[str, str]:
+    return {
+        f"{prefix}.param_offload": f"{_KNOBS}::test_offload_on_cpu_warns_and_changes_nothing",
+        f"{prefix}.optimizer_offload": f"{_KNOBS}::test_offload_on_cpu_warns_and_changes_nothing",
+        f"{prefix}.reshard_after_forward": "tests/workers/test_gradient_accumulation.py::"
+        "test_fsdp2_reduces_once_per_step_on_cpu_and_drops_grads_of_an_aborted_step",
+        f"{prefix}.model_dtype": f"{_KNOBS}::test_bf16_mixed_precision_is_close_to_fp32",
+        f"{prefix}.mixed_precision.param_dtype": f"{_KNOBS}::test_bf16_mixed_precision_is_close_to_fp32",
+        f"{prefix}.mixed_precision.reduce_dtype": f"{_KNOBS}::test_bf16_mixed_precision_is_close_to_fp32",
+    }
+
+
+def _optim(prefix: str) -> dict[str, str]:
+    return {
+        f"{prefix}.lr": f"{_ACTOR}::test_positive_advantage_raises_that_tokens_log_prob",
+        f"{prefix}.lr_warmup_steps": f"{_TORCH_F}::test_constant_schedule_with_warmup",
+        f"{prefix}.lr_warmup_steps_ratio": f"{_TORCH_F}::test_constant_schedule_with_warmup",
+        f"{prefix}.min_lr_ratio": f"{_TORCH_F}::test_cosine_schedule_min_lr_ratio",
+        f"{prefix}.num_cycles": f"{_TORCH_F}::test_cosine_schedule_values",
+        f"{prefix}.warmup_style": f"{_TORCH_F}::test_cosine_schedule_values",
+        f"{prefix}.total_training_steps": f"{_TORCH_F}::test_cosine_schedule_values",
+        f"{prefix}.weight_decay": f"{_ACTOR}::test_zero_advantages_leave_weights_unchanged",
+        f"{prefix}.betas": f"{_ACTOR}::test_positive_advantage_raises_that_tokens_log_prob",
+    }
+
+
+HONOURED: dict[str, str] = {
+    # ------------------------------------------------------------ data
+    "data.tokenizer": "tests/data/test_rl_dataset_real_tokenizer.py::test_arithmetic_prompts_with_smollm2_tokenizer",
+    "data.train_files": f"{_DATASET}::test_several_files_are_concatenated",
+    "data.val_files": f"{_DATASET}::test_several_files_are_concatenated",
+    "data.prompt_key": f"{_DATASET}::test_missing_prompt_column_names_column_file_and_key",
+    "data.reward_fn_key": f"{_REWARD}::test_missing_reward_fn_key_names_the_config_key",
+    "data.max_prompt_length": f"{_DATASET}::test_truncation_modes_keep_max_prompt_length",
+    "data.max_response_length": f"{_REWARD}::test_dapo_adds_overlong_penalty",
+    "data.train_batch_size": f"{_DATASET}::test_stateful_dataloader_batches_become_dataproto",
+    "data.return_raw_input_ids": f"{_TRAINER_KEYS}::test_return_raw_input_ids",
+    "data.return_raw_chat": f"{_DATASET}::test_raw_chat_only_when_asked",
+    "data.return_full_prompt": f"{_DATASET}::test_item_layout",
+    "data.shuffle": f"{_DATASET}::test_sampler_is_seeded_random_or_sequential",
+    "data.seed": f"{_DATASET}::test_sampler_is_seeded_random_or_sequential",
+    "data.dataloader_num_workers": f"{_DATASET}::test_stateful_dataloader_batches_become_dataproto",
+    "data.filter_overlong_prompts": f"{_DATASET}::test_filter_overlong_prompts_drops_and_reports",
+    "data.filter_overlong_prompts_workers": f"{_TRAINER_KEYS}::test_filter_overlong_prompts_workers",
+    "data.truncation": f"{_DATASET}::test_truncation_modes_keep_max_prompt_length",
+    "data.trust_remote_code": f"{_PROMPT_IDS}::test_error_names_row_length_and_config_keys",
+    "data.train_max_samples": f"{_DATASET}::test_max_samples_takes_the_first_rows_without_shuffle",
+    "data.val_max_samples": f"{_DATASET}::test_max_samples_takes_the_first_rows_without_shuffle",
+    "data.custom_cls.path": f"{_DATASET}::test_custom_dataset_class_from_file",
+    "data.custom_cls.name": f"{_DATASET}::test_custom_dataset_class_from_file",
+    # ------------------------------------------------------------ actor_rollout_ref.model
+    f"{ARR}.model.path": "tests/trainer/sft/test_sft_trainer.py::test_checkpoint_is_a_plain_hf_folder_main_ppo_can_load",
+    f"{ARR}.model.custom_chat_template": f"{_EFFECTS}::test_custom_chat_template_replaces_the_tokenizers_template",
+    f"{ARR}.model.override_config": "tests/workers/critic/test_dp_critic.py::test_value_head_init_small_and_dropout_off",
+    f"{ARR}.model.enable_gradient_checkpointing": f"{_KNOBS}::test_gradient_checkpointing_from_model_config",
+    f"{ARR}.model.use_remove_padding": f"{_RMPAD}::test_update_matches_padded",
+    f"{ARR}.model.trust_remote_code": "tests/data/test_rl_dataset_real_tokenizer.py::"
+    "test_arithmetic_prompts_with_smollm2_tokenizer",
+    # ------------------------------------------------------------ actor
+    f"{ARR}.actor.strategy": "tests/workers/actor/test_fsdp2_two_ranks.py::test_actor_and_rollout_under_fsdp2_on_two_ranks",
+    f"{ARR}.actor.rollout_n": f"{_ACTOR}::test_metrics_names_and_counts",
+    f"{ARR}.actor.use_remove_padding": f"{_RMPAD}::test_update_matches_padded",
+    f"{ARR}.actor.ppo_mini_batch_size": f"{_ACTOR}::test_metrics_names_and_counts",
+    f"{ARR}.actor.ppo_micro_batch_size": f"{_BATCHES}::test_deprecated_global_micro_batch_is_divided_over_the_workers",
+    f"{ARR}.actor.ppo_micro_batch_size_per_gpu": f"{_ACTOR}::test_row_weighting_would_differ",
+    f"{ARR}.actor.use_dynamic_bsz": f"{_ACTOR}::test_micro_batch_size_does_not_change_update",
+    f"{ARR}.actor.ppo_max_token_len_per_gpu": f"{_ACTOR}::test_micro_batch_size_does_not_change_update",
+    f"{ARR}.actor.grad_clip": f"{_TORCH_F}::test_clip_grad_norm_returns_float_and_clips",
+    f"{ARR}.actor.clip_ratio": f"{_LOSSES}::test_vanilla_reads_the_typed_actor_config",
+    f"{ARR}.actor.clip_ratio_low": f"{_LOSSES}::test_vanilla_clip_higher_is_asymmetric",
+    f"{ARR}.actor.clip_ratio_high": f"{_LOSSES}::test_vanilla_clip_higher_is_asymmetric",
+    f"{ARR}.actor.clip_ratio_c": f"{_LOSSES}::test_vanilla_dual_clip_hand_computed",
+    f"{ARR}.actor.loss_agg_mode": f"{_KL}::test_agg_loss_modes_hand_computed",
+    f"{ARR}.actor.entropy_coeff": f"{_ACTOR}::test_metrics_names_and_counts",
+    f"{ARR}.actor.use_kl_loss": f"{_ACTOR}::test_metrics_names_and_counts",
+    f"{ARR}.actor.kl_loss_coef": f"{_ACTOR}::test_metrics_names_and_counts",
+    f"{ARR}.actor.kl_loss_type": f"{_KL}::test_kl_estimators",
+    f"{ARR}.actor.ppo_epochs": f"{_ACTOR}::test_metrics_names_and_counts",
+    f"{ARR}.actor.shuffle": f"{_ACTOR}::test_metrics_names_and_counts",
+    f"{ARR}.actor.policy_loss.loss_mode": f"{_LOSSES}::test_registry_names",
+    f"{ARR}.actor.policy_loss.clip_cov_ratio": f"{_LOSSES}::test_clip_cov_drops_gradient_of_high_covariance_tokens",
+    f"{ARR}.actor.policy_loss.clip_cov_lb": f"{_LOSSES}::test_clip_cov_drops_gradient_of_high_covariance_tokens",
+    f"{ARR}.actor.policy_loss.clip_cov_ub": f"{_LOSSES}::test_clip_cov_drops_gradient_of_high_covariance_tokens",
+    f"{ARR}.actor.policy_loss.kl_cov_ratio": f"{_LOSSES}::test_kl_cov_penalises_top_covariance_tokens",
+    f"{ARR}.actor.policy_loss.ppo_kl_coef": f"{_LOSSES}::test_kl_cov_penalises_top_covariance_tokens",
+    f"{ARR}.actor.policy_loss.tau_pos": f"{_LOSSES}::test_sapo_temperatures_from_policy_loss_section",
+    f"{ARR}.actor.policy_loss.tau_neg": f"{_LOSSES}::test_sapo_soft_gate",
+    f"{ARR}.actor.checkpoint.save_contents": f"{_FSDP_CKPT}::test_hf_model_content_and_merger_test_command",
+    f"{ARR}.actor.checkpoint.load_contents": f"{_FSDP_CKPT}::test_resume_repeats_the_next_step_bitwise",
+    **_optim(f"{ARR}.actor.optim"),
+    **_fsdp(f"{ARR}.actor.fsdp_config"),
+    # ------------------------------------------------------------ ref
+    f"{ARR}.ref.strategy": "tests/workers/actor/test_fsdp2_two_ranks.py::test_actor_and_rollout_under_fsdp2_on_two_ranks",
+    f"{ARR}.ref.use_remove_padding": f"{_RMPAD}::test_log_probs_and_entropy_match_padded",
+    **_fsdp(f"{ARR}.ref.fsdp_config"),
+    f"{ARR}.ref.log_prob_micro_batch_size_per_gpu": f"{_ACTOR}::test_log_probs_independent_of_micro_batching",
+    f"{ARR}.ref.log_prob_use_dynamic_bsz": f"{_ACTOR}::test_log_probs_independent_of_micro_batching",
+    f"{ARR}.ref.log_prob_max_token_len_per_gpu": f"{_ACTOR}::test_log_probs_independent_of_micro_batching",
+    # ------------------------------------------------------------ rollout
+    f"{ARR}.rollout.name": "tests/e2e/test_vllm_sync.py::test_engines_follow_the_actor_only_through_the_sync",
+    f"{ARR}.rollout.mode": f"{_HF}::test_output_keys_shapes_and_layout",
+    f"{ARR}.rollout.temperature": f"{_VLLM}::test_sampling_follows_the_rollout_keys",
+    f"{ARR}.rollout.top_k": f"{_VLLM}::test_sampling_follows_the_rollout_keys",
+    f"{ARR}.rollout.top_p": f"{_VLLM}::test_sampling_follows_the_rollout_keys",
+    f"{ARR}.rollout.do_sample": f"{_HF}::test_sampling_uses_the_seed_and_differs_from_greedy",
+    f"{ARR}.rollout.prompt_length": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
+    f"{ARR}.rollout.response_length": f"{_HF}::test_output_keys_shapes_and_layout",
+    f"{ARR}.rollout.dtype": f"{_VLLM}::test_cpu_without_native_bf16_runs_the_engine_in_fp32",
+    f"{ARR}.rollout.gpu_memory_utilization": f"{_VLLM}::test_cpu_kv_cache_is_the_smaller_of_budget_and_need",
+    f"{ARR}.rollout.ignore_eos": f"{_VLLM}::test_log_probs_eos_lists_and_ignore_eos",
+    f"{ARR}.rollout.enforce_eager": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
+    f"{ARR}.rollout.free_cache_engine": f"{_VLLM}::test_cpu_sleep_resets_the_prefix_cache_and_releases_the_one_buffer",
+    f"{ARR}.rollout.load_format": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
+    f"{ARR}.rollout.tensor_model_parallel_size": "tests/workers/rollout/test_vllm_engine.py::"
+    "test_tensor_parallel_engine_spans_two_ranks_and_returns_each_its_rows",
+    f"{ARR}.rollout.max_num_batched_tokens": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
+    f"{ARR}.rollout.max_model_len": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
+    f"{ARR}.rollout.max_num_seqs": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
+    f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu": f"{_ACTOR}::test_log_probs_independent_of_micro_batching",
+    f"{ARR}.rollout.log_prob_use_dynamic_bsz": f"{_ACTOR}::test_log_probs_independent_of_micro_batching",
+    f"{ARR}.rollout.log_prob_max_token_len_per_gpu": f"{_ACTOR}::test_log_probs_independent_of_micro_batching",
+    f"{ARR}.rollout.disable_log_stats": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
+    f"{ARR}.rollout.enable_chunked_prefill": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
+    f"{ARR}.rollout.n": f"{_ALGOS}::test_compute_advantage_grpo_writes_advantages_and_returns",
+    f"{ARR}.rollout.calculate_log_probs": f"{_HF}::test_rollout_log_probs_match_the_actor",
+    f"{ARR}.rollout.val_kwargs.top_k": f"{_VLLM}::test_validation_sampling_uses_val_kwargs",
+    f"{ARR}.rollout.val_kwargs.top_p": f"{_VLLM}::test_validation_sampling_uses_val_kwargs",
+    f"{ARR}.rollout.val_kwargs.temperature": f"{_VLLM}::test_validation_sampling_uses_val_kwargs",
+    f"{ARR}.rollout.val_kwargs.n": f"{_VLLM}::test_validation_sampling_uses_val_kwargs",
+    f"{ARR}.rollout.val_kwargs.do_sample": f"{_HF}::test_validate_uses_val_kwargs_greedy",
+    f"{ARR}.rollout.engine_kwargs": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
+    # ------------------------------------------------------------ critic
+    "critic.rollout_n": f"{_CRITIC}::test_update_reduces_value_error_and_reports_metrics",
+    "critic.strategy": "tests/workers/actor/test_fsdp2_two_ranks.py::test_actor_and_rollout_under_fsdp2_on_two_ranks",
+    **_optim("critic.optim"),
+    "critic.model.path": f"{_CRITIC}::test_load_value_model_from_causal_lm_folder",
+    "critic.model.tokenizer_path": f"{_CRITIC}::test_load_value_model_from_causal_lm_folder",
+    "critic.model.override_config": f"{_CRITIC}::test_value_head_init_small_and_dropout_off",
+    "critic.model.enable_gradient_checkpointing": f"{_KNOBS}::test_gradient_checkpointing_from_model_config",
+    "critic.model.use_remove_padding": f"{_RMPAD}::test_critic_values_and_update_match_padded",
+    **_fsdp("critic.model.fsdp_config"),
+    "critic.model.trust_remote_code": f"{_CRITIC}::test_load_value_model_from_causal_lm_folder",
+    "critic.ppo_mini_batch_size": f"{_CRITIC}::test_update_reduces_value_error_and_reports_metrics",
+    "critic.ppo_micro_batch_size": f"{_BATCHES}::test_deprecated_global_micro_batch_is_divided_over_the_workers",
+    "critic.ppo_micro_batch_size_per_gpu": f"{_CRITIC}::test_micro_batch_size_does_not_change_critic_update",
+    "critic.forward_micro_batch_size_per_gpu": f"{_CRITIC}::test_values_independent_of_micro_batching",
+    "critic.use_dynamic_bsz": f"{_CRITIC}::test_micro_batch_size_does_not_change_critic_update",
+    "critic.ppo_max_token_len_per_gpu": f"{_CRITIC}::test_micro_batch_size_does_not_change_critic_update",
+    "critic.forward_max_token_len_per_gpu": f"{_CRITIC}::test_values_independent_of_micro_batching",
+    "critic.ppo_epochs": f"{_CRITIC}::test_update_reduces_value_error_and_reports_metrics",
+    "critic.shuffle": f"{_CRITIC}::test_update_reduces_value_error_and_reports_metrics",
+    "critic.grad_clip": f"{_TORCH_F}::test_clip_grad_norm_returns_float_and_clips",
+    "critic.cliprange_value": f"{_KL}::test_value_loss_clipped",
+    "critic.loss_agg_mode": f"{_KL}::test_agg_loss_modes_hand_computed",
+    "critic.checkpoint.save_contents": f"{_FSDP_CKPT}::test_critic_checkpoint_merges_to_a_token_classification_model",
+    "critic.checkpoint.load_contents": f"{_CKPT}::test_incomplete_critic_is_named",
+    # ------------------------------------------------------------ rewards
+    "reward_model.reward_manager": f"{_LOAD_REWARD}::test_batch_manager_expects_plural_arguments",
+    "reward_model.reward_kwargs": f"{_LOAD_REWARD}::test_dapo_reads_overlong_buffer_from_config",
+    "reward_model.launch_reward_fn_async": f"{_TRAINER_KEYS}::test_launch_reward_fn_async_same_rewards",
+    "reward_model.overlong_buffer.enable": f"{_LOAD_REWARD}::test_dapo_reads_overlong_buffer_from_config",
+    "reward_model.overlong_buffer.len": f"{_REWARD}::test_overlong_penalty_formula",
+    "reward_model.overlong_buffer.penalty_factor": f"{_REWARD}::test_overlong_penalty_formula",
+    "reward_model.overlong_buffer.log": f"{_REWARD}::test_dapo_adds_overlong_penalty",
+    "custom_reward_function.path": f"{_LOAD_REWARD}::test_custom_function_is_loaded_with_kwargs",
+    "custom_reward_function.name": f"{_LOAD_REWARD}::test_default_function_name_is_compute_score",
+    "custom_reward_function.reward_kwargs": f"{_LOAD_REWARD}::test_custom_function_is_loaded_with_kwargs",
+    # ------------------------------------------------------------ algorithm
+    "algorithm.gamma": f"{_ALGOS}::test_compute_advantage_gae_uses_values_gamma_and_lam",
+    "algorithm.lam": f"{_ALGOS}::test_compute_advantage_gae_uses_values_gamma_and_lam",
+    "algorithm.adv_estimator": f"{_ALGOS}::test_compute_advantage_grpo_writes_advantages_and_returns",
+    "algorithm.norm_adv_by_std_in_grpo": f"{_ADV}::test_dr_grpo_does_not_divide_by_std",
+    "algorithm.use_kl_in_reward": f"{_ALGOS}::test_apply_kl_penalty_fixed",
+    "algorithm.kl_penalty": f"{_ALGOS}::test_apply_kl_penalty_fixed",
+    "algorithm.kl_ctrl.type": f"{_ALGOS}::test_apply_kl_penalty_updates_the_adaptive_controller_after_using_it",
+    "algorithm.kl_ctrl.kl_coef": f"{_ALGOS}::test_apply_kl_penalty_fixed",
+    "algorithm.kl_ctrl.horizon": f"{_KL}::test_adaptive_kl_controller",
+    "algorithm.kl_ctrl.target_kl": f"{_KL}::test_adaptive_kl_controller",
+    "algorithm.use_pf_ppo": f"{_ALGOS}::test_pf_ppo_resamples_rows_by_score",
+    "algorithm.pf_ppo.reweight_method": f"{_ALGOS}::test_pf_ppo_resamples_rows_by_score",
+    "algorithm.pf_ppo.weight_pow": f"{_ALGOS}::test_pf_ppo_resamples_rows_by_score",
+    # ------------------------------------------------------------ trainer
+    "trainer.balance_batch": "tests/trainer/ppo/test_throughput_metrics.py::"
+    "test_balance_batch_metrics_by_hand_and_keeps_every_row",
+    "trainer.total_epochs": f"{_CKPT}::test_resume_after_the_last_step_of_an_epoch_starts_the_next_epoch",
+    "trainer.total_training_steps": f"{_FIT}::test_nan_loss_stops_fit_with_the_step_and_no_checkpoint_from_it",
+    "trainer.project_name": "tests/trainer/test_tracking.py::test_mlflow_sanitises_names_and_logs_flat_params",
+    "trainer.experiment_name": "tests/trainer/test_tracking.py::test_mlflow_sanitises_names_and_logs_flat_params",
+    "trainer.logger": "tests/trainer/test_tracking.py::test_log_to_selected_backend_only",
+    "trainer.log_val_generations": f"{_TRAINER_KEYS}::test_log_val_generations_logs_samples",
+    "trainer.rollout_data_dir": f"{_TRAINER_KEYS}::test_rollout_data_dir_dumps_jsonl",
+    "trainer.validation_data_dir": f"{_TRAINER_KEYS}::test_validation_data_dir_dumps_jsonl",
+    "trainer.nnodes": "tests/single_controller/test_multi_node.py::test_ranks_span_both_nodes_and_all_gather",
+    "trainer.n_gpus_per_node": _E2E,
+    "trainer.save_freq": f"{_FIT}::test_nan_loss_stops_fit_with_the_step_and_no_checkpoint_from_it",
+    "trainer.resume_mode": f"{_CKPT}::test_resume_modes",
+    "trainer.resume_from_path": f"{_CKPT}::test_resume_modes",
+    "trainer.val_before_train": f"{_FIT}::test_validation_before_training_is_logged_at_the_step_a_resumed_run_starts_from",
+    "trainer.val_only": f"{_EFFECTS}::test_val_only_validates_and_trains_no_step",
+    "trainer.test_freq": f"{_FIT}::test_validation_before_training_is_logged_at_the_step_a_resumed_run_starts_from",
+    "trainer.critic_warmup": _E2E,
+    "trainer.default_local_dir": f"{_CKPT}::test_resume_mid_epoch_replays_the_rest_of_that_epoch",
+    "trainer.max_actor_ckpt_to_keep": f"{_CKPT}::test_retention_keeps_the_newest_and_never_the_current",
+    "trainer.max_critic_ckpt_to_keep": f"{_CKPT}::test_retention_keeps_the_newest_and_never_the_current",
+    "trainer.device": f"{_TRAINER_KEYS}::test_trainer_device_cpu_forces_cpu",
+    "trainer.report_dir": "tests/e2e/test_vllm_sync.py::test_engines_follow_the_actor_only_through_the_sync",
+    "ray_kwargs.ray_init": "tests/single_controller/test_ray_utils.py::test_overrides_from_config_win_and_nulls_are_ignored",
+}
