@@ -15,8 +15,9 @@ import torch.distributed as dist
 from hydra import compose, initialize_config_dir
 
 from tests.trainer.sft.sft_helpers import load_example, save_tiny_model
-from verl.trainer.main_eval import check_eval_inputs, pass_at_k, run_eval
-from verl.trainer.main_generation import check_generation_config, run_generation
+from verl.trainer.config.errors import ConfigError
+from verl.trainer.main_eval import pass_at_k, run_eval, validate_eval_config
+from verl.trainer.main_generation import run_generation, validate_generation_config
 from verl.trainer.sft.argv import CONFIG_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,8 +41,7 @@ def generate(model_dir, data_path, out, *overrides):
     config = compose_config("generation", [f"model.path={model_dir}", f"data.path={data_path}",
                                            f"data.output_path={out}", "data.batch_size=4",
                                            "rollout.response_length=12", *overrides])
-    assert check_generation_config(config) == []
-    path = run_generation(config)
+    path = run_generation(validate_generation_config(config))
     assert not dist.is_initialized()  # the in-process worker's group is torn down again
     return path
 
@@ -78,7 +78,7 @@ def test_sampled_generation_then_eval_round_trip(setup, capsys):
                       "    return float(extra_info['index'] % 2 == 0)\n")
     config = compose_config("evaluation", [f"data.path={out}", f"custom_reward_function.path={reward}",
                                            f"data.output_path={root / 'eval.json'}"])
-    report = run_eval(config)
+    report = run_eval(validate_eval_config(config))
     metrics = report["per_data_source"]["arithmetic"]
     assert metrics["num_prompts"] == 6 and metrics["samples_per_prompt"] == 3
     assert metrics["test_score"] == pytest.approx(0.5)
@@ -103,7 +103,7 @@ def test_pass_at_k_by_hand(tmp_path):
     ]
     path = tmp_path / "gen.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
-    report = run_eval(compose_config("evaluation", [f"data.path={path}"]))
+    report = run_eval(validate_eval_config(compose_config("evaluation", [f"data.path={path}"])))
     arith = report["per_data_source"]["arithmetic"]
     # prompt 1: c=1 of 3; prompt 2: c=0 of 3
     assert arith["test_score"] == pytest.approx(1 / 6)
@@ -119,10 +119,11 @@ def test_config_checks_name_keys(setup, tmp_path):
     root, model_dir, data = setup
     config = compose_config("generation", [f"data.path={tmp_path / 'nope.parquet'}", "data.n_samples=4",
                                            "rollout.temperature=0"])
-    problems = "\n".join(check_generation_config(config))
-    assert "data.path" in problems and "data.n_samples=4 with greedy decoding" in problems
-    config = compose_config("evaluation", [f"data.path={data}"])
-    assert any("'responses' (data.response_key)" in p for p in check_eval_inputs(config))
+    with pytest.raises(ConfigError) as err:
+        validate_generation_config(config)
+    assert "data.path" in str(err.value) and "data.n_samples=4 with greedy decoding" in str(err.value)
+    with pytest.raises(ConfigError, match=r"'responses' \(data.response_key\)"):
+        validate_eval_config(compose_config("evaluation", [f"data.path={data}"]))
 
 
 def test_eval_command_line(tmp_path):

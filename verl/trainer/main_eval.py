@@ -26,11 +26,12 @@ from typing import Any
 import hydra
 import numpy as np
 import pyarrow.parquet as pq
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.sft.argv import CONFIG_ERROR_EXIT, precheck_argv
-
-FREE_FORM_SECTIONS = ("custom_reward_function.reward_kwargs", "ray_init")
+from verl.trainer.config.base import build_config
+from verl.trainer.config.errors import ConfigError
+from verl.trainer.config.evaluation import EvaluationConfig
+from verl.trainer.sft.argv import exit_on_config_error, precheck_argv
 
 
 @dataclass
@@ -77,7 +78,7 @@ def _score(result: Any) -> tuple[float, bool]:
     return score, score >= 1.0
 
 
-def score_table(rows: Sequence[dict], config: DictConfig, compute_score: Callable[..., Any]) -> list[PromptScores]:
+def score_table(rows: Sequence[dict], config: EvaluationConfig, compute_score: Callable[..., Any]) -> list[PromptScores]:
     data = config.data
     out = []
     for i, row in enumerate(rows):
@@ -139,18 +140,28 @@ def format_table(report: dict[str, dict[str, float]]) -> str:
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
 
-def _output_path(config: DictConfig) -> str:
-    path = config.data.get("output_path")
+def _output_path(config: EvaluationConfig) -> str:
+    path = config.data.output_path
     if path:
-        return os.path.abspath(os.path.expanduser(str(path)))
-    data_path = os.path.abspath(os.path.expanduser(str(config.data.path)))
+        return os.path.abspath(os.path.expanduser(path))
+    data_path = os.path.abspath(os.path.expanduser(config.data.path))
     return (data_path[: -len(".parquet")] if data_path.endswith(".parquet") else data_path) + ".eval.json"
 
 
-def check_eval_inputs(config: DictConfig) -> list[str]:
+def validate_eval_config(config: DictConfig | dict) -> EvaluationConfig:
+    """The typed config, or ConfigError listing every problem with its key (data.path and its columns too)."""
+    node = config if isinstance(config, DictConfig) else OmegaConf.create(config)
+    result = build_config(EvaluationConfig, node)
+    problems = result.problems or check_eval_inputs(result.config)
+    if problems:
+        raise ConfigError(problems)
+    return result.config
+
+
+def check_eval_inputs(config: EvaluationConfig) -> list[str]:
     """Problems with data.path and its columns, each naming the key, found before any scoring."""
     data = config.data
-    path = os.path.expanduser(str(data.path))
+    path = os.path.expanduser(data.path)
     if not os.path.isfile(path):
         return [f"data.path: parquet file {data.path!r} does not exist"]
     columns = pq.read_schema(path).names
@@ -160,7 +171,7 @@ def check_eval_inputs(config: DictConfig) -> list[str]:
             "python -m verl.trainer.main_generation." for key, name in wanted.items() if name not in columns]
 
 
-def run_eval(config: DictConfig) -> dict[str, Any]:
+def run_eval(config: EvaluationConfig) -> dict[str, Any]:
     """Score, print the table, write the JSON report; returns the report."""
     from tqdm import tqdm
 
@@ -170,7 +181,7 @@ def run_eval(config: DictConfig) -> dict[str, Any]:
     problems = check_eval_inputs(config)
     if problems:
         raise ValueError("\n".join(problems))
-    path = os.path.expanduser(str(config.data.path))
+    path = os.path.expanduser(config.data.path)
     table = pq.read_table(path)
     compute_score = get_custom_reward_fn(config) or default_compute_score
     rows = table.to_pylist()
@@ -191,13 +202,13 @@ def run_eval(config: DictConfig) -> dict[str, Any]:
 
 @hydra.main(config_path="config", config_name="evaluation", version_base=None)
 def main(config: DictConfig) -> None:
-    problems = check_eval_inputs(config)
-    if problems:
-        print("Invalid config:\n" + "\n".join(problems), file=sys.stderr)
-        sys.exit(CONFIG_ERROR_EXIT)
-    run_eval(config)
+    try:
+        typed = validate_eval_config(config)
+    except ConfigError as err:
+        exit_on_config_error(err)
+    run_eval(typed)
 
 
 if __name__ == "__main__":
-    precheck_argv("evaluation", FREE_FORM_SECTIONS)
+    precheck_argv(EvaluationConfig, "evaluation")
     main()

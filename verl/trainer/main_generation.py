@@ -22,42 +22,27 @@ import pyarrow.parquet as pq
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from verl.data.prompt_ids import TRUNCATION_MODES, truncate_ids
+from verl.data.prompt_ids import truncate_ids
 from verl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
-from verl.trainer.sft.argv import CONFIG_ERROR_EXIT, precheck_argv
+from verl.trainer.config.base import build_config
+from verl.trainer.config.errors import ConfigError
+from verl.trainer.config.generation import GenerationConfig, generation_problems
+from verl.trainer.sft.argv import exit_on_config_error, precheck_argv
 from verl.utils.torch_functional import compute_position_id_with_mask
 
-FREE_FORM_SECTIONS = ("model.override_config", "rollout.engine_kwargs", "ray_init")
 RESPONSES_COLUMN = "responses"
 
 
-def check_generation_config(config: DictConfig) -> list[str]:
-    """Problems (each naming its key) found before any model is loaded."""
-    data, rollout = config.data, config.rollout
-    problems = []
-    path = os.path.expanduser(str(data.path))
-    if not os.path.isfile(path):
-        problems.append(f"data.path: parquet file {data.path!r} does not exist")
-    if int(data.n_samples) < 1:
-        problems.append(f"data.n_samples must be >= 1, got {data.n_samples}")
-    greedy = float(rollout.temperature) == 0.0 or not bool(rollout.get("do_sample", True))
-    if greedy and int(data.n_samples) > 1:
-        problems.append(f"data.n_samples={data.n_samples} with greedy decoding (rollout.temperature=0 or "
-                        "rollout.do_sample=false) gives n identical responses; sample, or set data.n_samples=1")
-    if int(data.batch_size) < 1:
-        problems.append(f"data.batch_size must be >= 1, got {data.batch_size}")
-    if str(data.get("truncation", "error")) not in TRUNCATION_MODES:
-        problems.append(f"data.truncation={data.truncation!r} must be one of {list(TRUNCATION_MODES)}")
-    if not data.get("output_path"):
-        problems.append("data.output_path is not set: where should the generations go?")
-    return problems
-
-
-def worker_config(config: DictConfig) -> DictConfig:
-    """The actor_rollout_ref-shaped section ActorRolloutRefWorker reads (model, rollout, actor)."""
-    return OmegaConf.create({"model": OmegaConf.to_container(config.model, resolve=True),
-                             "rollout": OmegaConf.to_container(config.rollout, resolve=True),
-                             "actor": OmegaConf.to_container(config.actor, resolve=True)})
+def validate_generation_config(config: DictConfig | dict) -> GenerationConfig:
+    """The typed config, or ConfigError listing every problem (each naming its key), before any model loads."""
+    node = config if isinstance(config, DictConfig) else OmegaConf.create(config)
+    result = build_config(GenerationConfig, node)
+    if result.problems:
+        raise ConfigError(result.problems)
+    problems = generation_problems(result.config)
+    if problems:
+        raise ConfigError(problems)
+    return result.config
 
 
 def _messages(prompt: Any, row: int, key: str) -> list[dict]:
@@ -100,10 +85,10 @@ class _LocalWorkers:
 
     world_size = 1
 
-    def __init__(self, config: DictConfig) -> None:
+    def __init__(self, config: GenerationConfig, model_path: str) -> None:
         from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
-        self.worker = ActorRolloutRefWorker(worker_config(config), role="rollout")
+        self.worker = ActorRolloutRefWorker(config.worker_config(model_path), role="rollout")
         self.worker.init_model()
 
     def generate_sequences(self, data: DataProto) -> DataProto:
@@ -111,18 +96,18 @@ class _LocalWorkers:
 
 
 class _RayWorkers:
-    def __init__(self, config: DictConfig) -> None:
+    def __init__(self, config: GenerationConfig, model_path: str) -> None:
         from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
         from verl.utils.device import is_cuda_available
         from verl.utils.ray_utils import init_ray
         from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
-        per_node, nnodes = int(config.trainer.n_gpus_per_node), int(config.trainer.nnodes)
-        out_dir = os.path.dirname(os.path.abspath(os.path.expanduser(str(config.data.output_path))))
-        init_ray({"ray_init": config.get("ray_init")}, run_dir=out_dir,
+        per_node, nnodes = config.trainer.n_gpus_per_node, config.trainer.nnodes
+        out_dir = os.path.dirname(os.path.abspath(os.path.expanduser(config.data.output_path)))
+        init_ray({"ray_init": config.ray_init}, run_dir=out_dir,
                  num_cpus=max(per_node * nnodes + 1, os.cpu_count() or 1))
         pool = RayResourcePool(process_on_nodes=[per_node] * nnodes, use_gpu=is_cuda_available(), max_colocate_count=1)
-        cls = RayClassWithInitArgs(ActorRolloutRefWorker, config=worker_config(config), role="rollout")
+        cls = RayClassWithInitArgs(ActorRolloutRefWorker, config=config.worker_config(model_path), role="rollout")
         self.group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, name_prefix="gen")
         self.world_size = self.group.world_size
         self.group.init_model()
@@ -131,24 +116,29 @@ class _RayWorkers:
         return self.group.generate_sequences(data)
 
 
-def _absolute_model_path(config: DictConfig) -> None:
+def worker_class(config: GenerationConfig) -> type:
+    """In this process for one worker; Ray workers for trainer.nnodes x trainer.n_gpus_per_node > 1."""
+    return _LocalWorkers if config.trainer.nnodes * config.trainer.n_gpus_per_node == 1 else _RayWorkers
+
+
+def _absolute_model_path(config: GenerationConfig) -> str:
     from verl.models.loader import resolve_model_path
 
-    path = resolve_model_path(config.model.get("path"), "model.path")
-    config.model.path = path if not os.path.exists(path) else os.path.abspath(path)
+    path = resolve_model_path(config.model.path, "model.path")
+    return path if not os.path.exists(path) else os.path.abspath(path)
 
 
-def generate_responses(config: DictConfig, prompts: list[Any], tokenizer: Any, workers) -> list[list[str]]:
+def generate_responses(config: GenerationConfig, prompts: list[Any], tokenizer: Any, workers) -> list[list[str]]:
     """n_samples responses for each prompt, in rounds of data.batch_size prompts, with a progress bar."""
     from tqdm import tqdm
 
-    n, batch_size = int(config.data.n_samples), int(config.data.batch_size)
+    n, batch_size = config.data.n_samples, config.data.batch_size
     out: list[list[str]] = []
     with tqdm(total=len(prompts), desc="generating", unit="prompt", file=sys.stderr) as bar:
         for start in range(0, len(prompts), batch_size):
             chunk = prompts[start : start + batch_size]
-            batch = encode_prompts(chunk, tokenizer, int(config.rollout.prompt_length),
-                                   str(config.data.get("truncation", "error")), str(config.data.prompt_key), start)
+            batch = encode_prompts(chunk, tokenizer, config.rollout.prompt_length, config.data.truncation,
+                                   config.data.prompt_key, start)
             batch = batch.repeat(n, interleave=True)
             padded, pad_size = pad_dataproto_to_divisor(batch, workers.world_size)
             texts = decode_responses(unpad_dataproto(workers.generate_sequences(padded), pad_size), tokenizer)
@@ -171,42 +161,47 @@ def write_with_responses(table: pa.Table, responses: list[list[str]], output_pat
     return path
 
 
-def run_generation(config: DictConfig) -> str:
+def run_generation(config: GenerationConfig) -> str:
     """Generate and write data.output_path; returns its absolute path."""
+    import importlib
+
     import torch.distributed as dist
 
     from verl.models.loader import load_tokenizer
+    from verl.utils.device import set_device_preference
 
-    _absolute_model_path(config)
-    table = pq.read_table(os.path.expanduser(str(config.data.path)))
-    key = str(config.data.prompt_key)
+    set_device_preference(config.trainer.device)
+    if config.model.external_lib:
+        importlib.import_module(config.model.external_lib)  # registers custom model classes before loading
+    model_path = _absolute_model_path(config)
+    table = pq.read_table(os.path.expanduser(config.data.path))
+    key = config.data.prompt_key
     if key not in table.column_names:
         raise ValueError(f"{config.data.path}: no column {key!r} (data.prompt_key); columns: {table.column_names}")
-    tokenizer = load_tokenizer(config.model.path, "model.path",
-                               trust_remote_code=bool(config.model.get("trust_remote_code", False)),
-                               custom_chat_template=config.model.get("custom_chat_template"))
-    world = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+    tokenizer = load_tokenizer(model_path, "model.path", trust_remote_code=config.model.trust_remote_code,
+                               custom_chat_template=config.model.custom_chat_template)
+    local = worker_class(config) is _LocalWorkers
     started_group = not dist.is_initialized()
-    workers = _LocalWorkers(config) if world == 1 else _RayWorkers(config)
+    workers = worker_class(config)(config, model_path)
     try:
         responses = generate_responses(config, table.column(key).to_pylist(), tokenizer, workers)
     finally:
-        if world == 1 and started_group and dist.is_initialized():
+        if local and started_group and dist.is_initialized():
             dist.destroy_process_group()
-    path = write_with_responses(table, responses, str(config.data.output_path))
+    path = write_with_responses(table, responses, config.data.output_path)
     print(f"wrote {len(responses)} prompts x {config.data.n_samples} responses to {path}")
     return path
 
 
 @hydra.main(config_path="config", config_name="generation", version_base=None)
 def main(config: DictConfig) -> None:
-    problems = check_generation_config(config)
-    if problems:
-        print("Invalid config:\n" + "\n".join(problems), file=sys.stderr)
-        sys.exit(CONFIG_ERROR_EXIT)
-    run_generation(config)
+    try:
+        typed = validate_generation_config(config)
+    except ConfigError as err:
+        exit_on_config_error(err)
+    run_generation(typed)
 
 
 if __name__ == "__main__":
-    precheck_argv("generation", FREE_FORM_SECTIONS)
+    precheck_argv(GenerationConfig, "generation")
     main()

@@ -1,0 +1,151 @@
+"""The generation config (`python -m verl.trainer.main_generation`) as dataclasses; keys and defaults follow
+generation.yaml (a test checks they agree).
+
+Generation runs ActorRolloutRefWorker in its rollout role: `worker_config` turns these sections into the typed
+ActorRolloutRefConfig the worker takes. Keys a rollout-only run has no use for are refused, not ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.data.prompt_ids import TRUNCATION_MODES
+from verl.trainer.config.actor import ActorConfig, ActorRolloutRefConfig, ModelConfig
+from verl.trainer.config.base import BaseConfig, Refusal, at_least, choice, dict_field, refused, refused_values
+from verl.trainer.config.engine import DTYPES, TRAIN_STRATEGIES, FSDPConfig, MixedPrecisionConfig
+from verl.trainer.config.rollout import ROLLOUT_DTYPES, RolloutConfig, ValKwargsConfig
+from verl.trainer.config.trainer import DEVICES
+
+_NOT_IN_GENERATION = "main_generation only generates: it computes no log-probs and runs no validation"
+
+
+@dataclass
+class GenTrainerConfig(BaseConfig):
+    nnodes: int = at_least(1, 1)
+    n_gpus_per_node: int = at_least(1, 1)  # workers per node; on a CPU-only machine: processes
+    device: str = choice("auto", DEVICES)
+
+
+@dataclass
+class GenDataConfig(BaseConfig):
+    path: str = "~/data/arithmetic/test.parquet"
+    prompt_key: str = "prompt"
+    n_samples: int = at_least(1, 1)
+    output_path: str = "~/data/arithmetic/generations.parquet"
+    batch_size: int = at_least(64, 1)
+    truncation: str = choice("error", TRUNCATION_MODES)
+
+
+@dataclass
+class GenModelConfig(BaseConfig):
+    path: str | None = None  # None: the bundled default model
+    external_lib: str | None = None
+    trust_remote_code: bool = False
+    custom_chat_template: str | None = None
+    override_config: dict[str, Any] = dict_field()
+
+
+@dataclass
+class GenRolloutConfig(BaseConfig):
+    name: str = refused_values(choice("hf", ("hf", "vllm")), {
+        "sglang": Refusal("the sglang engine is not built", "Use rollout.name=hf or vllm.")})
+    mode: str = refused("sync", "main_generation drives the engine in batches; the async server is not built",
+                        "Remove rollout.mode.")
+    temperature: float = at_least(1.0, 0.0)
+    top_k: int = 50  # -1: off
+    top_p: float = 0.7
+    do_sample: bool = True
+    prompt_length: int = at_least(512, 1)
+    response_length: int = at_least(256, 1)
+    dtype: str = choice("bfloat16", ROLLOUT_DTYPES)
+    gpu_memory_utilization: float = 0.5
+    ignore_eos: bool = False
+    enforce_eager: bool = True
+    free_cache_engine: bool = True
+    load_format: str = "dummy_dtensor"
+    tensor_model_parallel_size: int = at_least(1, 1)
+    max_num_batched_tokens: int = at_least(8192, 1)
+    max_model_len: int | None = None
+    max_num_seqs: int = at_least(1024, 1)
+    disable_log_stats: bool = True
+    enable_chunked_prefill: bool = True
+    micro_batch_size: int | None = refused(
+        None, "the rollout generates each worker's whole slice in one call", "Bound memory with data.batch_size.")
+    log_prob_micro_batch_size_per_gpu: int = refused(8, _NOT_IN_GENERATION, "Remove the override.")
+    n: int = refused(1, "prompts are repeated by data.n_samples, not by the rollout", "Set data.n_samples instead.")
+    calculate_log_probs: bool = refused(False, _NOT_IN_GENERATION, "Remove the override.")
+    val_kwargs: ValKwargsConfig = refused(field(default_factory=ValKwargsConfig), _NOT_IN_GENERATION,
+                                          "Set the sampling keys of rollout itself (temperature, top_k, ...).")
+    engine_kwargs: dict[str, Any] = dict_field({"vllm": {}, "sglang": {}})
+
+    def to_rollout(self) -> RolloutConfig:
+        shared = {name: getattr(self, name) for name in (
+            "name", "mode", "temperature", "top_k", "top_p", "do_sample", "prompt_length", "response_length",
+            "dtype", "gpu_memory_utilization", "ignore_eos", "enforce_eager", "free_cache_engine", "load_format",
+            "tensor_model_parallel_size", "max_num_batched_tokens", "max_model_len", "max_num_seqs",
+            "disable_log_stats", "enable_chunked_prefill", "calculate_log_probs")}
+        return RolloutConfig(**shared, engine_kwargs=dict(self.engine_kwargs))
+
+
+@dataclass
+class GenFSDPConfig(BaseConfig):
+    fsdp_size: int = refused(-1, "the rollout worker always shards over all of its ranks", "Remove the override.")
+    forward_prefetch: bool = refused(False, "FSDP forward prefetching is not built", "Remove the override.")
+    param_offload: bool = False  # GPU only: parameters wait in host memory between uses
+    reshard_after_forward: bool = True
+    model_dtype: str = choice("fp32", DTYPES)  # the dtype the hf rollout generates in
+    mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
+
+    def to_engine(self) -> FSDPConfig:
+        return FSDPConfig(param_offload=self.param_offload, reshard_after_forward=self.reshard_after_forward,
+                          model_dtype=self.model_dtype, mixed_precision=self.mixed_precision)
+
+
+@dataclass
+class GenActorConfig(BaseConfig):
+    strategy: str = choice("fsdp", TRAIN_STRATEGIES)  # both use FSDP2's fully_shard
+    ulysses_sequence_parallel_size: int = refused(1, "Ulysses sequence parallelism is not built", "Set it to 1.")
+    fsdp_config: GenFSDPConfig = field(default_factory=GenFSDPConfig)
+
+
+@dataclass
+class GenerationConfig(BaseConfig):
+    trainer: GenTrainerConfig = field(default_factory=GenTrainerConfig)
+    data: GenDataConfig = field(default_factory=GenDataConfig)
+    model: GenModelConfig = field(default_factory=GenModelConfig)
+    rollout: GenRolloutConfig = field(default_factory=GenRolloutConfig)
+    actor: GenActorConfig = field(default_factory=GenActorConfig)
+    # ray.init keyword arguments, used only when workers start on Ray; any ray.init argument.
+    ray_init: dict[str, Any] = dict_field({"num_cpus": None, "timeline_json_file": None})
+
+    def worker_config(self, model_path: str) -> ActorRolloutRefConfig:
+        """The typed section ActorRolloutRefWorker(role="rollout") takes."""
+        model = ModelConfig(path=model_path, custom_chat_template=self.model.custom_chat_template,
+                            external_lib=self.model.external_lib, override_config=dict(self.model.override_config),
+                            trust_remote_code=self.model.trust_remote_code)
+        actor = ActorConfig(strategy=self.actor.strategy, fsdp_config=self.actor.fsdp_config.to_engine())
+        return ActorRolloutRefConfig(model=model, actor=actor, rollout=self.rollout.to_rollout())
+
+
+def generation_problems(config: GenerationConfig) -> list[str]:
+    import os
+
+    import torch
+
+    data, rollout = config.data, config.rollout
+    problems = []
+    if not os.path.isfile(os.path.expanduser(data.path)):
+        problems.append(f"data.path: parquet file {data.path!r} does not exist")
+    greedy = rollout.temperature == 0.0 or not rollout.do_sample
+    if greedy and data.n_samples > 1:
+        problems.append(f"data.n_samples={data.n_samples} with greedy decoding (rollout.temperature=0 or "
+                        "rollout.do_sample=false) gives n identical responses; sample, or set data.n_samples=1")
+    if not data.output_path:
+        problems.append("data.output_path is not set: where should the generations go?")
+    if config.model.external_lib and config.trainer.nnodes * config.trainer.n_gpus_per_node > 1:
+        problems.append("model.external_lib is imported in this process only; with Ray workers "
+                        "(trainer.nnodes x trainer.n_gpus_per_node > 1) install it as a package the model config names")
+    if config.trainer.device == "cuda" and not torch.cuda.is_available():
+        problems.append("trainer.device=cuda but no GPU is visible; set trainer.device=auto or cpu")
+    return problems
