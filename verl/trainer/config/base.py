@@ -398,11 +398,14 @@ class _Builder:
                 self.problems.append(f"{path}={value!r} is refused: {refusal.why}. {refusal.todo} ({fine} is fine).")
                 return False
         entries = value if isinstance(value, list) else [value]
+        refused_any = False
         for entry in entries:
             refusal = meta.get("refused_values", {}).get(entry) if isinstance(entry, (str, int, bool)) else None
             if refusal is not None:
                 self.problems.append(f"{path}={entry!r} is refused: {refusal.why}. {refusal.todo}")
-                return False
+                refused_any = True
+        if refused_any:
+            return False
         if value is None:
             return True
         if "choices" in meta and not _is_choice(value, meta["choices"], meta.get("registered")):

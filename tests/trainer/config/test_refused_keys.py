@@ -1,0 +1,41 @@
+"""The keys issue 17 found silently ignored now stop `python -m verl.trainer.main_ppo` with exit code 2,
+naming each key, before Ray starts. One subprocess carries them all: every problem is reported at once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+# (override, the dotted key the message must name)
+FORMERLY_SILENT = [
+    ("algorithm.filter_groups.enable=true", "algorithm.filter_groups.enable"),
+    ("algorithm.filter_groups.metric=acc", "algorithm.filter_groups.metric"),
+    ("data.gen_batch_size=16", "data.gen_batch_size"),
+    ("reward_model.enable=true", "reward_model.enable"),
+    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "actor_rollout_ref.actor.ulysses_sequence_parallel_size"),
+    ("critic.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size"),
+    ("actor_rollout_ref.rollout.multi_turn.enable=true", "actor_rollout_ref.rollout.multi_turn.enable"),
+    ("actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.mode"),
+    ("reward_model.sandbox_fusion.url=http://localhost:8080", "reward_model.sandbox_fusion.url"),
+    ("actor_rollout_ref.actor.use_torch_compile=true", "actor_rollout_ref.actor.use_torch_compile"),
+    ("trainer.profile_steps=[1]", "trainer.profile_steps"),
+    ("actor_rollout_ref.actor.fsdp_config.fsdp_size=1", "actor_rollout_ref.actor.fsdp_config.fsdp_size"),
+    ("critic.model.fsdp_config.fsdp_size=1", "critic.model.fsdp_config.fsdp_size"),
+    ("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.name"),
+    ("trainer.logger=[console,swanlab,clearml,vemlp_wandb]", "trainer.logger"),
+]
+
+
+def test_formerly_silent_keys_exit_2_naming_each_key(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl.trainer.main_ppo", f"hydra.run.dir={tmp_path / 'hydra'}",
+         *(override for override, _ in FORMERLY_SILENT)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    refusals = [line for line in proc.stderr.splitlines() if " is refused: " in line or " refused: " in line]
+    for _, key in FORMERLY_SILENT:
+        assert any(key in line for line in refusals), f"{key} not named in:\n{proc.stderr}"
+    for logger in ("swanlab", "clearml", "vemlp_wandb"):
+        assert f"trainer.logger='{logger}' is refused" in proc.stderr
+    assert "Traceback" not in proc.stderr
