@@ -95,3 +95,20 @@ def test_every_refusal_says_why_and_what_to_do():
     by_key = {(r.key, r.refused): r for r in rows}
     assert by_key[("actor_rollout_ref.rollout.mode", "async")].accepted == "other values"
     assert by_key[("data.gen_batch_size", "any other value")].accepted == "${data.train_batch_size} (its default)"
+
+
+def test_ignore_eos_is_refused_with_the_hf_rollout_only(cfg):
+    _set(cfg, actor_rollout_ref__rollout__ignore_eos=True)
+    (message,) = _problems(cfg)
+    assert message.startswith("actor_rollout_ref.rollout.ignore_eos=true is refused with actor_rollout_ref.rollout.name=hf")
+    _set(cfg, actor_rollout_ref__rollout__name="vllm")
+    assert validate_config(cfg, check_files=False).actor_rollout_ref.rollout.ignore_eos is True
+
+
+def test_docs_config_md_is_up_to_date():
+    from verl.trainer.config.docs import DOC, render
+
+    text = DOC.read_text()
+    assert render(text) == text, "run: python -m verl.trainer.config.docs --write"
+    for key, _, _ in iter_refusals(PPOTrainerConfig):
+        assert f"`{key}`" in text

@@ -14,11 +14,26 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
+from verl.trainer.config.base import Refusal
 from verl.trainer.config.errors import ConfigWarning
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.config.registries import GROUP_ADV_ESTIMATORS
 
 N = "actor_rollout_ref.rollout.n"
+
+# Refusals that depend on another key, so no field marker can say them; docs/config.md lists them with the
+# markers (verl.trainer.config.docs). (key, value refused, the condition, why and what to do)
+CONDITIONAL_REFUSALS: tuple[tuple[str, str, str, Refusal], ...] = (
+    (
+        "actor_rollout_ref.rollout.ignore_eos",
+        "true",
+        "actor_rollout_ref.rollout.name=hf",
+        Refusal(
+            "HF generate stops each response at EOS; ignoring it is built for the vLLM rollout only",
+            "Set ignore_eos=false, or use actor_rollout_ref.rollout.name=vllm.",
+        ),
+    ),
+)
 
 
 def run_checks(cfg: PPOTrainerConfig) -> list[str]:
@@ -30,6 +45,7 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_algorithm(cfg)
     problems += check_lengths(cfg)
     problems += check_trainer(cfg)
+    problems += check_conditional_refusals(cfg)
     return problems
 
 
@@ -332,4 +348,14 @@ def check_trainer(cfg: PPOTrainerConfig) -> list[str]:
         problems.append(
             "trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_* checkpoint folder)."
         )
+    return problems
+
+
+def check_conditional_refusals(cfg: PPOTrainerConfig) -> list[str]:
+    rollout = cfg.actor_rollout_ref.rollout
+    active = {"actor_rollout_ref.rollout.ignore_eos": rollout.ignore_eos and rollout.name == "hf"}
+    problems = []
+    for key, value, condition, refusal in CONDITIONAL_REFUSALS:
+        if active[key]:
+            problems.append(f"{key}={value} is refused with {condition}: {refusal.why}. {refusal.todo}")
     return problems
