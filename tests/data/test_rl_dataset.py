@@ -184,3 +184,15 @@ def test_custom_dataset_class_from_file(tokenizer, parquet_file, tmp_path):
     assert len(create_rl_dataset(parquet_file, config, tokenizer)) == 12
     with pytest.raises(AttributeError, match="Missing"):
         create_rl_dataset(parquet_file, data_config(custom_cls={"path": str(source), "name": "Missing"}), tokenizer)
+
+
+@pytest.mark.parametrize("column", ["images", "videos"])
+def test_image_or_video_columns_are_refused_at_load(tokenizer, tmp_path, parquet_file, column):
+    rows = [{**make_row("Look at this.", index=0), column: [{"bytes": b"\x89PNG", "path": "a.png"}]}]
+    media = write_rows(tmp_path / "vlm.parquet", rows)
+    with pytest.raises(NotImplementedError) as info:
+        RLHFDataset([parquet_file, media], tokenizer, data_config())
+    message = str(info.value)
+    # the file (only the one with the column), the column, and why
+    assert media in message and parquet_file not in message
+    assert f"column {column!r}" in message and "VLM training is not built" in message
