@@ -1,0 +1,91 @@
+"""Honoured keys of sft_trainer.yaml, generation.yaml and evaluation.yaml -> the test that shows each one's effect.
+
+Read by the YAML-leaf audit: every leaf is either listed here or carries a refused()/refused_values() marker in
+its dataclass. Free-form sections (model.override_config's entries, apply_chat_template_kwargs, ray_init,
+engine_kwargs, reward_kwargs) are exempt there; the section itself is listed when a test shows it is passed on.
+"""
+
+_SFT = "tests/trainer/sft/test_sft_trainer.py::"
+_DS = "tests/trainer/sft/test_sft_datasets.py::"
+_CK = "tests/trainer/sft/test_sft_checkpoint.py::"
+_KEYS = "tests/trainer/sft/test_sft_gen_eval_keys.py::"
+_GEN = "tests/trainer/test_main_generation_eval.py::"
+_MR = "tests/trainer/sft/test_sft_multirank.py::"
+
+HONOURED_SFT = {
+    "data.train_batch_size": _SFT + "test_resume_continues_exactly_where_it_stopped",
+    "data.micro_batch_size": _KEYS + "test_deprecated_micro_batch_size_is_divided_over_ranks",
+    "data.micro_batch_size_per_gpu": _SFT + "test_loss_is_a_global_token_mean_whatever_the_micro_batching",
+    "data.train_files": _SFT + "test_resume_continues_exactly_where_it_stopped",
+    "data.val_files": _SFT + "test_resume_continues_exactly_where_it_stopped",
+    "data.prompt_key": _DS + "test_missing_columns_name_the_key",
+    "data.response_key": _DS + "test_chat_prompt_and_dict_keys",
+    "data.prompt_dict_keys": _DS + "test_chat_prompt_and_dict_keys",
+    "data.response_dict_keys": _DS + "test_chat_prompt_and_dict_keys",
+    "data.multiturn.enable": _DS + "test_multi_turn_only_assistant_turns_by_hand",
+    "data.multiturn.messages_key": _DS + "test_multi_turn_only_assistant_turns_by_hand",
+    "data.max_length": _DS + "test_truncation_modes",
+    "data.truncation": _DS + "test_truncation_modes",
+    "model.partial_pretrain": _SFT + "test_checkpoint_is_a_plain_hf_folder_main_ppo_can_load",
+    "model.fsdp_config.cpu_offload": _KEYS + "test_fsdp_keys_reach_the_shared_fsdp_config",
+    "model.fsdp_config.offload_params": _KEYS + "test_fsdp_keys_reach_the_shared_fsdp_config",
+    "model.fsdp_config.reshard_after_forward": _KEYS + "test_fsdp_keys_reach_the_shared_fsdp_config",
+    "model.fsdp_config.fsdp_size": _KEYS + "test_fsdp_keys_reach_the_shared_fsdp_config",
+    "model.fsdp_config.model_dtype": _KEYS + "test_fsdp_keys_reach_the_shared_fsdp_config",
+    "model.lora_rank": _SFT + "test_lora_trains_only_the_adapter",
+    "model.lora_alpha": _SFT + "test_lora_trains_only_the_adapter",
+    "optim.lr": _KEYS + "test_optim_keys_reach_optimizer_and_schedule",
+    "optim.betas": _KEYS + "test_optim_keys_reach_optimizer_and_schedule",
+    "optim.weight_decay": _KEYS + "test_optim_keys_reach_optimizer_and_schedule",
+    "optim.warmup_steps_ratio": _KEYS + "test_optim_keys_reach_optimizer_and_schedule",
+    "optim.lr_scheduler": _KEYS + "test_optim_keys_reach_optimizer_and_schedule",
+    "optim.min_lr_ratio": _KEYS + "test_optim_keys_reach_optimizer_and_schedule",
+    "use_remove_padding": _SFT + "test_loss_is_a_global_token_mean_whatever_the_micro_batching",
+    "trainer.default_local_dir": _SFT + "test_resume_continues_exactly_where_it_stopped",
+    "trainer.total_training_steps": _SFT + "test_resume_continues_exactly_where_it_stopped",
+    "trainer.save_freq": _SFT + "test_resume_continues_exactly_where_it_stopped",
+    "trainer.test_freq": _SFT + "test_resume_continues_exactly_where_it_stopped",
+    "trainer.resume_mode": _CK + "test_latest_checkpoint_and_resume_modes",
+    "trainer.resume_from_path": _CK + "test_latest_checkpoint_and_resume_modes",
+    "trainer.n_gpus_per_node": _MR + "test_ray_workers_match_one_rank",
+    "trainer.device": _KEYS + "test_device_cuda_without_gpu_is_refused",
+}
+
+HONOURED_GENERATION = {
+    "trainer.nnodes": _KEYS + "test_generation_workers_follow_nnodes_and_gpus_per_node",
+    "trainer.n_gpus_per_node": _KEYS + "test_generation_workers_follow_nnodes_and_gpus_per_node",
+    "data.path": _GEN + "test_greedy_generation_matches_hf_generate",
+    "data.prompt_key": _GEN + "test_greedy_generation_matches_hf_generate",
+    "data.n_samples": _GEN + "test_sampled_generation_then_eval_round_trip",
+    "data.output_path": _GEN + "test_greedy_generation_matches_hf_generate",
+    "data.batch_size": _GEN + "test_greedy_generation_matches_hf_generate",
+    "data.truncation": _KEYS + "test_generation_truncation_and_prompt_length",
+    "model.path": _GEN + "test_greedy_generation_matches_hf_generate",
+    "model.trust_remote_code": _KEYS + "test_generation_sections_reach_the_worker_config",
+    "model.custom_chat_template": _KEYS + "test_generation_sections_reach_the_worker_config",
+    "model.override_config": _KEYS + "test_generation_sections_reach_the_worker_config",
+    "rollout.name": _KEYS + "test_generation_sections_reach_the_worker_config",
+    "rollout.temperature": _GEN + "test_greedy_generation_matches_hf_generate",
+    "rollout.top_k": _KEYS + "test_generation_sections_reach_the_worker_config",
+    "rollout.top_p": _KEYS + "test_generation_sections_reach_the_worker_config",
+    "rollout.do_sample": _GEN + "test_greedy_generation_matches_hf_generate",
+    "rollout.prompt_length": _KEYS + "test_generation_truncation_and_prompt_length",
+    "rollout.response_length": _GEN + "test_greedy_generation_matches_hf_generate",
+    "rollout.ignore_eos": "tests/workers/rollout/test_hf_rollout.py::test_ignore_eos_is_refused_with_the_key",
+    "rollout.engine_kwargs": _KEYS + "test_generation_sections_reach_the_worker_config",
+    "actor.fsdp_config.param_offload": _KEYS + "test_generation_sections_reach_the_worker_config",
+    "actor.fsdp_config.reshard_after_forward": _KEYS + "test_generation_sections_reach_the_worker_config",
+    "actor.fsdp_config.model_dtype": _KEYS + "test_generation_sections_reach_the_worker_config",
+    "actor.fsdp_config.mixed_precision.param_dtype": _KEYS + "test_generation_sections_reach_the_worker_config",
+}
+
+HONOURED_EVALUATION = {
+    "data.path": _GEN + "test_pass_at_k_by_hand",
+    "data.response_key": _KEYS + "test_eval_column_keys_and_custom_function_name_and_kwargs",
+    "data.data_source_key": _KEYS + "test_eval_column_keys_and_custom_function_name_and_kwargs",
+    "data.reward_model_key": _KEYS + "test_eval_column_keys_and_custom_function_name_and_kwargs",
+    "data.output_path": _KEYS + "test_eval_column_keys_and_custom_function_name_and_kwargs",
+    "custom_reward_function.path": _GEN + "test_sampled_generation_then_eval_round_trip",
+    "custom_reward_function.name": _KEYS + "test_eval_column_keys_and_custom_function_name_and_kwargs",
+    "custom_reward_function.reward_kwargs": _KEYS + "test_eval_column_keys_and_custom_function_name_and_kwargs",
+}
