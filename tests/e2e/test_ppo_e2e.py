@@ -48,9 +48,7 @@ def test_two_rank_run_updates_weights_and_rollout_follows(tmp_path: Path, adv_es
         f"custom_reward_function.path={REPO / 'tests/e2e/hash_reward.py'}",
         "actor_rollout_ref.rollout.calculate_log_probs=true",
     ]
-    config = load_config(overrides)
-    validate_config(config)
-    trainer, tracker, report_dir = build_trainer(config)
+    trainer, tracker, report_dir = build_trainer(validate_config(load_config(overrides)))
     try:
         trainer.init_workers()
         probe = _probe(trainer)

@@ -77,9 +77,7 @@ def test_engines_follow_the_actor_only_through_the_sync(tmp_path: Path) -> None:
         "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.dtype=float32",
         "actor_rollout_ref.rollout.calculate_log_probs=true", "actor_rollout_ref.rollout.max_num_seqs=16",
     ]
-    config = load_config(overrides)
-    validate_config(config)
-    trainer, tracker, report_dir = build_trainer(config)
+    trainer, tracker, report_dir = build_trainer(validate_config(load_config(overrides)))
     wg = None
     try:
         trainer.init_workers()
