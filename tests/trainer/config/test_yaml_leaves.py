@@ -27,9 +27,13 @@ from verl.trainer.config.base import build_config, iter_refusals, schema_keys, t
 REPO = Path(__file__).resolve().parents[3]
 
 # yaml name -> (module, root dataclass, honoured table file, its variable)
+_SFT_TABLE = "tests/trainer/sft/honoured_keys.py"
 SCHEMAS = {
     "ppo_trainer": ("verl.trainer.config.ppo_trainer", "PPOTrainerConfig", "tests/trainer/config/honoured_keys.py",
                     "HONOURED"),
+    "sft_trainer": ("verl.trainer.config.sft", "SFTTrainerConfig", _SFT_TABLE, "HONOURED_SFT"),
+    "generation": ("verl.trainer.config.generation", "GenerationConfig", _SFT_TABLE, "HONOURED_GENERATION"),
+    "evaluation": ("verl.trainer.config.evaluation", "EvaluationConfig", _SFT_TABLE, "HONOURED_EVALUATION"),
 }
 
 
@@ -40,6 +44,7 @@ def _schema(name: str) -> type:
 
 def _honoured(name: str) -> dict[str, str]:
     _, _, path, var = SCHEMAS[name]
+    assert (REPO / path).is_file(), f"{path} (the honoured keys of {name}.yaml) does not exist"
     spec = importlib.util.spec_from_file_location(f"_honoured_{name}", REPO / path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -141,7 +146,7 @@ def test_every_leaf_is_honoured_or_refused_exactly_once(name):
     honoured = _honoured(name)
     neither = [leaf for leaf in leaves if leaf not in honoured and not _is_refused(leaf, refused)]
     both = [leaf for leaf in leaves if leaf in honoured and _is_refused(leaf, refused)]
-    assert neither == [], "honour these keys (name a test in the table) or refuse them"
+    assert not neither, "honour these keys (name a test in the table) or refuse them:\n" + "\n".join(neither)
     assert both == []
     assert sorted(set(honoured) - set(leaves)) == [], "the honoured table names keys the yaml does not have"
     assert sorted(refused - set(schema_keys(_schema(name))[0])) == []
