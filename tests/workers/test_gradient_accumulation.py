@@ -12,6 +12,7 @@ import torch.distributed as dist
 from tests.helpers.ranks import free_port, run_ranks
 from tests.helpers.tiny_model import tiny_llama
 from tests.workers.actor.test_dp_actor import actor_config, training_batch
+from verl.trainer.config import FSDPConfig
 from verl.workers.actor import DataParallelPPOActor, NonFiniteLossError
 
 WORLD = 2
@@ -21,7 +22,7 @@ LR = 0.5
 def _sharded(plain):
     from verl.workers.fsdp_utils import apply_fsdp2, create_device_mesh
 
-    return apply_fsdp2(copy.deepcopy(plain), {}, create_device_mesh(WORLD))
+    return apply_fsdp2(copy.deepcopy(plain), FSDPConfig(), create_device_mesh(WORLD))
 
 
 def _actor(model):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
-
-from verl.utils.config import cfg_select
 
 
 def resolve_model_path(path: str | None, key: str) -> str:
@@ -43,35 +42,33 @@ def load_tokenizer(path: str, key: str, trust_remote_code: bool = False, custom_
     return tokenizer
 
 
-def load_causal_lm(model_config, key: str, dtype: torch.dtype = torch.float32, value_head: bool = False):
-    """AutoModelForCausalLM (or the critic's token-classification value model) from `model_config.path`."""
+def load_causal_lm(model: Any, key: str, dtype: torch.dtype = torch.float32, value_head: bool = False):
+    """AutoModelForCausalLM (or the critic's token-classification value model) from ``model.path``, where ``model`` is
+    a ModelConfig or a CriticModelConfig (path, trust_remote_code, override_config, enable_gradient_checkpointing)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    path = resolve_model_path(cfg_select(model_config, "path"), f"{key}.path")
-    trust = bool(cfg_select(model_config, "trust_remote_code", False))
+    path = resolve_model_path(model.path, f"{key}.path")
+    trust = model.trust_remote_code
     try:
         hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
     except Exception as err:  # noqa: BLE001
         raise _explain(err, path, f"{key}.path", "model config") from err
-    for name, value in dict(cfg_select(model_config, "override_config", {}) or {}).items():
+    for name, value in model.override_config.items():  # free-form: HF config attributes
         setattr(hf_config, name, value)
     kwargs = dict(dtype=dtype, trust_remote_code=trust)
-    attn = cfg_select(model_config, "attn_implementation", None)
-    if attn:
-        kwargs["attn_implementation"] = attn
     try:
         if value_head:
             from verl.models.value_head import load_value_model
 
-            model = load_value_model(path, **kwargs)
+            module = load_value_model(path, **kwargs)
         else:
-            model = AutoModelForCausalLM.from_pretrained(path, config=hf_config, **kwargs)
+            module = AutoModelForCausalLM.from_pretrained(path, config=hf_config, **kwargs)
     except Exception as err:  # noqa: BLE001
         raise _explain(err, path, f"{key}.path", "model weights") from err
     from verl.models.fused_norm_rope import fuse_norm_and_rope
 
-    fuse_norm_and_rope(model)  # same forward, fewer passes in the backward; VERL_FUSED_NORM_ROPE=0 turns it off
-    if cfg_select(model_config, "enable_gradient_checkpointing", False):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.config.use_cache = False
-    return model, path
+    fuse_norm_and_rope(module)  # same forward, fewer passes in the backward; VERL_FUSED_NORM_ROPE=0 turns it off
+    if model.enable_gradient_checkpointing:
+        module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    module.config.use_cache = False
+    return module, path

@@ -171,10 +171,11 @@ def chunk_after_dispatch(data: Any, i: int, chunks: int, previous: Callable | No
 def iterate_mini_batches(
     data: Any, mini_batch_size: int, epochs: int, shuffle: bool, generator: torch.Generator
 ) -> Iterator[Any]:
-    """The generator behind ``DataProto.make_iterator`` (arguments already checked there).
+    """The one mini-batch iterator: behind ``DataProto.make_iterator`` and the actor/critic update loop.
 
     With ``shuffle`` every epoch draws a new permutation from the one ``generator``, so a seed fixes the
-    whole sequence of mini-batches, not just the first epoch.
+    whole sequence of mini-batches, not just the first epoch. When ``mini_batch_size`` does not divide the
+    length (``make_iterator`` refuses that; the update loop allows it) each epoch ends with a smaller one.
     """
     n = len(data)
     for _ in range(epochs):

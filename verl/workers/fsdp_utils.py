@@ -9,13 +9,13 @@ import math
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from verl.utils.config import cfg_select
 from verl.utils.device import get_device_name, has_fast_bf16
 
 logger = logging.getLogger(__name__)
@@ -63,42 +63,37 @@ def decoder_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
     return layers
 
 
-def mixed_precision_policy(fsdp_config, warn: bool = True) -> MixedPrecisionPolicy | None:
-    """FSDP2's policy from `fsdp_config.mixed_precision`; `warn` once per module (apply_fsdp2), not per lookup."""
-    mp = cfg_select(fsdp_config, "mixed_precision", None)
-    if not mp:
-        return None
-    param_dtype = to_torch_dtype(cfg_select(mp, "param_dtype", "bf16"), "fsdp_config.mixed_precision.param_dtype")
+def mixed_precision_policy(fsdp_config: Any, warn: bool = True) -> MixedPrecisionPolicy:
+    """FSDP2's policy from an FSDPConfig's `mixed_precision`; `warn` once per module (apply_fsdp2), not per lookup."""
+    mp = fsdp_config.mixed_precision
+    param_dtype = to_torch_dtype(mp.param_dtype, "fsdp_config.mixed_precision.param_dtype")
     if warn and param_dtype in (torch.bfloat16, torch.float16) and get_device_name() == "cpu" and not has_fast_bf16():
         logger.warning("fsdp_config.mixed_precision.param_dtype=%s on a CPU without native bf16 (no AVX512-BF16/AMX): "
                        "its matmuls are emulated, ~100x slower than fp32; set param_dtype=fp32 here", param_dtype)
     return MixedPrecisionPolicy(
         param_dtype=param_dtype,
-        reduce_dtype=to_torch_dtype(cfg_select(mp, "reduce_dtype", "fp32"), "fsdp_config.mixed_precision.reduce_dtype"),
+        reduce_dtype=to_torch_dtype(mp.reduce_dtype, "fsdp_config.mixed_precision.reduce_dtype"),
         output_dtype=None,
         cast_forward_inputs=True,
     )
 
 
-def apply_fsdp2(module: torch.nn.Module, fsdp_config, mesh: DeviceMesh) -> torch.nn.Module:
+def apply_fsdp2(module: torch.nn.Module, fsdp_config: Any, mesh: DeviceMesh) -> torch.nn.Module:
     """`fully_shard` every decoder layer, then the root (embeddings, final norm and a tied lm_head together).
 
-    ``fsdp_config.reshard_after_forward`` applies to the layers. The root keeps its parameters from forward to
+    ``fsdp_config`` is an FSDPConfig; its ``reshard_after_forward`` applies to the layers. The root keeps its parameters from forward to
     backward, FSDP2's own default for a root: the LM head is the first thing backward needs, so freeing it after
     forward would only re-gather it at once (passing the layers' value to the root would override that default).
     """
-    kwargs = {"mesh": mesh}
-    mp = mixed_precision_policy(fsdp_config)
-    if mp is not None:
-        kwargs["mp_policy"] = mp
-    if cfg_select(fsdp_config, "param_offload", False) or cfg_select(fsdp_config, "optimizer_offload", False):
+    kwargs = {"mesh": mesh, "mp_policy": mixed_precision_policy(fsdp_config)}
+    if fsdp_config.param_offload or fsdp_config.optimizer_offload:
         if get_device_name() == "cpu":
             logger.warning("fsdp_config.param_offload/optimizer_offload have no effect on CPU: weights already live in host memory")
         else:
             from torch.distributed.fsdp import CPUOffloadPolicy
 
             kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
-    layer_reshard = bool(cfg_select(fsdp_config, "reshard_after_forward", True))
+    layer_reshard = fsdp_config.reshard_after_forward
     for layer in decoder_layers(module):
         fully_shard(layer, reshard_after_forward=layer_reshard, **kwargs)
         _RESHARD_AFTER_FORWARD[layer] = layer_reshard
@@ -150,27 +145,27 @@ def drop_unreduced_gradients(module: torch.nn.Module) -> None:
                     unsharded_param.grad = None
 
 
-def build_optimizer(module: torch.nn.Module, optim_config, key: str) -> torch.optim.Optimizer:
-    lr = float(cfg_select(optim_config, "lr", 1e-6))
-    betas = tuple(cfg_select(optim_config, "betas", (0.9, 0.999)))
-    weight_decay = float(cfg_select(optim_config, "weight_decay", 0.01))
+def build_optimizer(module: torch.nn.Module, optim: Any, key: str) -> torch.optim.Optimizer:
+    """AdamW from an OptimConfig (lr, betas, weight_decay); ``key`` names the section in errors."""
     params = [p for p in module.parameters() if p.requires_grad]
     if not params:
         raise ValueError(f"{key}: the model has no trainable parameters")
     # The fused kernel (CPU and CUDA) is ~6x faster than the default per-tensor loop on DTensor shards here.
     fused = all(p.dtype in (torch.float32, torch.bfloat16, torch.float16) for p in params)
-    return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay, fused=fused or None)
+    return torch.optim.AdamW(params, lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay,
+                             fused=fused or None)
 
 
-def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_config, key: str) -> torch.optim.lr_scheduler.LRScheduler:
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: Any, key: str) -> torch.optim.lr_scheduler.LRScheduler:
+    """The OptimConfig's schedule: linear warmup (lr_warmup_steps, or lr_warmup_steps_ratio of
+    total_training_steps when it is negative), then constant or cosine (warmup_style)."""
     from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
-    total = int(cfg_select(optim_config, "total_training_steps", -1) or -1)
-    warmup = int(cfg_select(optim_config, "lr_warmup_steps", -1) or -1)
+    total = optim.total_training_steps
+    warmup = optim.lr_warmup_steps
     if warmup < 0:
-        ratio = float(cfg_select(optim_config, "lr_warmup_steps_ratio", 0.0) or 0.0)
-        warmup = int(math.floor(ratio * max(total, 0)))
-    style = str(cfg_select(optim_config, "warmup_style", None) or cfg_select(optim_config, "lr_scheduler_type", "constant"))
+        warmup = int(math.floor(optim.lr_warmup_steps_ratio * max(total, 0)))
+    style = optim.warmup_style
     if style == "constant":
         return get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup)
     if style == "cosine":
@@ -178,8 +173,9 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_config, key: str)
             raise ValueError(f"{key}.warmup_style=cosine needs {key}.total_training_steps > 0 (the trainer sets it)")
         return get_cosine_schedule_with_warmup(
             optimizer, num_warmup_steps=warmup, num_training_steps=total,
-            min_lr_ratio=float(cfg_select(optim_config, "min_lr_ratio", 0.0) or 0.0),
-            num_cycles=float(cfg_select(optim_config, "num_cycles", 0.5)),
+            # upstream's yaml allows null here, meaning no floor
+            min_lr_ratio=0.0 if optim.min_lr_ratio is None else optim.min_lr_ratio,
+            num_cycles=optim.num_cycles,
         )
     raise ValueError(f"{key}.warmup_style={style!r}: use 'constant' or 'cosine'")
 

@@ -1,4 +1,5 @@
-"""Mini-/micro-batch plumbing shared by the actor and the critic.
+"""Micro-batch plumbing shared by the actor and the critic (their update loop is verl.workers.update_loop;
+mini-batches come from DataProto's own iterator, verl.protocol.helpers.iterate_mini_batches).
 
 Rules that keep FSDP ranks in lockstep live here: every rank runs the same number of micro-batch forwards and
 backwards (a rank that skips one would leave the others waiting in an all-gather / reduce-scatter), and a
@@ -10,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -29,7 +29,6 @@ __all__ = [
     "NonFiniteLossError",
     "stop_on_nonfinite_loss",
     "clipped_optimizer_step",
-    "iterate_mini_batches",
     "make_micro_batches",
     "restore_order",
     "loss_share",
@@ -54,24 +53,6 @@ def require_meta(data: DataProto, key: str, caller: str):
         raise KeyError(f"{caller}: data.meta_info[{key!r}] is missing; the trainer/worker sets it before this call "
                        f"(present: {sorted(data.meta_info)})")
     return data.meta_info[key]
-
-
-def iterate_mini_batches(data: DataProto, mini_batch_size: int, epochs: int, shuffle: bool,
-                         seed: int) -> Iterator[tuple[int, int, DataProto]]:
-    """(epoch, index, mini-batch) for ``epochs`` passes; a fresh permutation per epoch when ``shuffle``."""
-    if not isinstance(mini_batch_size, int) or mini_batch_size < 1:
-        raise ValueError(f"ppo_mini_batch_size must be a positive int (per-rank responses), got {mini_batch_size!r}")
-    if shuffle:
-        iterator = data.make_iterator(mini_batch_size=mini_batch_size, epochs=epochs, seed=seed,
-                                      dataloader_kwargs={"shuffle": True})
-        per_epoch = len(data) // mini_batch_size
-        for n, mini in enumerate(iterator):
-            yield n // per_epoch, n % per_epoch, mini
-        return
-    minis = data.split(mini_batch_size)
-    for epoch in range(epochs):
-        for index, mini in enumerate(minis):
-            yield epoch, index, mini
 
 
 def make_micro_batches(batch: TensorDict, micro_batch_size: int | None, use_dynamic_bsz: bool,

@@ -3,26 +3,24 @@ import math
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from tests.helpers.tiny_model import rollout_batch, tiny_llama
+from tests.helpers.typed_config import typed_section
+from verl.trainer.config import ActorConfig
 from verl.workers.actor import DataParallelPPOActor, NonFiniteLossError
 
 PROMPT_LENGTHS = [6, 3, 5, 2]
 RESPONSE_LENGTHS = [5, 1, 3, 2]  # very different token counts, so token-mean weighting matters
 
 
-def actor_config(**overrides):
-    cfg = OmegaConf.create({
+def actor_config(**overrides) -> ActorConfig:
+    return typed_section(ActorConfig, {
         "ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 2, "use_dynamic_bsz": False,
         "ppo_max_token_len_per_gpu": 64, "ppo_epochs": 1, "shuffle": False, "grad_clip": 1e6,
         "clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0,
         "loss_agg_mode": "token-mean", "entropy_coeff": 0.0, "use_kl_loss": False, "kl_loss_coef": 0.1,
-        "kl_loss_type": "low_var_kl", "policy_loss": {"loss_mode": "vanilla"},
-    })
-    for key, value in overrides.items():
-        OmegaConf.update(cfg, key, value)
-    return cfg
+        "kl_loss_type": "low_var_kl", "policy_loss.loss_mode": "vanilla",
+    }, **overrides)
 
 
 def manual_log_probs(model, data, temperature):

@@ -11,12 +11,12 @@ import copy
 import pytest
 import torch
 import torch.distributed as dist
-from omegaconf import OmegaConf
 
 from tests.helpers.ranks import free_port, run_ranks
 from tests.helpers.tiny_model import EOS_ID, PAD_ID, left_padded_prompts, tiny_llama
 from tests.workers.actor.test_dp_actor import actor_config, training_batch
 from verl.protocol import DataProto
+from verl.trainer.config import RolloutConfig
 from verl.workers.actor import DataParallelPPOActor
 from verl.workers.rollout import HFRollout
 
@@ -33,9 +33,8 @@ def _plain_update(model, shard):
     return {k: v.detach() for k, v in model.state_dict().items()}
 
 
-def _rollout_config():
-    return OmegaConf.create({"temperature": 1.0, "top_k": -1, "top_p": 1.0, "do_sample": True, "response_length": 6,
-                             "val_kwargs": {"temperature": 0, "top_k": -1, "top_p": 1.0, "do_sample": False}})
+def _rollout_config() -> RolloutConfig:
+    return RolloutConfig(temperature=1.0, top_k=-1, top_p=1.0, do_sample=True, response_length=6)
 
 
 def _prompts(rank, eos):

@@ -8,10 +8,11 @@ import logging
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from tests.helpers.tiny_model import tiny_llama
 from tests.workers.actor.test_dp_actor import actor_config, training_batch
+from verl.trainer.config import FSDPConfig, ModelConfig
+from verl.trainer.config.engine import MixedPrecisionConfig
 from verl.workers.actor import DataParallelPPOActor
 
 LR = 0.5
@@ -42,7 +43,7 @@ def _mixed_precision_worker(rank: int, port: int, results) -> None:
         ref_lp, ref_grad = _step(copy.deepcopy(plain), data)
         out = {}
         for name, dtype in (("fp32", "fp32"), ("bf16", "bf16")):
-            fsdp_cfg = OmegaConf.create({"mixed_precision": {"param_dtype": dtype, "reduce_dtype": "fp32"}})
+            fsdp_cfg = FSDPConfig(mixed_precision=MixedPrecisionConfig(param_dtype=dtype, reduce_dtype="fp32"))
             for rmpad in (False, True):
                 model = apply_fsdp2(copy.deepcopy(plain), fsdp_cfg, create_device_mesh(1))
                 lp, grad = _step(model, data, use_remove_padding=rmpad)
@@ -76,8 +77,9 @@ def test_gradient_checkpointing_from_model_config(tmp_path):
     from verl.models.loader import load_causal_lm
 
     tiny_llama().save_pretrained(tmp_path)
-    on, _ = load_causal_lm({"path": str(tmp_path), "enable_gradient_checkpointing": True}, "actor_rollout_ref.model")
-    off, _ = load_causal_lm({"path": str(tmp_path)}, "actor_rollout_ref.model")
+    on, _ = load_causal_lm(ModelConfig(path=str(tmp_path), enable_gradient_checkpointing=True),
+                           "actor_rollout_ref.model")
+    off, _ = load_causal_lm(ModelConfig(path=str(tmp_path)), "actor_rollout_ref.model")
     assert on.is_gradient_checkpointing and not off.is_gradient_checkpointing
     data = training_batch(off)
     for rmpad in (False, True):
@@ -97,6 +99,6 @@ def test_offload_on_cpu_warns_and_changes_nothing(caplog, monkeypatch):
 
     monkeypatch.setattr(fsdp_utils, "fully_shard", fake_fully_shard)
     with caplog.at_level(logging.WARNING, logger="verl.workers.fsdp_utils"):
-        fsdp_utils.apply_fsdp2(tiny_llama(), {"param_offload": True, "optimizer_offload": True}, mesh=None)
+        fsdp_utils.apply_fsdp2(tiny_llama(), FSDPConfig(param_offload=True, optimizer_offload=True), mesh=None)
     assert "no effect on CPU" in caplog.text
     assert "offload_policy" not in captured

@@ -2,10 +2,11 @@ import copy
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from tests.helpers.tiny_model import PROMPT_LEN_DEFAULT, rollout_batch, tiny_llama, tiny_llama_config
+from tests.helpers.typed_config import typed_section
 from verl.models.value_head import build_value_model, load_value_model
+from verl.trainer.config import CriticConfig
 from verl.workers.critic import DataParallelPPOCritic
 from verl.workers.micro_batching import NonFiniteLossError
 
@@ -13,15 +14,12 @@ PROMPT_LENGTHS = [6, 3, 5, 2]
 RESPONSE_LENGTHS = [5, 1, 3, 2]
 
 
-def critic_config(**overrides):
-    cfg = OmegaConf.create({
+def critic_config(**overrides) -> CriticConfig:
+    return typed_section(CriticConfig, {
         "ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 2, "forward_micro_batch_size_per_gpu": 2,
         "use_dynamic_bsz": False, "ppo_max_token_len_per_gpu": 64, "forward_max_token_len_per_gpu": 64,
         "ppo_epochs": 1, "shuffle": False, "grad_clip": 1.0, "cliprange_value": 0.5, "loss_agg_mode": "token-mean",
-    })
-    for key, value in overrides.items():
-        OmegaConf.update(cfg, key, value)
-    return cfg
+    }, **overrides)
 
 
 def tiny_critic(seed=0, score_init_std=0.02):
@@ -83,8 +81,11 @@ def test_update_reduces_value_error_and_reports_metrics():
     metrics = critic.update_critic(data)
     after = _mse(critic.compute_values(data), data)
     assert after < 0.5 * before
-    assert set(metrics) == {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm"}
+    # the update loop shared with the actor records the same per-step metrics for both roles
+    assert set(metrics) == {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm",
+                            "critic/grad_norm_nonfinite"}
     assert len(metrics["critic/grad_norm"]) == 5 and len(metrics["critic/vf_loss"]) == 10
+    assert metrics["critic/grad_norm_nonfinite"] == [0.0] * 5
     # first micro-batch, before any step: vpreds == old values, so the loss is 0.5 * its token-mean squared error
     first = data[:2]
     assert metrics["critic/vf_loss"][0] == pytest.approx(0.5 * _mse(first.batch["values"], first).item(), rel=1e-4)

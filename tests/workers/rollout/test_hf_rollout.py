@@ -1,24 +1,26 @@
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from tests.helpers.tiny_model import EOS_ID, PAD_ID, left_padded_prompts, tiny_llama
+from tests.helpers.typed_config import typed_section
 from verl.protocol import DataProto
+from verl.trainer.config import ActorConfig, RolloutConfig
 from verl.workers.rollout import BaseRollout, HFRollout
 
 PROMPT_LEN = 6
 RESPONSE_LEN = 8
 
 
-def rollout_config(**overrides):
-    cfg = OmegaConf.create({
+def rollout_config(**overrides) -> RolloutConfig:
+    return typed_section(RolloutConfig, {
         "temperature": 1.0, "top_k": -1, "top_p": 1.0, "do_sample": True, "response_length": RESPONSE_LEN,
-        "micro_batch_size": None,
         "val_kwargs": {"temperature": 0.0, "top_k": -1, "top_p": 1.0, "do_sample": False, "n": 1},
-    })
-    for key, value in overrides.items():
-        OmegaConf.update(cfg, key, value)
-    return cfg
+    }, **overrides)
+
+
+def greedy_with(model, micro_batch_size=None, eos=EOS_ID):
+    rollout = HFRollout(model, rollout_config(), micro_batch_size=micro_batch_size)
+    return rollout.generate_sequences(prompts(eos, do_sample=False))
 
 
 def prompts(eos=EOS_ID, **meta):
@@ -83,7 +85,7 @@ def test_validate_uses_val_kwargs_greedy():
 
 def test_micro_batches_give_the_same_greedy_output():
     model = tiny_llama()
-    assert torch.equal(greedy(model, micro_batch_size=1).batch["responses"], greedy(model).batch["responses"])
+    assert torch.equal(greedy_with(model, micro_batch_size=1).batch["responses"], greedy(model).batch["responses"])
 
 
 def test_sampling_uses_the_seed_and_differs_from_greedy():
@@ -126,7 +128,7 @@ def test_rollout_log_probs_match_the_actor(temperature, do_sample, top_k):
     torch.manual_seed(1)
     out = rollout.generate_sequences(prompts(eos=[EOS_ID, 7, 9], do_sample=do_sample))
     out.meta_info.update({"temperature": temperature, "micro_batch_size": 4})
-    actor_log_probs, _ = DataParallelPPOActor(OmegaConf.create({}), model).compute_log_prob(out)
+    actor_log_probs, _ = DataParallelPPOActor(ActorConfig(), model).compute_log_prob(out)
     mask = out.batch["response_mask"].bool()
     got = out.batch["rollout_log_probs"]
     assert got.shape == (4, RESPONSE_LEN)

@@ -8,15 +8,17 @@ Runs in a spawned child: vLLM's teardown destroys the process group it shares wi
 process of its own. Needs vLLM (skipped without it).
 """
 
+import dataclasses
+
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 pytest.importorskip("vllm")
 
 from tests.helpers.ranks import free_port, run_ranks  # noqa: E402
 from tests.helpers.tiny_model import PAD_ID, left_padded_prompts, tiny_llama  # noqa: E402
 from verl.protocol import DataProto  # noqa: E402
+from verl.trainer.config import FSDPConfig, RolloutConfig  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -24,17 +26,13 @@ PROMPT_LEN, RESPONSE_LEN = 8, 6
 VOCAB = 128
 
 
-def _config(tmp: str):
-    return OmegaConf.create({
-        "name": "vllm", "temperature": 1.0, "top_k": -1, "top_p": 1.0, "do_sample": True,
-        "prompt_length": PROMPT_LEN, "response_length": RESPONSE_LEN, "dtype": "float32",
-        "gpu_memory_utilization": 0.5, "ignore_eos": False, "enforce_eager": True, "free_cache_engine": True,
-        "load_format": "dummy_dtensor", "tensor_model_parallel_size": 1, "max_num_batched_tokens": 512,
-        "max_model_len": None, "max_num_seqs": 8, "enable_chunked_prefill": True, "calculate_log_probs": True,
-        "micro_batch_size": None, "disable_log_stats": True,
-        "val_kwargs": {"top_k": -1, "top_p": 1.0, "temperature": 0.0, "n": 1, "do_sample": False},
-        "engine_kwargs": {"vllm": {}},
-    })
+def _config(tmp: str) -> RolloutConfig:
+    return RolloutConfig(
+        name="vllm", temperature=1.0, top_k=-1, top_p=1.0, do_sample=True, prompt_length=PROMPT_LEN,
+        response_length=RESPONSE_LEN, dtype="float32", gpu_memory_utilization=0.5, ignore_eos=False, enforce_eager=True,
+        free_cache_engine=True, load_format="dummy_dtensor", tensor_model_parallel_size=1, max_num_batched_tokens=512,
+        max_model_len=None, max_num_seqs=8, enable_chunked_prefill=True, calculate_log_probs=True,
+        disable_log_stats=True, engine_kwargs={"vllm": {}})
 
 
 def _prompts(eos: int, **meta) -> DataProto:
@@ -69,10 +67,10 @@ def _scenario(rank: int, port: int, tmp: str, results) -> None:
                        initializer_range=0.2)  # larger than the default 0.02: greedy then varies, not echoes
     model.save_pretrained(tmp)
     mesh = create_device_mesh(1)
-    module = apply_fsdp2(model, {}, mesh)
+    module = apply_fsdp2(model, FSDPConfig(), mesh)
     cfg = _config(tmp)
     rollout, manager = build_rollout(cfg, module, None, tmp, mesh)
-    hf_rollout, hf_manager = build_rollout(OmegaConf.merge(cfg, {"name": "hf"}), module, None, tmp, mesh)
+    hf_rollout, hf_manager = build_rollout(dataclasses.replace(cfg, name="hf"), module, None, tmp, mesh)
     try:
         rollout.generate_sequences(_prompts(2, do_sample=False))
         r["refused_dummy"] = False
@@ -168,8 +166,8 @@ def _tensor_parallel_scenario(rank: int, port: int, tmp: str, results) -> None:
         model.save_pretrained(tmp)
     dist.barrier()
     mesh = create_device_mesh(2)
-    module = apply_fsdp2(model, {}, mesh)
-    rollout, manager = build_rollout(OmegaConf.merge(_config(tmp), {"tensor_model_parallel_size": 2}), module, None,
+    module = apply_fsdp2(model, FSDPConfig(), mesh)
+    rollout, manager = build_rollout(dataclasses.replace(_config(tmp), tensor_model_parallel_size=2), module, None,
                                      tmp, mesh)
     mine = _prompts(2, do_sample=False).slice(2 * rank, 2 * rank + 2)  # each rank brings its own two prompts
     with manager:

@@ -6,10 +6,11 @@ import os
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 from transformers import LlamaConfig
 
 from tests.helpers.tiny_model import tiny_llama
+from tests.helpers.typed_config import with_values
+from verl.trainer.config import FSDPConfig, RolloutConfig
 from verl.workers.rollout.metrics import rollout_probs_diff_metrics
 from verl.workers.rollout.vllm import engine as engine_mod
 from verl.workers.rollout.vllm.batching import prompt_token_lists, response_log_prob_rows, responses_to_batch
@@ -20,18 +21,13 @@ from verl.workers.sharding_manager.fsdp_vllm import _hf_name, full_named_weights
 META = {"eos_token_id": 2, "pad_token_id": 0}
 
 
-def cfg(**overrides):
-    c = OmegaConf.create({
-        "temperature": 1.0, "top_k": -1, "top_p": 1.0, "do_sample": True, "response_length": 8, "prompt_length": 24,
-        "ignore_eos": False, "calculate_log_probs": False, "dtype": "bfloat16", "gpu_memory_utilization": 0.5,
-        "max_num_seqs": 8, "max_num_batched_tokens": 8192, "enable_chunked_prefill": True, "enforce_eager": True,
-        "load_format": "dummy_dtensor", "tensor_model_parallel_size": 1, "free_cache_engine": True,
-        "val_kwargs": {"temperature": 0.0, "top_k": -1, "top_p": 1.0, "do_sample": False, "n": 1},
-        "engine_kwargs": {"vllm": {}},
-    })
-    for key, value in overrides.items():
-        OmegaConf.update(c, key, value)
-    return c
+def cfg(**overrides) -> RolloutConfig:
+    base = RolloutConfig(temperature=1.0, top_k=-1, top_p=1.0, do_sample=True, response_length=8, prompt_length=24,
+                         ignore_eos=False, calculate_log_probs=False, dtype="bfloat16", gpu_memory_utilization=0.5,
+                         max_num_seqs=8, max_num_batched_tokens=8192, enable_chunked_prefill=True, enforce_eager=True,
+                         load_format="dummy_dtensor", tensor_model_parallel_size=1, free_cache_engine=True,
+                         engine_kwargs={"vllm": {}})
+    return with_values(base, **overrides)
 
 
 # -- sampling ---------------------------------------------------------------------------------------------------------
@@ -274,7 +270,7 @@ def _gather_on_two_ranks(rank: int, port: int, results) -> None:
         # odd sizes everywhere: rank 1's dim-0 shards are shorter than rank 0's (FSDP2 pads them)
         plain = tiny_llama(vocab_size=127, intermediate_size=63, num_key_value_heads=1)
         expected = {n: p.detach().clone() for n, p in plain.named_parameters(remove_duplicate=False)}
-        module = apply_fsdp2(plain, {}, create_device_mesh(2))
+        module = apply_fsdp2(plain, FSDPConfig(), create_device_mesh(2))
         for dtype in (torch.float32, torch.bfloat16):
             got = list(full_named_weights(module, dtype, tied_lm_head=True))
             results[(rank, str(dtype))] = ([n for n, _ in got] == list(expected)

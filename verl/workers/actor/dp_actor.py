@@ -22,33 +22,26 @@ response token — the same log-probs as the padded path, without compute on pad
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import torch
-from omegaconf import DictConfig
 from tensordict import TensorDict
 
 from verl import algos as core_algos
 from verl.models.packing import accepts_logits_to_keep, logits_at, pack_sequences, scatter_to_padded
 from verl.models.varlen_attention import enable_varlen_attention, packed_forward
 from verl.protocol import DataProto
-from verl.utils.config import cfg_select
-from verl.utils.metric import append_to_dict
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.micro_batching import (
-    GradientAccumulation,
     NonFiniteLossError,
-    clipped_optimizer_step,
     forwards_context,
-    iterate_mini_batches,
-    loss_share,
     make_micro_batches,
     module_device,
     require_meta,
     restore_order,
-    stop_on_nonfinite_loss,
 )
+from verl.workers.update_loop import ppo_update
 
 __all__ = ["DataParallelPPOActor", "NonFiniteLossError", "accepts_logits_to_keep"]
 
@@ -56,15 +49,16 @@ _FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
 
 
 class DataParallelPPOActor(BasePPOActor):
-    def __init__(self, config: DictConfig, actor_module: torch.nn.Module,
+    def __init__(self, config: Any, actor_module: torch.nn.Module,
                  actor_optimizer: torch.optim.Optimizer | None = None) -> None:
+        """``config``: an ActorConfig (or a RefConfig for a reference policy, which never updates)."""
         super().__init__(config)
         self.actor_module = actor_module
         self.actor_optimizer = actor_optimizer
         self._logits_to_keep = accepts_logits_to_keep(actor_module)
         self._update_calls = 0  # varies the shuffle seed from one training step to the next
-        # the worker copies actor_rollout_ref.model.use_remove_padding here, as upstream does
-        self.use_remove_padding = bool(self._cfg("use_remove_padding", False))
+        # follows actor_rollout_ref.model.use_remove_padding (the yaml interpolates it), as upstream
+        self.use_remove_padding = config.use_remove_padding
         if self.use_remove_padding:
             enable_varlen_attention(actor_module)
 
@@ -146,14 +140,10 @@ class DataParallelPPOActor(BasePPOActor):
 
     # -- update --------------------------------------------------------------------------------------------------
 
-    def _cfg(self, key: str, default=None):
-        return cfg_select(self.config, key, default)
-
     def _micro_loss(self, micro_batch: TensorDict, temperature: float, loss_fn, loss_agg_mode: str
                     ) -> tuple[torch.Tensor, dict]:
         """The micro-batch's policy loss (before its share weighting) and its metrics."""
-        entropy_coeff = float(self._cfg("entropy_coeff", 0.0))
-        use_kl_loss = bool(self._cfg("use_kl_loss", False))
+        entropy_coeff = self.config.entropy_coeff
         response_mask = micro_batch["response_mask"]
         log_prob, entropy = self._forward_micro_batch(micro_batch, temperature, calculate_entropy=entropy_coeff != 0)
         loss_kwargs = {}
@@ -164,19 +154,16 @@ class DataParallelPPOActor(BasePPOActor):
                                       loss_agg_mode=loss_agg_mode, config=self.config, **loss_kwargs)
         metrics = {"actor/pg_loss": pg_loss.detach().item()}
         metrics.update({k if k.startswith("actor/") else f"actor/{k}": _as_float(v) for k, v in pg_metrics.items()})
-        agg_kwargs = {}
-        if self._cfg("loss_scale_factor") is not None:
-            agg_kwargs["loss_scale_factor"] = self._cfg("loss_scale_factor")
         policy_loss = pg_loss
         if entropy is not None:
-            entropy_loss = core_algos.agg_loss(entropy, response_mask, loss_agg_mode, **agg_kwargs)
+            entropy_loss = core_algos.agg_loss(entropy, response_mask, loss_agg_mode)
             policy_loss = policy_loss - entropy_coeff * entropy_loss
             metrics["actor/entropy"] = entropy_loss.detach().item()
-        if use_kl_loss:
-            kl_coef = float(self._cfg("kl_loss_coef", 0.001))
+        if self.config.use_kl_loss:
+            kl_coef = self.config.kl_loss_coef
             kld = core_algos.kl_penalty(logprob=log_prob, ref_logprob=micro_batch["ref_log_prob"],
-                                        kl_penalty=self._cfg("kl_loss_type", "low_var_kl"))
-            kl_loss = core_algos.agg_loss(kld, response_mask, loss_agg_mode, **agg_kwargs)
+                                        kl_penalty=self.config.kl_loss_type)
+            kl_loss = core_algos.agg_loss(kld, response_mask, loss_agg_mode)
             policy_loss = policy_loss + kl_coef * kl_loss
             metrics["actor/kl_loss"] = kl_loss.detach().item()
             metrics["actor/kl_coef"] = kl_coef
@@ -191,48 +178,20 @@ class DataParallelPPOActor(BasePPOActor):
         if self.actor_optimizer is None:
             raise RuntimeError("update_policy: this actor was built without an optimizer (a reference policy?); "
                                "pass actor_optimizer to DataParallelPPOActor")
-        self.actor_module.train()
         temperature = _check_temperature(require_meta(data, "temperature", "update_policy"))
-        loss_agg_mode = self._cfg("loss_agg_mode", "token-mean")
-        loss_fn = core_algos.get_policy_loss_fn(self._cfg("policy_loss.loss_mode", "vanilla"))
+        loss_agg_mode = self.config.loss_agg_mode
+        loss_fn = core_algos.get_policy_loss_fn(self.config.policy_loss.loss_mode)
         select_keys = _FORWARD_KEYS + ["response_mask", "old_log_probs", "advantages"]
-        if self._cfg("use_kl_loss", False):
+        if self.config.use_kl_loss:
             select_keys.append("ref_log_prob")
         for optional in ("rollout_log_probs", "rollout_is_weights"):
             if optional in data.batch.keys():
                 select_keys.append(optional)
-        data = data.select(batch_keys=select_keys)
-        device = module_device(self.actor_module)
-        metrics: dict[str, list] = {}
-        seed = int(self._cfg("data_loader_seed", 0)) + self._update_calls
+        seed = self._update_calls
         self._update_calls += 1
-        for epoch, mini_idx, mini_batch in iterate_mini_batches(
-                data, self._cfg("ppo_mini_batch_size"), int(self._cfg("ppo_epochs", 1)),
-                bool(self._cfg("shuffle", False)), seed):
-            micro_batches, _ = make_micro_batches(
-                mini_batch.batch, self._cfg("ppo_micro_batch_size_per_gpu"), bool(self._cfg("use_dynamic_bsz", False)),
-                self._cfg("ppo_max_token_len_per_gpu"),
-                "actor.ppo_micro_batch_size_per_gpu / actor.ppo_max_token_len_per_gpu")
-            mini_mask = mini_batch.batch["response_mask"]
-            self.actor_optimizer.zero_grad()
-            with GradientAccumulation(self.actor_module, len(micro_batches)) as accumulation:
-                for micro_idx, micro_batch in enumerate(micro_batches):
-                    micro_batch = micro_batch.to(device)
-                    share = loss_share(micro_batch["response_mask"], mini_mask, loss_agg_mode)
-                    policy_loss, micro_metrics = self._micro_loss(micro_batch, temperature, loss_fn, loss_agg_mode)
-                    loss = policy_loss * share
-                    stop_on_nonfinite_loss(loss, self.actor_optimizer, "actor",
-                                           f"epoch {epoch}, mini-batch {mini_idx}, micro-batch {micro_idx}",
-                                           micro_metrics)
-                    accumulation.before_backward(micro_idx)
-                    loss.backward()
-                    if share > 0:  # a micro-batch without response tokens adds nothing worth logging
-                        append_to_dict(metrics, micro_metrics)
-            grad_norm = clipped_optimizer_step(self.actor_module, self.actor_optimizer, self._cfg("grad_clip"), "actor")
-            append_to_dict(metrics, {"actor/grad_norm": grad_norm,
-                                     "actor/grad_norm_nonfinite": 0.0 if math.isfinite(grad_norm) else 1.0})
-        self.actor_optimizer.zero_grad()
-        return metrics
+        return ppo_update(self.config, "actor", self.actor_module, self.actor_optimizer,
+                          data.select(batch_keys=select_keys),
+                          lambda micro_batch: self._micro_loss(micro_batch, temperature, loss_fn, loss_agg_mode), seed)
 
 
 def _check_temperature(temperature) -> float:

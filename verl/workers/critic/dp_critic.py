@@ -13,8 +13,9 @@ Micro-batch losses are weighted by their share of the mini-batch (tokens for tok
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
-from omegaconf import DictConfig
 from tensordict import TensorDict
 
 from verl import algos as core_algos
@@ -22,21 +23,10 @@ from verl.models.packing import pack_sequences, scatter_to_padded
 from verl.models.value_head import values_from_output
 from verl.models.varlen_attention import enable_varlen_attention, packed_forward
 from verl.protocol import DataProto
-from verl.utils.config import cfg_select
-from verl.utils.metric import append_to_dict
 from verl.utils.torch_masked import masked_mean
 from verl.workers.critic.base import BasePPOCritic
-from verl.workers.micro_batching import (
-    GradientAccumulation,
-    clipped_optimizer_step,
-    forwards_context,
-    iterate_mini_batches,
-    loss_share,
-    make_micro_batches,
-    module_device,
-    restore_order,
-    stop_on_nonfinite_loss,
-)
+from verl.workers.micro_batching import forwards_context, make_micro_batches, module_device, restore_order
+from verl.workers.update_loop import ppo_update
 
 __all__ = ["DataParallelPPOCritic"]
 
@@ -44,19 +34,16 @@ _FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
 
 
 class DataParallelPPOCritic(BasePPOCritic):
-    def __init__(self, config: DictConfig, critic_module: torch.nn.Module,
+    def __init__(self, config: Any, critic_module: torch.nn.Module,
                  critic_optimizer: torch.optim.Optimizer | None = None) -> None:
+        """``config``: a CriticConfig."""
         super().__init__(config)
         self.critic_module = critic_module
         self.critic_optimizer = critic_optimizer
         self._update_calls = 0
-        self.use_remove_padding = bool(self._cfg("model.use_remove_padding", False)
-                                       or self._cfg("use_remove_padding", False))
+        self.use_remove_padding = config.model.use_remove_padding
         if self.use_remove_padding:
             enable_varlen_attention(critic_module)
-
-    def _cfg(self, key: str, default=None):
-        return cfg_select(self.config, key, default)
 
     def _forward_micro_batch(self, micro_batch: TensorDict) -> torch.Tensor:
         response_length = micro_batch["responses"].size(-1)
@@ -92,9 +79,9 @@ class DataParallelPPOCritic(BasePPOCritic):
         sets them, else critic.forward_micro_batch_size_per_gpu / use_dynamic_bsz / forward_max_token_len_per_gpu.
         """
         meta = data.meta_info
-        micro_batch_size = meta.get("micro_batch_size", self._cfg("forward_micro_batch_size_per_gpu"))
-        use_dynamic_bsz = bool(meta.get("use_dynamic_bsz", self._cfg("use_dynamic_bsz", False)))
-        max_token_len = meta.get("max_token_len", self._cfg("forward_max_token_len_per_gpu"))
+        micro_batch_size = meta.get("micro_batch_size", self.config.forward_micro_batch_size_per_gpu)
+        use_dynamic_bsz = bool(meta.get("use_dynamic_bsz", self.config.use_dynamic_bsz))
+        max_token_len = meta.get("max_token_len", self.config.forward_max_token_len_per_gpu)
         keys = _FORWARD_KEYS + (["response_mask"] if "response_mask" in data.batch.keys() else [])
         batch = data.select(batch_keys=keys).batch
         micro_batches, indices = make_micro_batches(
@@ -117,47 +104,23 @@ class DataParallelPPOCritic(BasePPOCritic):
         if self.critic_optimizer is None:
             raise RuntimeError("update_critic: this critic was built without an optimizer; "
                                "pass critic_optimizer to DataParallelPPOCritic")
-        self.critic_module.train()
-        loss_agg_mode = self._cfg("loss_agg_mode", "token-mean")
-        cliprange_value = float(self._cfg("cliprange_value", 0.5))
-        data = data.select(batch_keys=_FORWARD_KEYS + ["response_mask", "values", "returns"])
-        device = module_device(self.critic_module)
-        metrics: dict[str, list] = {}
-        seed = int(self._cfg("data_loader_seed", 0)) + self._update_calls
+        loss_agg_mode = self.config.loss_agg_mode
+        cliprange_value = self.config.cliprange_value
+
+        def micro_loss(micro_batch: TensorDict) -> tuple[torch.Tensor, dict]:
+            response_mask = micro_batch["response_mask"]
+            vpreds = self._forward_micro_batch(micro_batch)
+            vf_loss, vf_clipfrac = core_algos.compute_value_loss(
+                vpreds=vpreds, returns=micro_batch["returns"], values=micro_batch["values"],
+                response_mask=response_mask, cliprange_value=cliprange_value, loss_agg_mode=loss_agg_mode)
+            return vf_loss, {
+                "critic/vf_loss": vf_loss.detach().item(),
+                "critic/vf_clipfrac": float(vf_clipfrac),
+                "critic/vpred_mean": masked_mean(vpreds.detach(), response_mask).item(),
+            }
+
+        seed = self._update_calls
         self._update_calls += 1
-        for epoch, mini_idx, mini_batch in iterate_mini_batches(
-                data, self._cfg("ppo_mini_batch_size"), int(self._cfg("ppo_epochs", 1)),
-                bool(self._cfg("shuffle", False)), seed):
-            micro_batches, _ = make_micro_batches(
-                mini_batch.batch, self._cfg("ppo_micro_batch_size_per_gpu"), bool(self._cfg("use_dynamic_bsz", False)),
-                self._cfg("ppo_max_token_len_per_gpu"),
-                "critic.ppo_micro_batch_size_per_gpu / critic.ppo_max_token_len_per_gpu")
-            mini_mask = mini_batch.batch["response_mask"]
-            self.critic_optimizer.zero_grad()
-            with GradientAccumulation(self.critic_module, len(micro_batches)) as accumulation:
-                for micro_idx, micro_batch in enumerate(micro_batches):
-                    micro_batch = micro_batch.to(device)
-                    response_mask = micro_batch["response_mask"]
-                    share = loss_share(response_mask, mini_mask, loss_agg_mode)
-                    vpreds = self._forward_micro_batch(micro_batch)
-                    vf_loss, vf_clipfrac = core_algos.compute_value_loss(
-                        vpreds=vpreds, returns=micro_batch["returns"], values=micro_batch["values"],
-                        response_mask=response_mask, cliprange_value=cliprange_value, loss_agg_mode=loss_agg_mode)
-                    micro_metrics = {
-                        "critic/vf_loss": vf_loss.detach().item(),
-                        "critic/vf_clipfrac": float(vf_clipfrac),
-                        "critic/vpred_mean": masked_mean(vpreds.detach(), response_mask).item(),
-                    }
-                    loss = vf_loss * share
-                    stop_on_nonfinite_loss(loss, self.critic_optimizer, "critic",
-                                           f"epoch {epoch}, mini-batch {mini_idx}, micro-batch {micro_idx}",
-                                           micro_metrics)
-                    accumulation.before_backward(micro_idx)
-                    loss.backward()
-                    if share > 0:
-                        append_to_dict(metrics, micro_metrics)
-            grad_norm = clipped_optimizer_step(self.critic_module, self.critic_optimizer, self._cfg("grad_clip"),
-                                               "critic")
-            append_to_dict(metrics, {"critic/grad_norm": grad_norm})
-        self.critic_optimizer.zero_grad()
-        return metrics
+        return ppo_update(self.config, "critic", self.critic_module, self.critic_optimizer,
+                          data.select(batch_keys=_FORWARD_KEYS + ["response_mask", "values", "returns"]), micro_loss,
+                          seed)

@@ -8,14 +8,14 @@ make the same number of micro-batch ``generate`` calls.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig
 from tensordict import TensorDict
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from verl.protocol import DataProto
-from verl.utils.config import cfg_select
 from verl.utils.torch_functional import compute_position_id_with_mask, get_response_mask
 from verl.workers.micro_batching import module_device
 from verl.workers.rollout.base import BaseRollout
@@ -55,26 +55,24 @@ class _SampledLogProbs(LogitsProcessor):
 
 
 class HFRollout(BaseRollout):
-    """``config`` is the ``actor_rollout_ref.rollout`` section: temperature, top_k (-1 = off), top_p, do_sample,
-    response_length, val_kwargs {temperature, top_k, top_p, do_sample}, micro_batch_size (rows per ``generate``
-    call; default the whole batch), calculate_log_probs (also return ``rollout_log_probs``: log_softmax(logits / T)
+    """``config`` is the ``actor_rollout_ref.rollout`` section (a RolloutConfig): temperature, top_k (-1 = off), top_p,
+    do_sample, response_length, val_kwargs {temperature, top_k, top_p, do_sample}, calculate_log_probs (also return ``rollout_log_probs``: log_softmax(logits / T)
     of the sampled tokens, T = 1 when greedy, top-k/top-p not applied — the actor's log-prob definition).
-    ``rollout.n`` is not applied here: the trainer repeats prompts first."""
+    ``rollout.n`` is not applied here: the trainer repeats prompts first. ``micro_batch_size``: rows per ``generate``
+    call (None: the whole batch)."""
 
-    def __init__(self, module: torch.nn.Module, config: DictConfig) -> None:
+    def __init__(self, module: torch.nn.Module, config: Any, micro_batch_size: int | None = None) -> None:
         super().__init__()
         self.module = module
         self.config = config
-        if self._cfg("ignore_eos", False):
+        self.micro_batch_size = micro_batch_size
+        if config.ignore_eos:
             raise ValueError("rollout.ignore_eos=True is not supported by the hf rollout (rollout.name=hf); "
                              "set it to false or use rollout.name=vllm")
 
-    def _cfg(self, key: str, default=None):
-        return cfg_select(self.config, key, default)
-
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         batch_size = len(prompts)
-        micro_batch_size = int(self._cfg("micro_batch_size", batch_size) or batch_size)
+        micro_batch_size = self.micro_batch_size or batch_size
         outputs = [self._generate_micro_batch(chunk) for chunk in prompts.split(max(1, micro_batch_size))]
         return DataProto.concat(outputs)
 
@@ -82,12 +80,11 @@ class HFRollout(BaseRollout):
         """Sampling settings: val_kwargs when meta_info['validate']; greedy when do_sample is off or T == 0."""
         validate = bool(meta.get("validate", False))
         source = "val_kwargs." if validate else ""
-        do_sample = meta.get("do_sample", self._cfg(source + "do_sample", True))
-        temperature = float(meta.get("temperature", self._cfg(source + "temperature", 1.0))) if not validate \
-            else float(self._cfg("val_kwargs.temperature", 0.0))
-        top_k = int(self._cfg(source + "top_k", -1))
-        top_p = float(self._cfg(source + "top_p", 1.0))
-        response_length = int(meta.get("response_length", self._cfg("response_length")))
+        sampling = self.config.val_kwargs if validate else self.config
+        do_sample = meta.get("do_sample", sampling.do_sample)
+        temperature = float(sampling.temperature if validate else meta.get("temperature", sampling.temperature))
+        top_k, top_p = sampling.top_k, sampling.top_p
+        response_length = int(meta.get("response_length", self.config.response_length))
         if response_length < 1:
             raise ValueError(f"rollout.response_length must be >= 1, got {response_length}")
         eos_token_id = _require_meta(meta, "eos_token_id")
@@ -118,7 +115,7 @@ class HFRollout(BaseRollout):
         synced = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         prompt_length = idx.size(1)
         temperature = generation_config.temperature if generation_config.do_sample else 1.0
-        recorder = _SampledLogProbs(prompt_length, temperature) if self._cfg("calculate_log_probs", False) else None
+        recorder = _SampledLogProbs(prompt_length, temperature) if self.config.calculate_log_probs else None
         processors = LogitsProcessorList([recorder] if recorder is not None else [])
         was_training = self.module.training
         self.module.eval()

@@ -1,9 +1,10 @@
 """Rollout backends by `actor_rollout_ref.rollout.name`: each returns the engine and the sharding manager that
-moves the trainer's weights into it."""
+moves the trainer's weights into it. Every builder takes the typed RolloutConfig."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 _BUILDERS: dict[str, Callable] = {}
 
@@ -36,12 +37,13 @@ def _build_vllm(config, module, tokenizer, model_path, device_mesh):
     env = os.environ
     rollout = vLLMRollout(model_path, config, tokenizer, getattr(module, "config", None),
                           rank=int(env.get("RANK", 0)), local_rank=int(env.get("LOCAL_RANK", 0)),
-                          local_world_size=int(env.get("LOCAL_WORLD_SIZE", 1)), seed=int(config.get("seed", 0) or 0))
-    return rollout, FSDPVLLMShardingManager(module, rollout, tp_size=int(config.get("tensor_model_parallel_size", 1)))
+                          local_world_size=int(env.get("LOCAL_WORLD_SIZE", 1)))
+    return rollout, FSDPVLLMShardingManager(module, rollout, tp_size=config.tensor_model_parallel_size)
 
 
-def build_rollout(config, module, tokenizer, model_path: str, device_mesh):
-    name = str(config.get("name", "hf"))
+def build_rollout(config: Any, module, tokenizer, model_path: str, device_mesh):
+    """The engine and sharding manager for ``config`` (the RolloutConfig) around the actor's module."""
+    name = config.name
     if name not in _BUILDERS:
         raise ValueError(f"actor_rollout_ref.rollout.name={name!r} is not available here; known: {sorted(_BUILDERS)}")
     return _BUILDERS[name](config, module, tokenizer, model_path, device_mesh)

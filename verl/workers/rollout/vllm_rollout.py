@@ -12,12 +12,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from verl.protocol import DataProto
-from verl.utils.config import cfg_select
 from verl.utils.device import get_device_name
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.vllm.batching import prompt_token_lists, response_log_prob_rows, responses_to_batch
@@ -55,10 +54,10 @@ class _ReloadWarnings(logging.Handler):
 
 
 class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
-    """``config`` is ``actor_rollout_ref.rollout``. ``local_rank`` / ``local_world_size`` place the engine's
+    """``config`` is ``actor_rollout_ref.rollout`` (a RolloutConfig). ``local_rank`` / ``local_world_size`` place the engine's
     threads on a core of its own when the node has one per rank; ``seed`` (+ rank) seeds the engine's sampler."""
 
-    def __init__(self, model_path: str, config: DictConfig, tokenizer=None, model_hf_config=None, *, rank: int = 0,
+    def __init__(self, model_path: str, config: Any, tokenizer=None, model_hf_config=None, *, rank: int = 0,
                  local_rank: int = 0, local_world_size: int = 1, seed: int = 0) -> None:
         super().__init__()
         self.config = config
@@ -66,8 +65,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
         if model_hf_config is None:
             from transformers import AutoConfig
 
-            model_hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=bool(
-                cfg_select(config, "trust_remote_code", False)))
+            model_hf_config = AutoConfig.from_pretrained(model_path)
         self.model_hf_config = model_hf_config
         self.tied_embeddings = bool(getattr(model_hf_config, "tie_word_embeddings", False))
         on_cpu = get_device_name() == "cpu"
@@ -82,7 +80,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
         self.engine_kwargs = kwargs
         self.worker = inner_worker(self.llm)
         self.sleeper = KVCacheSleeper(self.llm, self.worker, on_cpu=on_cpu,
-                                      enabled=bool(cfg_select(config, "free_cache_engine", True)))
+                                      enabled=config.free_cache_engine)
         self.needs_weights = kwargs["load_format"] == "dummy"
         self.last_sync_s = 0.0
         kv = kwargs.get("kv_cache_memory_bytes")

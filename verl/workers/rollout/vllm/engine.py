@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 
-from verl.utils.config import cfg_select
 from verl.utils.device import get_device_name, has_fast_bf16
 
 logger = logging.getLogger(__name__)
@@ -51,6 +50,11 @@ def _in_process_env() -> None:
     os.environ.setdefault("DO_NOT_TRACK", "1")
 
 
+def vllm_engine_kwargs(config: Any) -> dict[str, Any]:
+    """``rollout.engine_kwargs.vllm``: a free-form section, passed to ``vllm.LLM`` as given."""
+    return dict(config.engine_kwargs.get("vllm") or {})
+
+
 def kv_bytes_per_token(hf_config, dtype: torch.dtype) -> int:
     """K and V for every layer: 2 x layers x kv_heads x head_dim x element size."""
     text = getattr(hf_config, "text_config", None) or hf_config
@@ -66,40 +70,39 @@ def _total_memory_bytes() -> int:
     return int(psutil.virtual_memory().total)
 
 
-def cpu_kv_cache_bytes(config, hf_config, max_model_len: int, dtype: torch.dtype, engines_per_node: int) -> int:
+def cpu_kv_cache_bytes(config: Any, hf_config, max_model_len: int, dtype: torch.dtype, engines_per_node: int) -> int:
     """KV-cache size for one CPU engine: explicit settings first, else gpu_memory_utilization's share of RAM capped
     at what the configured concurrency needs, and never below one full-length sequence (vLLM refuses less)."""
-    explicit = cfg_select(config, "engine_kwargs.vllm.kv_cache_memory_bytes", None)
+    explicit = vllm_engine_kwargs(config).get("kv_cache_memory_bytes")  # engine_kwargs is free-form
     if explicit is not None:
         return int(explicit)
     per_token = kv_bytes_per_token(hf_config, dtype)
     one_sequence = per_token * max_model_len
-    fraction = float(cfg_select(config, "gpu_memory_utilization", 0.5))
+    fraction = config.gpu_memory_utilization
     if not 0.0 < fraction <= 1.0:
         raise ValueError(f"actor_rollout_ref.rollout.gpu_memory_utilization={fraction} must be in (0, 1]; on CPU it "
                          "is the share of RAM for the KV caches of this node's vLLM engines")
     budget = int(fraction * _total_memory_bytes() / max(1, engines_per_node))
-    need = int(cfg_select(config, "max_num_seqs", 1024)) * one_sequence
+    need = config.max_num_seqs * one_sequence
     return max(min(budget, need), one_sequence, _MIN_KV_BYTES)
 
 
-def _max_model_len(config) -> int:
+def _max_model_len(config: Any) -> int:
     """prompt + response, + 1: scoring a full sequence (``compute_log_prob``) asks the engine for one more token."""
-    explicit = cfg_select(config, "max_model_len", None)
-    if explicit is not None:
-        return int(explicit)
-    return int(cfg_select(config, "prompt_length")) + int(cfg_select(config, "response_length")) + 1
+    if config.max_model_len is not None:
+        return config.max_model_len
+    return config.prompt_length + config.response_length + 1
 
 
-def _load_format(config) -> str:
+def _load_format(config: Any) -> str:
     """verl's dummy_* formats start the engine with random weights: the first sync fills them in."""
-    fmt = str(cfg_select(config, "load_format", "dummy_dtensor"))
+    fmt = config.load_format
     return "dummy" if fmt.startswith("dummy") else fmt
 
 
-def engine_kwargs(config, model_path: str, hf_config, seed: int, engines_per_node: int) -> dict[str, Any]:
-    """``vllm.LLM(**kwargs)`` for the rollout section ``config``; ``engine_kwargs.vllm`` is passed through last."""
-    dtype_name = str(cfg_select(config, "dtype", "bfloat16")).lower()
+def engine_kwargs(config: Any, model_path: str, hf_config, seed: int, engines_per_node: int) -> dict[str, Any]:
+    """``vllm.LLM(**kwargs)`` for the rollout section ``config`` (a RolloutConfig); ``engine_kwargs.vllm`` is passed through last."""
+    dtype_name = config.dtype.lower()
     if dtype_name not in _DTYPES:
         raise ValueError(f"actor_rollout_ref.rollout.dtype={dtype_name!r}: use one of {sorted(_DTYPES)}")
     if get_device_name() == "cpu" and _DTYPES[dtype_name] in ("bfloat16", "float16") and not has_fast_bf16():
@@ -108,28 +111,30 @@ def engine_kwargs(config, model_path: str, hf_config, seed: int, engines_per_nod
                        "vLLM engine runs in float32 instead", dtype_name)
         dtype_name = "float32"
     max_model_len = _max_model_len(config)
-    max_num_batched_tokens = int(cfg_select(config, "max_num_batched_tokens", 8192))
-    chunked_prefill = bool(cfg_select(config, "enable_chunked_prefill", True))
+    max_num_batched_tokens = config.max_num_batched_tokens
+    chunked_prefill = config.enable_chunked_prefill
     if not chunked_prefill and max_num_batched_tokens < max_model_len:
         raise ValueError(f"actor_rollout_ref.rollout.max_num_batched_tokens={max_num_batched_tokens} is below "
                          f"prompt_length + response_length = {max_model_len}; raise it or set enable_chunked_prefill=true")
     kwargs: dict[str, Any] = dict(
         model=model_path,
         dtype=_DTYPES[dtype_name],
-        tensor_parallel_size=int(cfg_select(config, "tensor_model_parallel_size", 1)),
-        enforce_eager=bool(cfg_select(config, "enforce_eager", True)),
+        tensor_parallel_size=config.tensor_model_parallel_size,
+        enforce_eager=config.enforce_eager,
         max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=int(cfg_select(config, "max_num_seqs", 1024)),
+        max_num_seqs=config.max_num_seqs,
         enable_chunked_prefill=chunked_prefill,
         enable_prefix_caching=True,
         load_format=_load_format(config),
-        disable_log_stats=bool(cfg_select(config, "disable_log_stats", True)),
+        disable_log_stats=config.disable_log_stats,
         # log-probs after temperature (and top-k/top-p) — what was really sampled, comparable to the actor's
         logprobs_mode="processed_logprobs",
         # the checkpoint's generation_config.json (repetition penalty, ...) must not change what PPO samples
         generation_config="vllm",
-        trust_remote_code=bool(cfg_select(config, "trust_remote_code", False)),
+        # the rollout section has no trust_remote_code (model.trust_remote_code is not forwarded); engine_kwargs.vllm
+        # can set it
+        trust_remote_code=False,
         seed=seed,
         distributed_executor_backend="uni",
         # requests arrive as token ids and leave as token ids; EOS ids come from the trainer's meta_info
@@ -140,10 +145,10 @@ def engine_kwargs(config, model_path: str, hf_config, seed: int, engines_per_nod
         kwargs["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(config, hf_config, max_model_len, engine_dtype,
                                                              engines_per_node)
     else:
-        kwargs["gpu_memory_utilization"] = float(cfg_select(config, "gpu_memory_utilization", 0.5))
+        kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
         # GPU: free_cache_engine sleeps the engine between rollouts (KV cache released, weights offloaded)
-        kwargs["enable_sleep_mode"] = bool(cfg_select(config, "free_cache_engine", True))
-    passthrough = dict(cfg_select(config, "engine_kwargs.vllm", {}) or {})
+        kwargs["enable_sleep_mode"] = config.free_cache_engine
+    passthrough = vllm_engine_kwargs(config)
     kwargs.update({k: v for k, v in passthrough.items() if v is not None})
     return kwargs
 

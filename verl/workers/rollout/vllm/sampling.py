@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl.utils.config import cfg_select
-
 __all__ = ["sampling_kwargs", "eos_ids"]
 
 
@@ -21,24 +19,22 @@ def eos_ids(meta: dict) -> list[int]:
     return [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
 
 
-def sampling_kwargs(config, meta: dict) -> dict[str, Any]:
+def sampling_kwargs(config: Any, meta: dict) -> dict[str, Any]:
+    """``config`` is the RolloutConfig; ``meta`` the prompts' meta_info."""
     validate = bool(meta.get("validate", False))
     source = "val_kwargs." if validate else ""
-    do_sample = bool(meta.get("do_sample", cfg_select(config, source + "do_sample", True)))
-    if validate:
-        temperature = float(cfg_select(config, "val_kwargs.temperature", 0.0))
-    else:
-        temperature = float(meta.get("temperature", cfg_select(config, "temperature", 1.0)))
-    top_k = int(cfg_select(config, source + "top_k", -1))
-    top_p = float(cfg_select(config, source + "top_p", 1.0))
-    response_length = int(meta.get("response_length", cfg_select(config, "response_length")))
+    sampling = config.val_kwargs if validate else config
+    do_sample = bool(meta.get("do_sample", sampling.do_sample))
+    temperature = float(sampling.temperature if validate else meta.get("temperature", sampling.temperature))
+    top_k, top_p = sampling.top_k, sampling.top_p
+    response_length = int(meta.get("response_length", config.response_length))
     if response_length < 1:
         raise ValueError(f"rollout.response_length must be >= 1, got {response_length}")
     if temperature < 0:
         raise ValueError(f"rollout {source}temperature must be >= 0, got {temperature}")
     if not 0.0 < top_p <= 1.0:
         raise ValueError(f"rollout {source}top_p must be in (0, 1], got {top_p}")
-    ignore_eos = bool(cfg_select(config, "ignore_eos", False))
+    ignore_eos = config.ignore_eos
     kwargs: dict[str, Any] = dict(
         n=1,
         max_tokens=response_length,
@@ -52,6 +48,6 @@ def sampling_kwargs(config, meta: dict) -> dict[str, Any]:
         kwargs.update(temperature=0.0, top_p=1.0, top_k=-1)
     else:
         kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else -1)
-    if bool(cfg_select(config, "calculate_log_probs", False)):
+    if config.calculate_log_probs:
         kwargs["logprobs"] = 0  # the sampled token's own log-prob only
     return kwargs
