@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
 from verl.protocol import DataProto
 
@@ -13,7 +13,8 @@ __all__ = ["BasePPOActor"]
 
 
 class BasePPOActor(ABC):
-    def __init__(self, config: DictConfig) -> None:
+    def __init__(self, config: Any) -> None:
+        # the typed section (ActorConfig or RefConfig); typed as Any because workers sit below verl.trainer.config
         self.config = config
 
     @abstractmethod
