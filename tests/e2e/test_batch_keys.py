@@ -37,9 +37,8 @@ def test_batch_at_actor_update_matches_key_table(tmp_path: Path, adv_estimator: 
         f"custom_reward_function.path={REPO / 'tests/e2e/hash_reward.py'}",
         "trainer.total_training_steps=1", "trainer.save_freq=-1",
     ] + RUNS[adv_estimator]
-    config = load_config(overrides)
-    typed = validate_config(config)
-    trainer, tracker, _ = build_trainer(config)
+    typed = validate_config(load_config(overrides))
+    trainer, tracker, _ = build_trainer(typed)
     captured: list[DataProto] = []
     try:
         trainer.init_workers()
