@@ -6,8 +6,13 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+
 from tests.helpers.tiny_model import tiny_llama
 from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
+from verl.trainer.config.sft import SFTTrainerConfig
+from verl.trainer.sft.argv import CONFIG_DIR
+from verl.trainer.sft.config import validate_sft_config
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -33,3 +38,17 @@ def load_example(name: str):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def compose_sft(model_dir, files, out_dir, *overrides):
+    train, test = files
+    base = [f"model.partial_pretrain={model_dir}", f"data.train_files={train}", f"data.val_files={test}",
+            "data.max_length=192", "data.train_batch_size=4", "data.micro_batch_size_per_gpu=2",
+            "model.enable_gradient_checkpointing=false", "optim.lr=1e-3", "optim.warmup_steps_ratio=0",
+            f"trainer.default_local_dir={out_dir}", "trainer.logger=[]", "trainer.total_epochs=1"]
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return compose(config_name="sft_trainer", overrides=base + list(overrides))
+
+
+def sft_config(model_dir, files, out_dir, *overrides) -> SFTTrainerConfig:
+    return validate_sft_config(compose_sft(model_dir, files, out_dir, *overrides), world_size=1)

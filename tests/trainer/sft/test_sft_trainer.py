@@ -8,13 +8,13 @@ import shutil
 import pytest
 import torch
 import torch.distributed as dist
-from hydra import compose, initialize_config_dir
 from safetensors.torch import load_file
 
+from tests.trainer.sft.sft_helpers import compose_sft, sft_config
 from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.sft import SFTTrainerConfig
 from verl.trainer.fsdp_sft_trainer import create_trainer, run_sft
-from verl.trainer.sft.argv import CONFIG_DIR, normalize_overrides
+from verl.trainer.sft.argv import normalize_overrides
 from verl.trainer.sft.checkpoint import LATEST_FILE, STATE_FILE
 from verl.trainer.sft.config import validate_sft_config
 
@@ -25,20 +25,6 @@ def fresh_process_group():
     yield
     if dist.is_initialized():
         dist.destroy_process_group()
-
-
-def compose_sft(model_dir, files, out_dir, *overrides):
-    train, test = files
-    base = [f"model.partial_pretrain={model_dir}", f"data.train_files={train}", f"data.val_files={test}",
-            "data.max_length=192", "data.train_batch_size=4", "data.micro_batch_size_per_gpu=2",
-            "model.enable_gradient_checkpointing=false", "optim.lr=1e-3", "optim.warmup_steps_ratio=0",
-            f"trainer.default_local_dir={out_dir}", "trainer.logger=[]", "trainer.total_epochs=1"]
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        return compose(config_name="sft_trainer", overrides=base + list(overrides))
-
-
-def sft_config(model_dir, files, out_dir, *overrides) -> SFTTrainerConfig:
-    return validate_sft_config(compose_sft(model_dir, files, out_dir, *overrides), world_size=1)
 
 
 def metrics_by_step(report_dir) -> dict[int, dict]:

@@ -89,17 +89,30 @@ class GenRolloutConfig(BaseConfig):
 
 
 @dataclass
+class GenMixedPrecisionConfig(BaseConfig):
+    param_dtype: str = choice("fp32", DTYPES)  # the hf rollout's compute dtype
+    # A rollout-only worker runs no backward, so there are no gradients to reduce.
+    reduce_dtype: str = refused(choice("fp32", DTYPES), "main_generation runs no backward, so FSDP reduces no "
+                                "gradients", "Remove actor.fsdp_config.mixed_precision.reduce_dtype.")
+    buffer_dtype: str = refused(choice("fp32", DTYPES), "FSDP2's mixed precision has no buffer dtype; buffers keep "
+                                "the model's dtype", "Remove it, or set actor.fsdp_config.model_dtype.")
+
+    def to_engine(self) -> MixedPrecisionConfig:
+        return MixedPrecisionConfig(param_dtype=self.param_dtype)
+
+
+@dataclass
 class GenFSDPConfig(BaseConfig):
     fsdp_size: int = refused(-1, "the rollout worker always shards over all of its ranks", "Remove the override.")
     forward_prefetch: bool = refused(False, "FSDP forward prefetching is not built", "Remove the override.")
     param_offload: bool = False  # GPU only: parameters wait in host memory between uses
     reshard_after_forward: bool = True
     model_dtype: str = choice("fp32", DTYPES)  # the dtype the hf rollout generates in
-    mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
+    mixed_precision: GenMixedPrecisionConfig = field(default_factory=GenMixedPrecisionConfig)
 
     def to_engine(self) -> FSDPConfig:
         return FSDPConfig(param_offload=self.param_offload, reshard_after_forward=self.reshard_after_forward,
-                          model_dtype=self.model_dtype, mixed_precision=self.mixed_precision)
+                          model_dtype=self.model_dtype, mixed_precision=self.mixed_precision.to_engine())
 
 
 @dataclass
