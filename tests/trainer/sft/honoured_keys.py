@@ -11,6 +11,12 @@ _CK = "tests/trainer/sft/test_sft_checkpoint.py::"
 _KEYS = "tests/trainer/sft/test_sft_gen_eval_keys.py::"
 _GEN = "tests/trainer/test_main_generation_eval.py::"
 _MR = "tests/trainer/sft/test_sft_multirank.py::"
+_SK = "tests/trainer/sft/test_sft_keys.py::"
+# Keys main_generation shares with main_ppo go through the same code (apply_fsdp2, build_rollout, the worker), so
+# they cite the PPO tests of tests/trainer/config/honoured_keys.py; _KEYS tests show they reach that code.
+_FSDP2 = "tests/workers/actor/test_fsdp2_two_ranks.py::test_actor_and_rollout_under_fsdp2_on_two_ranks"
+_MIXED = "tests/workers/actor/test_memory_knobs.py::test_bf16_mixed_precision_is_close_to_fp32"
+_VLLM = "tests/workers/rollout/test_vllm_parts.py::"
 
 HONOURED_SFT = {
     "data.train_batch_size": _SFT + "test_resume_continues_exactly_where_it_stopped",
@@ -49,6 +55,36 @@ HONOURED_SFT = {
     "trainer.resume_from_path": _CK + "test_latest_checkpoint_and_resume_modes",
     "trainer.n_gpus_per_node": _MR + "test_ray_workers_match_one_rank",
     "trainer.device": _KEYS + "test_device_cuda_without_gpu_is_refused",
+    "data.multiturn.tools_key": _DS + "test_multi_turn_tools_and_thinking_columns",
+    "data.multiturn.enable_thinking_key": _DS + "test_multi_turn_tools_and_thinking_columns",
+    "data.chat_template": _DS + "test_chat_template_and_its_kwargs",
+    "data.apply_chat_template_kwargs": _DS + "test_chat_template_and_its_kwargs",
+    "data.train_max_samples": _SK + "test_max_samples_limit_the_datasets_and_the_epoch",
+    "data.val_max_samples": _SK + "test_max_samples_limit_the_datasets_and_the_epoch",
+    "data.custom_cls.path": _DS + "test_custom_dataset_class",
+    "data.custom_cls.name": _DS + "test_custom_dataset_class",
+    # SFTFSDPConfig.to_engine hands mixed_precision to apply_fsdp2 (test_fsdp_keys_reach_the_shared_fsdp_config)
+    "model.fsdp_config.mixed_precision.param_dtype": _MIXED,
+    "model.fsdp_config.mixed_precision.reduce_dtype": _MIXED,
+    "model.external_lib": _SK + "test_external_lib_is_imported_before_the_model_loads",
+    "model.override_config": _SK + "test_model_keys_shape_the_module",
+    "model.enable_gradient_checkpointing": _SK + "test_model_keys_shape_the_module",
+    "model.trust_remote_code": _SK + "test_model_keys_shape_the_module",
+    "model.target_modules": _SK + "test_target_modules_choose_the_adapted_layers",
+    # fsdp and fsdp2 both name FSDP2's fully_shard here (other values fail validation)
+    "model.strategy": _MR + "test_two_torchrun_ranks_match_one_and_resume_on_one",
+    "optim.clip_grad": _SFT + "test_clip_grad_limits_the_gradient_norm",
+    "trainer.project_name": _SK + "test_tracker_gets_loggers_and_run_names",
+    "trainer.experiment_name": _SK + "test_tracker_gets_loggers_and_run_names",
+    "trainer.logger": _SK + "test_tracker_gets_loggers_and_run_names",
+    "trainer.total_epochs": _SK + "test_run_length_checkpoints_and_report",
+    "trainer.seed": _SK + "test_seed_sets_the_shuffle_order",
+    "trainer.nnodes": _SK + "test_nnodes_multiplies_the_ranks",
+    "trainer.max_ckpt_to_keep": _SK + "test_run_length_checkpoints_and_report",
+    "trainer.checkpoint.save_contents": _SK + "test_run_length_checkpoints_and_report",
+    "trainer.checkpoint.load_contents": _SK + "test_load_contents_chooses_what_a_resume_restores",
+    "trainer.report_dir": _SK + "test_run_length_checkpoints_and_report",
+    "ray_kwargs.ray_init": _SK + "test_ray_init_reaches_ray",
 }
 
 HONOURED_GENERATION = {
@@ -77,6 +113,24 @@ HONOURED_GENERATION = {
     "actor.fsdp_config.reshard_after_forward": _KEYS + "test_generation_sections_reach_the_worker_config",
     "actor.fsdp_config.model_dtype": _KEYS + "test_generation_sections_reach_the_worker_config",
     "actor.fsdp_config.mixed_precision.param_dtype": _KEYS + "test_generation_sections_reach_the_worker_config",
+    "actor.strategy": _FSDP2,  # fsdp and fsdp2 both name FSDP2's fully_shard here
+    "trainer.device": _KEYS + "test_generation_device_cuda_without_gpu_is_refused",
+    "model.external_lib": _KEYS + "test_generation_imports_external_lib_before_loading",
+    "ray_init": _KEYS + "test_generation_ray_init_reaches_ray",
+    # engine keys: GenRolloutConfig.to_rollout carries them (test_generation_engine_keys_reach_the_rollout) into
+    # the RolloutConfig that build_rollout reads, as main_ppo's rollout does
+    "rollout.dtype": _VLLM + "test_cpu_without_native_bf16_runs_the_engine_in_fp32",
+    "rollout.gpu_memory_utilization": _VLLM + "test_cpu_kv_cache_is_the_smaller_of_budget_and_need",
+    "rollout.enforce_eager": _VLLM + "test_engine_kwargs_map_verl_keys",
+    "rollout.free_cache_engine": _VLLM + "test_cpu_sleep_resets_the_prefix_cache_and_releases_the_one_buffer",
+    "rollout.load_format": _VLLM + "test_engine_kwargs_map_verl_keys",
+    "rollout.tensor_model_parallel_size": "tests/workers/rollout/test_vllm_engine.py::"
+    "test_tensor_parallel_engine_spans_two_ranks_and_returns_each_its_rows",
+    "rollout.max_num_batched_tokens": _VLLM + "test_engine_kwargs_map_verl_keys",
+    "rollout.max_model_len": _VLLM + "test_engine_kwargs_map_verl_keys",
+    "rollout.max_num_seqs": _VLLM + "test_engine_kwargs_map_verl_keys",
+    "rollout.disable_log_stats": _VLLM + "test_engine_kwargs_map_verl_keys",
+    "rollout.enable_chunked_prefill": _VLLM + "test_engine_kwargs_map_verl_keys",
 }
 
 HONOURED_EVALUATION = {

@@ -10,7 +10,7 @@ import torch
 from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
 from verl.data.multiturn_sft_dataset import ChatTemplateNotIncrementalError, MultiTurnSFTDataset
 from verl.data.sft_dataset import SFTDataset, SFTResponseTooLongError
-from verl.trainer.config.sft import SFTDataConfig, SFTMultiTurnConfig
+from verl.trainer.config.sft import SFTCustomClsConfig, SFTDataConfig, SFTMultiTurnConfig
 
 
 class CharTokenizer:
@@ -143,3 +143,62 @@ def test_missing_columns_name_the_key(tmp_path):
         SFTDataset(path, CharTokenizer(), cfg())
     with pytest.raises(ValueError, match="data.response_key"):
         SFTDataset(path, CharTokenizer(), cfg(prompt_key="question"))
+
+
+def test_chat_template_and_its_kwargs(tmp_path):
+    template = ("{% for m in messages %}{{ tag }}{{ m['content'] }};{% endfor %}"
+                "{% if add_generation_prompt %}=>{% endif %}")
+    path = write(tmp_path, [{"prompt": "hi", "response": "ok"}])
+
+    def text(**data) -> str:
+        item = SFTDataset(path, build_tiny_tokenizer(), cfg(max_length=32, **data))[0]
+        return build_tiny_tokenizer().decode(item["input_ids"][item["attention_mask"].bool()].tolist())
+
+    assert text().startswith("<|im_start|>user\nhi<|im_end|>")  # the tokenizer's own template
+    assert text(chat_template=template, apply_chat_template_kwargs={"tag": "Q:"}) == "Q:hi;=>ok<|im_end|>"
+    assert text(chat_template=template, apply_chat_template_kwargs={"tag": "Z "}) == "Z hi;=>ok<|im_end|>"
+
+
+class ToolTokenizer(CharTokenizer):
+    """Renders the tools and the thinking flag a row passes, as '[T:<names>]' and '[think]' in front."""
+
+    def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=False, tools=None,
+                            enable_thinking=None, **kwargs):
+        head = f"[T:{','.join(t['name'] for t in tools)}]" if tools else ""
+        head += "[think]" if enable_thinking else ""
+        return head + super().apply_chat_template(messages, add_generation_prompt)
+
+
+def test_multi_turn_tools_and_thinking_columns(tmp_path):
+    conversation = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    path = write(tmp_path, [{"messages": conversation, "my_tools": [{"name": "calc"}], "think": True}])
+
+    def text(**multiturn) -> str:
+        config = SFTDataConfig(multiturn=SFTMultiTurnConfig(enable=True, **multiturn), max_length=40)
+        item = MultiTurnSFTDataset(path, ToolTokenizer(), config)[0]
+        return "".join(map(chr, item["input_ids"][item["attention_mask"].bool()].tolist()))
+
+    assert text() == "U:a|A:b|"  # the default columns 'tools' and 'enable_thinking' are absent
+    assert text(tools_key="my_tools") == "[T:calc]U:a|A:b|"
+    assert text(tools_key="my_tools", enable_thinking_key="think") == "[T:calc][think]U:a|A:b|"
+
+
+def test_custom_dataset_class(tmp_path):
+    from verl.trainer.sft.data import create_sft_dataset
+
+    (tmp_path / "my_ds.py").write_text(
+        "from torch.utils.data import Dataset\n\n"
+        "class Rows(Dataset):\n"
+        "    def __init__(self, files, tokenizer, config):\n"
+        "        self.files, self.config = files, config\n\n"
+        "    def __len__(self):\n"
+        "        return 3\n\n"
+        "    def __getitem__(self, i):\n"
+        "        return i\n")
+    config = SFTDataConfig(custom_cls=SFTCustomClsConfig(path=str(tmp_path / "my_ds.py"), name="Rows"))
+    dataset = create_sft_dataset(["f.parquet"], config, CharTokenizer())
+    assert type(dataset).__name__ == "Rows" and len(dataset) == 3 and dataset.files == ["f.parquet"]
+    assert dataset.config is config
+    config.custom_cls.name = "Missing"
+    with pytest.raises(AttributeError, match="data.custom_cls.name='Missing'"):
+        create_sft_dataset(["f.parquet"], config, CharTokenizer())

@@ -7,13 +7,14 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from verl.trainer.config.engine import MixedPrecisionConfig
 from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.generation import GenerationConfig
 from verl.trainer.config.sft import SFTFSDPConfig, SFTOptimConfig
 from verl.trainer.main_eval import run_eval, validate_eval_config
 from verl.trainer.main_generation import _LocalWorkers, _RayWorkers, encode_prompts, worker_class
 from verl.trainer.sft.config import validate_sft_config
-from verl.workers.fsdp_utils import build_lr_scheduler, build_optimizer
+from verl.workers.fsdp_utils import build_lr_scheduler, build_optimizer, mixed_precision_policy
 
 
 def _lrs(optim: SFTOptimConfig, steps: int) -> tuple[torch.optim.Optimizer, list[float]]:
@@ -45,6 +46,9 @@ def test_fsdp_keys_reach_the_shared_fsdp_config():
     assert engine.fsdp_size == 2 and engine.model_dtype == "bf16"
     assert SFTFSDPConfig(offload_params=True).to_engine().param_offload
     assert not SFTFSDPConfig().to_engine().param_offload
+    mixed = SFTFSDPConfig(mixed_precision=MixedPrecisionConfig(param_dtype="bf16", reduce_dtype="fp16")).to_engine()
+    policy = mixed_precision_policy(mixed, warn=False)  # what apply_fsdp2 gives fully_shard
+    assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float16)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
@@ -91,6 +95,62 @@ def test_generation_sections_reach_the_worker_config():
     fsdp = worker.actor.fsdp_config
     assert fsdp.model_dtype == "bf16" and fsdp.param_offload and not fsdp.reshard_after_forward
     assert fsdp.mixed_precision.param_dtype == "bf16"
+    assert worker.actor.strategy == config.actor.strategy
+
+
+# the engine keys main_generation shares with main_ppo's rollout, with non-default values; build_rollout reads
+# them from the RolloutConfig (their effects: tests/trainer/config/honoured_keys.py's rollout entries)
+ENGINE_KEYS = {"dtype": "float32", "gpu_memory_utilization": 0.3, "enforce_eager": False, "free_cache_engine": False,
+               "load_format": "auto", "tensor_model_parallel_size": 2, "max_num_batched_tokens": 123,
+               "max_model_len": 77, "max_num_seqs": 5, "disable_log_stats": False, "enable_chunked_prefill": False}
+
+
+def test_generation_engine_keys_reach_the_rollout():
+    config = GenerationConfig()
+    rollout = config.worker_config("/m").rollout
+    assert {key: getattr(rollout, key) for key in ENGINE_KEYS} != ENGINE_KEYS  # the defaults differ
+    for key, value in ENGINE_KEYS.items():
+        setattr(config.rollout, key, value)
+    rollout = config.worker_config("/m").rollout
+    assert {key: getattr(rollout, key) for key in ENGINE_KEYS} == ENGINE_KEYS
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
+def test_generation_device_cuda_without_gpu_is_refused():
+    from verl.trainer.main_generation import validate_generation_config
+
+    with pytest.raises(ConfigError, match="trainer.device=cuda but no GPU is visible"):
+        validate_generation_config({"trainer": {"device": "cuda"}})
+
+
+def test_generation_imports_external_lib_before_loading(tmp_path, monkeypatch):
+    from verl.trainer.main_generation import run_generation
+
+    (tmp_path / "verl_gen_test_extlib.py").write_text("raise RuntimeError('external_lib imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = GenerationConfig()
+    config.model.external_lib = "verl_gen_test_extlib"
+    with pytest.raises(RuntimeError, match="external_lib imported"):
+        run_generation(config)
+
+
+def test_generation_ray_init_reaches_ray(tmp_path, monkeypatch):
+    from verl.utils import ray_utils
+
+    seen = {}
+
+    def fake_init_ray(ray_kwargs, run_dir=None, num_cpus=None):
+        seen.update(ray_kwargs=ray_kwargs, run_dir=run_dir)
+        raise RuntimeError("stop before the workers start")
+
+    monkeypatch.setattr(ray_utils, "init_ray", fake_init_ray)
+    config = GenerationConfig()
+    config.trainer.n_gpus_per_node = 2
+    config.data.output_path = str(tmp_path / "out.parquet")
+    config.ray_init = {"num_cpus": 3}
+    with pytest.raises(RuntimeError, match="stop before"):
+        _RayWorkers(config, "/m")
+    assert seen == {"ray_kwargs": {"ray_init": {"num_cpus": 3}}, "run_dir": str(tmp_path)}
 
 
 def test_generation_workers_follow_nnodes_and_gpus_per_node():

@@ -140,6 +140,26 @@ def test_loss_is_a_global_token_mean_whatever_the_micro_batching(tiny_model_dir,
             torch.testing.assert_close(other_grads[name], grads[name], rtol=1e-4, atol=1e-7, msg=f"{label}: {name}")
 
 
+def test_clip_grad_limits_the_gradient_norm(tiny_model_dir, arithmetic_sft_files, tmp_path):
+    def step(clip: float) -> tuple[float, float]:
+        config = sft_config(tiny_model_dir, arithmetic_sft_files, tmp_path / str(clip), "trainer.resume_mode=disable",
+                            "data.val_files=null", f"optim.clip_grad={clip}")
+        trainer = create_trainer(config)
+        grads: list[torch.Tensor] = []
+        trainer.optimizer.step = lambda *a, **k: grads.extend(
+            p.grad.detach().clone() for p in trainer.fsdp_model.parameters() if p.grad is not None)
+        metrics = trainer.training_step(next(iter(trainer.train_dataloader)))
+        dist.destroy_process_group()
+        return metrics["train/grad_norm"], float(torch.linalg.vector_norm(torch.stack(
+            [torch.linalg.vector_norm(g.float()) for g in grads])))
+
+    norm, stepped = step(1e9)
+    assert stepped == pytest.approx(norm, rel=1e-4) and norm > 1e-2  # the reported norm is before clipping
+    clipped_norm, clipped = step(1e-3)
+    assert clipped_norm == pytest.approx(norm, rel=1e-4)
+    assert clipped == pytest.approx(1e-3, rel=1e-3)  # the optimizer steps on gradients scaled to the limit
+
+
 def test_config_problems_name_their_keys(tiny_model_dir, arithmetic_sft_files, tmp_path):
     config = compose_sft(tiny_model_dir, arithmetic_sft_files, tmp_path, "data.train_batch_size=6",
                          "data.micro_batch_size_per_gpu=4", "trainer.resume_mode=sometimes")
