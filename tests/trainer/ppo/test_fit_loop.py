@@ -8,7 +8,6 @@ from verl.trainer.config.validate import load_config, validate_config
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.workers.micro_batching import NonFiniteLossError
 
-
 # batches of 2 prompts pass validation with one worker and mini-batches of one prompt
 SMALL = ["trainer.n_gpus_per_node=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "critic.ppo_mini_batch_size=1",
