@@ -92,7 +92,8 @@ def default_compute_score(
 ) -> float | dict[str, Any]:
     """The score of one response: a float, or a dict with at least "score" for scorers that report more.
 
-    Extra keyword arguments (sandbox settings and the like in upstream verl) are accepted and ignored.
+    Upstream's reward managers also pass sandbox settings as keyword arguments. No built-in scorer runs code, so
+    none of them needs one; the config refuses `reward_model.sandbox_fusion.*` instead of carrying them here.
     """
     result = _find_scorer(str(data_source))(solution_str, ground_truth, extra_info)
     if isinstance(result, dict):

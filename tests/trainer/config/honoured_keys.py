@@ -195,7 +195,7 @@ HONOURED: dict[str, str] = {
     # ------------------------------------------------------------ rewards
     "reward_model.reward_manager": f"{_LOAD_REWARD}::test_batch_manager_expects_plural_arguments",
     "reward_model.reward_kwargs": f"{_LOAD_REWARD}::test_dapo_reads_overlong_buffer_from_config",
-    "reward_model.launch_reward_fn_async": f"{_TRAINER_KEYS}::test_launch_reward_fn_async_same_rewards",
+    "reward_model.launch_reward_fn_async": f"{_TRAINER_KEYS}::test_launch_reward_fn_async_matches_sync",
     "reward_model.overlong_buffer.enable": f"{_LOAD_REWARD}::test_dapo_reads_overlong_buffer_from_config",
     "reward_model.overlong_buffer.len": f"{_REWARD}::test_overlong_penalty_formula",
     "reward_model.overlong_buffer.penalty_factor": f"{_REWARD}::test_overlong_penalty_formula",

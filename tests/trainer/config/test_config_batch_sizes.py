@@ -185,3 +185,11 @@ def test_actor_check_accepts_exactly_the_batches_that_split_evenly(train, mini, 
     assert (not problems) == _splits_evenly(train, mini, n, nodes * gpus, micro), problems
     for p in problems:
         assert any(str(v) in p for v in (train, mini, micro, mini * n, nodes * gpus)), p
+
+
+def test_actor_rollout_n_follows_rollout_n_and_a_different_value_is_refused(cfg):
+    _grpo(cfg, 4)
+    assert validate_config(cfg, check_files=False).actor_rollout_ref.actor.rollout_n == 4  # the interpolation
+    _set(cfg, actor_rollout_ref__actor__rollout_n=2)
+    (problem,) = [p for p in _problems(cfg) if "actor.rollout_n" in p]
+    assert problem.startswith("actor_rollout_ref.actor.rollout_n (2) differs from actor_rollout_ref.rollout.n (4)")

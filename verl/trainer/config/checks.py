@@ -38,6 +38,7 @@ CONDITIONAL_REFUSALS: tuple[tuple[str, str, str, Refusal], ...] = (
 
 def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems = check_resources(cfg)
+    problems += check_actor_rollout_n(cfg)
     problems += check_actor_batches(cfg)
     problems += check_log_prob_batches(cfg)
     if cfg.use_critic:
@@ -158,6 +159,17 @@ def _check_update(u: _Update, train_batch_size: int) -> list[str]:
             f"set it to a divisor of {per_worker}."
         )
     return problems
+
+
+def check_actor_rollout_n(cfg: PPOTrainerConfig) -> list[str]:
+    """The actor sizes its mini-batches by actor.rollout_n (the yaml makes it follow rollout.n)."""
+    actor, n = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout.n
+    if actor.rollout_n == n:
+        return []
+    return [
+        f"actor_rollout_ref.actor.rollout_n ({actor.rollout_n}) differs from {N} ({n}); "
+        f"leave actor_rollout_ref.actor.rollout_n at its default, ${{{N}}}."
+    ]
 
 
 def check_actor_batches(cfg: PPOTrainerConfig) -> list[str]:

@@ -68,10 +68,6 @@ def _write_parts(trainer, partial: str, step: int, limits: dict[str, int | None]
 def save_checkpoint(trainer) -> str:
     """Save the trainer's current step; returns the published `global_step_N` folder."""
     start = time.perf_counter()
-    cfg = trainer.config.trainer
-    if cfg.default_hdfs_dir:
-        logger.warning("trainer.default_hdfs_dir is not supported and is ignored; checkpoints stay in %s",
-                       checkpoint_root(trainer.config))
     root = checkpoint_root(trainer.config)
     step = int(trainer.global_steps)
     partial = new_partial_step_dir(root, step)
@@ -176,8 +172,6 @@ def load_checkpoint(trainer) -> int:
     _warn_if_sampler_not_resumable(trainer, saved.dataloader)
     saved.global_steps = step_of(folder)  # the folder's name is what the tracker file and pruning go by
     trainer.restore_state(saved)
-    if cfg.del_local_ckpt_after_load:
-        logger.warning("trainer.del_local_ckpt_after_load is ignored: the local checkpoint is the only copy")
     left = max(0, int(trainer.total_training_steps) - trainer.global_steps)
     _say(f"resumed from {folder} (step {trainer.global_steps}, {left} step(s) to go) in "
          f"{time.perf_counter() - start:.1f}s")

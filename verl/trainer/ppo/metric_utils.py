@@ -44,7 +44,7 @@ def _require(batch: DataProto, keys: Sequence[str], caller: str) -> None:
     missing = [k for k in keys if batch.batch is None or k not in batch.batch.keys()]
     if missing:
         raise KeyError(f"{caller}: batch is missing {missing}; these are produced by earlier stages of the step "
-                       f"(see the key table in verl/protocol/__init__.py)")
+                       f"(see the key table in verl/protocol/keys.py)")
 
 
 def _prompt_response_lengths(batch: DataProto) -> tuple[torch.Tensor, torch.Tensor, int, int]:
