@@ -38,8 +38,8 @@ logger = logging.getLogger(__name__)
 
 _ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
 
-# The schema has no seed for the workers' models (upstream's reads a key that does not exist either, so it is
-# always 0): every run initialises freshly built heads and samples from this seed, offset by rank for the actor.
+# The schema has no seed key for the workers' models, so it is a constant: every run initialises freshly built
+# heads and samples from this seed (offset by rank for the actor), which keeps runs and resumed runs comparable.
 MODEL_INIT_SEED = 0
 
 
@@ -70,8 +70,7 @@ class _FSDPWorkerBase(Worker):
     def _init_perf(self, module: torch.nn.Module, fsdp_config, key: str) -> None:
         """FLOPs counter and the matmul peak of this rank, in the dtype the matmuls run in (measured once)."""
         policy = mixed_precision_policy(fsdp_config, warn=False)  # apply_fsdp2 has warned
-        dtype = policy.param_dtype if policy is not None and policy.param_dtype is not None \
-            else self._model_dtype(fsdp_config, key)
+        dtype = policy.param_dtype if policy.param_dtype is not None else self._model_dtype(fsdp_config, key)
         self._flops_counter = FlopsCounter(module)
         self._matmul_peak = measure_matmul_peak(get_default_device(), dtype)
 
