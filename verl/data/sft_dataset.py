@@ -22,7 +22,6 @@ from torch.utils.data import Dataset
 from verl.data.parquet_files import read_parquet_files
 from verl.utils.torch_functional import compute_position_id_with_mask
 
-SFT_TRUNCATION_MODES = ("error", "left", "right")
 
 
 class SFTResponseTooLongError(ValueError):
@@ -168,4 +167,4 @@ def pad_right(ids: list[int], trained: list[int], max_length: int, pad_token_id:
     }
 
 
-__all__ = ["SFTDataset", "SFT_TRUNCATION_MODES", "fit_to_length", "pad_right", "prediction_mask"]
+__all__ = ["SFTDataset", "fit_to_length", "pad_right", "prediction_mask"]

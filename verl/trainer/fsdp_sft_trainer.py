@@ -9,18 +9,29 @@ The composed config is checked and typed (SFTTrainerConfig) before anything heav
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import hydra
-import torch.distributed as dist
 from omegaconf import DictConfig
 
 from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.sft import SFTTrainerConfig
 from verl.trainer.sft.argv import exit_on_config_error, precheck_argv
 from verl.trainer.sft.config import sft_world_size, validate_sft_config
-from verl.trainer.sft.trainer import FSDPSFTTrainer, create_trainer, run_sft
+
+if TYPE_CHECKING:
+    from verl.trainer.sft.trainer import FSDPSFTTrainer, create_trainer, run_sft
 
 __all__ = ["FSDPSFTTrainer", "create_trainer", "run_sft", "main"]
+
+
+def __getattr__(name: str):
+    # The trainer (torch, transformers) loads only after the config has passed, so a bad key exits in a second.
+    if name in ("FSDPSFTTrainer", "create_trainer", "run_sft"):
+        from verl.trainer.sft import trainer
+
+        return getattr(trainer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @hydra.main(config_path="config", config_name="sft_trainer", version_base=None)
@@ -34,6 +45,10 @@ def main(config: DictConfig) -> None:
 
         run_sft_on_ray(typed)
     else:
+        import torch.distributed as dist
+
+        from verl.trainer.sft.trainer import run_sft
+
         run_sft(typed)
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.data.prompt_ids import TRUNCATION_MODES
 from verl.trainer.config.actor import ActorConfig, ActorRolloutRefConfig, ModelConfig
 from verl.trainer.config.base import BaseConfig, Refusal, at_least, choice, dict_field, refused, refused_values
+from verl.trainer.config.data import TRUNCATION_MODES
 from verl.trainer.config.engine import DTYPES, TRAIN_STRATEGIES, FSDPConfig, MixedPrecisionConfig
 from verl.trainer.config.rollout import ROLLOUT_DTYPES, RolloutConfig, ValKwargsConfig
 from verl.trainer.config.trainer import DEVICES

@@ -11,7 +11,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.data.sft_dataset import SFT_TRUNCATION_MODES
 from verl.trainer.config.base import (
     BaseConfig,
     Refusal,
@@ -31,6 +30,9 @@ from verl.trainer.config.engine import (
     OptimConfig,
 )
 from verl.trainer.config.trainer import DEVICES, RESUME_MODES
+
+# What verl.data.sft_dataset.fit_to_length does with a sample longer than data.max_length.
+SFT_TRUNCATION_MODES = ("error", "left", "right")
 
 LR_SCHEDULERS = ("cosine", "constant")
 # What verl.trainer.tracking.Tracking builds; the other upstream names are refused below.
