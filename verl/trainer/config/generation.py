@@ -144,8 +144,6 @@ class GenerationConfig(BaseConfig):
 def generation_problems(config: GenerationConfig) -> list[str]:
     import os
 
-    import torch
-
     data, rollout = config.data, config.rollout
     problems = []
     if not os.path.isfile(os.path.expanduser(data.path)):
@@ -159,6 +157,12 @@ def generation_problems(config: GenerationConfig) -> list[str]:
     if config.model.external_lib and config.trainer.nnodes * config.trainer.n_gpus_per_node > 1:
         problems.append("model.external_lib is imported in this process only; with Ray workers "
                         "(trainer.nnodes x trainer.n_gpus_per_node > 1) install it as a package the model config names")
-    if config.trainer.device == "cuda" and not torch.cuda.is_available():
+    if config.trainer.device == "cuda" and not _cuda_visible():
         problems.append("trainer.device=cuda but no GPU is visible; set trainer.device=auto or cpu")
     return problems
+
+
+def _cuda_visible() -> bool:
+    import torch  # only for trainer.device=cuda: every other check runs without torch
+
+    return torch.cuda.is_available()
