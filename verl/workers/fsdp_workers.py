@@ -149,7 +149,8 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         from verl.workers.rollout.registry import build_rollout
 
         self.rollout, self.rollout_sharding_manager = build_rollout(
-            self.config.rollout, self.actor_module, self.tokenizer, self.model_path, self.device_mesh)
+            self.config.rollout, self.actor_module, self.tokenizer, self.model_path, self.device_mesh,
+            trust_remote_code=self.config.model.trust_remote_code)
         # the actor also serves compute_log_prob; a rollout-only worker builds a no-grad actor for it
         if not self._is_actor:
             from verl.workers.actor import DataParallelPPOActor

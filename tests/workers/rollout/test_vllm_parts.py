@@ -285,3 +285,32 @@ def test_full_named_weights_gathers_fsdp2_shards_exactly_on_two_ranks():
 
     results = run_ranks(_gather_on_two_ranks, free_port(), nprocs=2, timeout_s=100)
     assert results == {(r, str(d)): True for r in range(2) for d in (torch.float32, torch.bfloat16)}
+
+
+# -- model.trust_remote_code reaches the engine -----------------------------------------------------------------------
+
+class _EngineStarted(Exception):
+    pass
+
+
+@pytest.mark.parametrize("trust", [True, False])
+def test_model_trust_remote_code_reaches_the_vllm_engine(monkeypatch, trust):
+    """build_rollout(..., trust_remote_code=model.trust_remote_code) -> vLLMRollout -> vllm.LLM(trust_remote_code=...);
+    the spy stands where vllm.LLM(**kwargs) is called, so no engine starts."""
+    from verl.workers.rollout import registry, vllm_rollout
+
+    started = []
+
+    def spy_build_llm(kwargs):
+        started.append(kwargs)
+        raise _EngineStarted
+
+    monkeypatch.setattr(vllm_rollout, "build_llm", spy_build_llm)
+    monkeypatch.setattr(engine_mod, "_total_memory_bytes", lambda: 16 * 2**30)
+    with pytest.raises(_EngineStarted):
+        registry.build_rollout(cfg(name="vllm"), tiny_llama(), None, "/m", None, trust_remote_code=trust)
+    (kwargs,) = started
+    assert kwargs["trust_remote_code"] is trust and kwargs["model"] == "/m"
+    # engine_kwargs.vllm is the user's last word, as for every other engine argument
+    override = cfg(**{"engine_kwargs.vllm.trust_remote_code": not trust})
+    assert engine_mod.engine_kwargs(override, "/m", SMOL, 0, 1, trust_remote_code=trust)["trust_remote_code"] is not trust

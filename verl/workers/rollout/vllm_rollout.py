@@ -55,24 +55,26 @@ class _ReloadWarnings(logging.Handler):
 
 class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
     """``config`` is ``actor_rollout_ref.rollout`` (a RolloutConfig). ``local_rank`` / ``local_world_size`` place the engine's
-    threads on a core of its own when the node has one per rank; ``seed`` (+ rank) seeds the engine's sampler."""
+    threads on a core of its own when the node has one per rank; ``seed`` (+ rank) seeds the engine's sampler;
+    ``trust_remote_code`` is ``actor_rollout_ref.model.trust_remote_code``, for the engine's own model load."""
 
     def __init__(self, model_path: str, config: Any, tokenizer=None, model_hf_config=None, *, rank: int = 0,
-                 local_rank: int = 0, local_world_size: int = 1, seed: int = 0) -> None:
+                 local_rank: int = 0, local_world_size: int = 1, seed: int = 0,
+                 trust_remote_code: bool = False) -> None:
         super().__init__()
         self.config = config
         self.tokenizer = tokenizer
         if model_hf_config is None:
             from transformers import AutoConfig
 
-            model_hf_config = AutoConfig.from_pretrained(model_path)
+            model_hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         self.model_hf_config = model_hf_config
         self.tied_embeddings = bool(getattr(model_hf_config, "tie_word_embeddings", False))
         on_cpu = get_device_name() == "cpu"
         self.core = rollout_core(local_rank, local_world_size) if on_cpu else None
         self.threads = engine_threads()
         kwargs = engine_kwargs(config, model_path, model_hf_config, seed=seed + rank,
-                               engines_per_node=max(1, local_world_size))
+                               engines_per_node=max(1, local_world_size), trust_remote_code=trust_remote_code)
         start = time.perf_counter()
         with engine_placement(self.core, self.threads):
             self.llm = build_llm(kwargs)

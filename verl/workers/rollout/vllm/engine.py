@@ -100,8 +100,11 @@ def _load_format(config: Any) -> str:
     return "dummy" if fmt.startswith("dummy") else fmt
 
 
-def engine_kwargs(config: Any, model_path: str, hf_config, seed: int, engines_per_node: int) -> dict[str, Any]:
-    """``vllm.LLM(**kwargs)`` for the rollout section ``config`` (a RolloutConfig); ``engine_kwargs.vllm`` is passed through last."""
+def engine_kwargs(config: Any, model_path: str, hf_config, seed: int, engines_per_node: int, *,
+                  trust_remote_code: bool = False) -> dict[str, Any]:
+    """``vllm.LLM(**kwargs)`` for the rollout section ``config`` (a RolloutConfig); ``engine_kwargs.vllm`` is passed
+    through last. ``trust_remote_code`` is ``actor_rollout_ref.model.trust_remote_code``: the engine loads the same
+    model class the actor does (the rollout section has no key of its own)."""
     dtype_name = config.dtype.lower()
     if dtype_name not in _DTYPES:
         raise ValueError(f"actor_rollout_ref.rollout.dtype={dtype_name!r}: use one of {sorted(_DTYPES)}")
@@ -132,9 +135,7 @@ def engine_kwargs(config: Any, model_path: str, hf_config, seed: int, engines_pe
         logprobs_mode="processed_logprobs",
         # the checkpoint's generation_config.json (repetition penalty, ...) must not change what PPO samples
         generation_config="vllm",
-        # the rollout section has no trust_remote_code (model.trust_remote_code is not forwarded); engine_kwargs.vllm
-        # can set it
-        trust_remote_code=False,
+        trust_remote_code=trust_remote_code,
         seed=seed,
         distributed_executor_backend="uni",
         # requests arrive as token ids and leave as token ids; EOS ids come from the trainer's meta_info
