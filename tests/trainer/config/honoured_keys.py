@@ -4,8 +4,9 @@ The refused half is machine-readable from the dataclasses (`verl.trainer.config.
 test_yaml_leaves.py checks that every leaf of every shipped yaml is in exactly one of the two.
 
 Sections with the same type share a test where the same code reads them: actor, reference and critic
-fsdp_config all go through verl.workers.fsdp_utils.apply_fsdp2, the actor's and critic's optim through
-build_optimizer / build_lr_scheduler.
+fsdp_config all go through verl.workers.fsdp_utils.apply_fsdp2 (test_key_effects.py's
+test_ref_and_critic_fsdp_sections_reach_apply_fsdp2 shows each worker hands it its own section), the actor's and
+critic's optim through build_optimizer / build_lr_scheduler.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 ARR = "actor_rollout_ref"
 
 _DATASET = "tests/data/test_rl_dataset.py"
-_PROMPT_IDS = "tests/data/test_prompt_ids.py"
 _ACTOR = "tests/workers/actor/test_dp_actor.py"
 _CRITIC = "tests/workers/critic/test_dp_critic.py"
 _RMPAD = "tests/workers/actor/test_remove_padding.py"
@@ -33,7 +33,8 @@ _FIT = "tests/trainer/ppo/test_fit_loop.py"
 _TRAINER_KEYS = "tests/trainer/ppo/test_trainer_keys.py"  # helper H1's runtime-key tests
 _BATCHES = "tests/trainer/config/test_config_batch_sizes.py"
 _EFFECTS = "tests/trainer/config/test_honoured_effects.py"
-_E2E = "tests/e2e/test_ppo_e2e.py::test_two_rank_run_updates_weights_and_rollout_follows"
+_KEYS = "tests/trainer/config/test_key_effects.py"
+_STRATEGY = "test_strategy_fsdp_and_fsdp2_both_shard_with_fsdp2_and_others_are_refused"
 
 
 def _fsdp(prefix: str) -> dict[str, str]:
@@ -81,7 +82,7 @@ HONOURED: dict[str, str] = {
     "data.filter_overlong_prompts": f"{_DATASET}::test_filter_overlong_prompts_drops_and_reports",
     "data.filter_overlong_prompts_workers": f"{_TRAINER_KEYS}::test_filter_overlong_prompts_workers",
     "data.truncation": f"{_DATASET}::test_truncation_modes_keep_max_prompt_length",
-    "data.trust_remote_code": f"{_PROMPT_IDS}::test_error_names_row_length_and_config_keys",
+    "data.trust_remote_code": f"{_KEYS}::test_data_trust_remote_code_reaches_the_drivers_tokenizer",
     "data.train_max_samples": f"{_DATASET}::test_max_samples_takes_the_first_rows_without_shuffle",
     "data.val_max_samples": f"{_DATASET}::test_max_samples_takes_the_first_rows_without_shuffle",
     "data.custom_cls.path": f"{_DATASET}::test_custom_dataset_class_from_file",
@@ -92,11 +93,10 @@ HONOURED: dict[str, str] = {
     f"{ARR}.model.override_config": "tests/workers/critic/test_dp_critic.py::test_value_head_init_small_and_dropout_off",
     f"{ARR}.model.enable_gradient_checkpointing": f"{_KNOBS}::test_gradient_checkpointing_from_model_config",
     f"{ARR}.model.use_remove_padding": f"{_RMPAD}::test_update_matches_padded",
-    f"{ARR}.model.trust_remote_code": "tests/data/test_rl_dataset_real_tokenizer.py::"
-    "test_arithmetic_prompts_with_smollm2_tokenizer",
+    f"{ARR}.model.trust_remote_code": f"{_KEYS}::test_model_trust_remote_code_reaches_every_load_of_the_worker",
     # ------------------------------------------------------------ actor
-    f"{ARR}.actor.strategy": "tests/workers/actor/test_fsdp2_two_ranks.py::test_actor_and_rollout_under_fsdp2_on_two_ranks",
-    f"{ARR}.actor.rollout_n": f"{_ACTOR}::test_metrics_names_and_counts",
+    f"{ARR}.actor.strategy": f"{_KEYS}::{_STRATEGY}",
+    f"{ARR}.actor.rollout_n": f"{_KEYS}::test_rollout_n_scales_the_mini_batch_and_must_equal_rollout_n",
     f"{ARR}.actor.use_remove_padding": f"{_RMPAD}::test_update_matches_padded",
     f"{ARR}.actor.ppo_mini_batch_size": f"{_ACTOR}::test_metrics_names_and_counts",
     f"{ARR}.actor.ppo_micro_batch_size": f"{_BATCHES}::test_deprecated_global_micro_batch_is_divided_over_the_workers",
@@ -115,7 +115,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.actor.kl_loss_type": f"{_KL}::test_kl_estimators",
     f"{ARR}.actor.ppo_epochs": f"{_ACTOR}::test_metrics_names_and_counts",
     f"{ARR}.actor.shuffle": f"{_ACTOR}::test_metrics_names_and_counts",
-    f"{ARR}.actor.policy_loss.loss_mode": f"{_LOSSES}::test_registry_names",
+    f"{ARR}.actor.policy_loss.loss_mode": f"{_KEYS}::test_loss_mode_picks_the_policy_loss_the_actor_uses",
     f"{ARR}.actor.policy_loss.clip_cov_ratio": f"{_LOSSES}::test_clip_cov_drops_gradient_of_high_covariance_tokens",
     f"{ARR}.actor.policy_loss.clip_cov_lb": f"{_LOSSES}::test_clip_cov_drops_gradient_of_high_covariance_tokens",
     f"{ARR}.actor.policy_loss.clip_cov_ub": f"{_LOSSES}::test_clip_cov_drops_gradient_of_high_covariance_tokens",
@@ -128,7 +128,7 @@ HONOURED: dict[str, str] = {
     **_optim(f"{ARR}.actor.optim"),
     **_fsdp(f"{ARR}.actor.fsdp_config"),
     # ------------------------------------------------------------ ref
-    f"{ARR}.ref.strategy": "tests/workers/actor/test_fsdp2_two_ranks.py::test_actor_and_rollout_under_fsdp2_on_two_ranks",
+    f"{ARR}.ref.strategy": f"{_KEYS}::{_STRATEGY}",
     f"{ARR}.ref.use_remove_padding": f"{_RMPAD}::test_log_probs_and_entropy_match_padded",
     **_fsdp(f"{ARR}.ref.fsdp_config"),
     f"{ARR}.ref.log_prob_micro_batch_size_per_gpu": f"{_ACTOR}::test_log_probs_independent_of_micro_batching",
@@ -136,7 +136,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.ref.log_prob_max_token_len_per_gpu": f"{_ACTOR}::test_log_probs_independent_of_micro_batching",
     # ------------------------------------------------------------ rollout
     f"{ARR}.rollout.name": "tests/e2e/test_vllm_sync.py::test_engines_follow_the_actor_only_through_the_sync",
-    f"{ARR}.rollout.mode": f"{_HF}::test_output_keys_shapes_and_layout",
+    f"{ARR}.rollout.mode": f"{_KEYS}::test_rollout_mode_sync_generates_and_async_is_refused",
     f"{ARR}.rollout.temperature": f"{_VLLM}::test_sampling_follows_the_rollout_keys",
     f"{ARR}.rollout.top_k": f"{_VLLM}::test_sampling_follows_the_rollout_keys",
     f"{ARR}.rollout.top_p": f"{_VLLM}::test_sampling_follows_the_rollout_keys",
@@ -168,8 +168,8 @@ HONOURED: dict[str, str] = {
     f"{ARR}.rollout.val_kwargs.do_sample": f"{_HF}::test_validate_uses_val_kwargs_greedy",
     f"{ARR}.rollout.engine_kwargs": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     # ------------------------------------------------------------ critic
-    "critic.rollout_n": f"{_CRITIC}::test_update_reduces_value_error_and_reports_metrics",
-    "critic.strategy": "tests/workers/actor/test_fsdp2_two_ranks.py::test_actor_and_rollout_under_fsdp2_on_two_ranks",
+    "critic.rollout_n": f"{_KEYS}::test_rollout_n_scales_the_mini_batch_and_must_equal_rollout_n",
+    "critic.strategy": f"{_KEYS}::{_STRATEGY}",
     **_optim("critic.optim"),
     "critic.model.path": f"{_CRITIC}::test_load_value_model_from_causal_lm_folder",
     "critic.model.tokenizer_path": f"{_CRITIC}::test_load_value_model_from_causal_lm_folder",
@@ -177,7 +177,7 @@ HONOURED: dict[str, str] = {
     "critic.model.enable_gradient_checkpointing": f"{_KNOBS}::test_gradient_checkpointing_from_model_config",
     "critic.model.use_remove_padding": f"{_RMPAD}::test_critic_values_and_update_match_padded",
     **_fsdp("critic.model.fsdp_config"),
-    "critic.model.trust_remote_code": f"{_CRITIC}::test_load_value_model_from_causal_lm_folder",
+    "critic.model.trust_remote_code": f"{_KEYS}::test_critic_trust_remote_code_reaches_the_value_model_load",
     "critic.ppo_mini_batch_size": f"{_CRITIC}::test_update_reduces_value_error_and_reports_metrics",
     "critic.ppo_micro_batch_size": f"{_BATCHES}::test_deprecated_global_micro_batch_is_divided_over_the_workers",
     "critic.ppo_micro_batch_size_per_gpu": f"{_CRITIC}::test_micro_batch_size_does_not_change_critic_update",
@@ -228,19 +228,19 @@ HONOURED: dict[str, str] = {
     "trainer.log_val_generations": f"{_TRAINER_KEYS}::test_log_val_generations_logs_samples",
     "trainer.rollout_data_dir": f"{_TRAINER_KEYS}::test_rollout_data_dir_dumps_jsonl",
     "trainer.validation_data_dir": f"{_TRAINER_KEYS}::test_validation_data_dir_dumps_jsonl",
-    "trainer.nnodes": "tests/single_controller/test_multi_node.py::test_ranks_span_both_nodes_and_all_gather",
-    "trainer.n_gpus_per_node": _E2E,
+    "trainer.nnodes": f"{_KEYS}::test_gpus_per_node_and_nnodes_size_the_pool_and_the_batch_checks",
+    "trainer.n_gpus_per_node": f"{_KEYS}::test_gpus_per_node_and_nnodes_size_the_pool_and_the_batch_checks",
     "trainer.save_freq": f"{_FIT}::test_nan_loss_stops_fit_with_the_step_and_no_checkpoint_from_it",
     "trainer.resume_mode": f"{_CKPT}::test_resume_modes",
     "trainer.resume_from_path": f"{_CKPT}::test_resume_modes",
     "trainer.val_before_train": f"{_FIT}::test_validation_before_training_is_logged_at_the_step_a_resumed_run_starts_from",
     "trainer.val_only": f"{_EFFECTS}::test_val_only_validates_and_trains_no_step",
     "trainer.test_freq": f"{_FIT}::test_validation_before_training_is_logged_at_the_step_a_resumed_run_starts_from",
-    "trainer.critic_warmup": _E2E,
+    "trainer.critic_warmup": f"{_KEYS}::test_critic_warmup_trains_only_the_critic_for_its_steps",
     "trainer.default_local_dir": f"{_CKPT}::test_resume_mid_epoch_replays_the_rest_of_that_epoch",
     "trainer.max_actor_ckpt_to_keep": f"{_CKPT}::test_retention_keeps_the_newest_and_never_the_current",
     "trainer.max_critic_ckpt_to_keep": f"{_CKPT}::test_retention_keeps_the_newest_and_never_the_current",
     "trainer.device": f"{_TRAINER_KEYS}::test_trainer_device_cpu_forces_cpu",
-    "trainer.report_dir": "tests/e2e/test_vllm_sync.py::test_engines_follow_the_actor_only_through_the_sync",
+    "trainer.report_dir": f"{_KEYS}::test_report_dir_is_where_the_run_report_goes",
     "ray_kwargs.ray_init": "tests/single_controller/test_ray_utils.py::test_overrides_from_config_win_and_nulls_are_ignored",
 }
