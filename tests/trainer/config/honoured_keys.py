@@ -50,17 +50,10 @@ def _fsdp(prefix: str) -> dict[str, str]:
 
 
 def _optim(prefix: str) -> dict[str, str]:
-    return {
-        f"{prefix}.lr": f"{_ACTOR}::test_positive_advantage_raises_that_tokens_log_prob",
-        f"{prefix}.lr_warmup_steps": f"{_TORCH_F}::test_constant_schedule_with_warmup",
-        f"{prefix}.lr_warmup_steps_ratio": f"{_TORCH_F}::test_constant_schedule_with_warmup",
-        f"{prefix}.min_lr_ratio": f"{_TORCH_F}::test_cosine_schedule_min_lr_ratio",
-        f"{prefix}.num_cycles": f"{_TORCH_F}::test_cosine_schedule_values",
-        f"{prefix}.warmup_style": f"{_TORCH_F}::test_cosine_schedule_values",
-        f"{prefix}.total_training_steps": f"{_TORCH_F}::test_cosine_schedule_values",
-        f"{prefix}.weight_decay": f"{_ACTOR}::test_zero_advantages_leave_weights_unchanged",
-        f"{prefix}.betas": f"{_ACTOR}::test_positive_advantage_raises_that_tokens_log_prob",
-    }
+    test = f"{_KEYS}::test_optim_keys_build_the_optimizer_and_its_schedule"
+    keys = ("lr", "lr_warmup_steps", "lr_warmup_steps_ratio", "min_lr_ratio", "num_cycles", "warmup_style",
+            "total_training_steps", "weight_decay", "betas")
+    return {f"{prefix}.{key}": test for key in keys}
 
 
 HONOURED: dict[str, str] = {

@@ -359,3 +359,44 @@ def test_data_trust_remote_code_reaches_the_drivers_tokenizer(monkeypatch, tmp_p
         loads = _launch_with_stubs(monkeypatch, tmp_path, model_dir, f"data.trust_remote_code={trust}",
                                    f"{ARR}.model.trust_remote_code={not trust}")
         assert loads == [trust]
+
+
+# ---------------------------------------------------------------- actor.optim.* / critic.optim.*
+
+
+@pytest.mark.parametrize("section", [f"{ARR}.actor.optim", "critic.optim"])
+def test_optim_keys_build_the_optimizer_and_its_schedule(section):
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.workers.fsdp_utils import build_lr_scheduler, build_optimizer
+
+    def optim(*overrides: str):
+        config = typed(*(f"{section}.{o}" for o in overrides))
+        return config.actor_rollout_ref.actor.optim if section.startswith(ARR) else config.critic.optim
+
+    def lrs(o, steps: int) -> list[float]:
+        scheduler = build_lr_scheduler(build_optimizer(torch.nn.Linear(2, 2), o, section), o, section)
+        out = []
+        for _ in range(steps):
+            out.append(scheduler.get_last_lr()[0])
+            scheduler.optimizer.step()
+            scheduler.step()
+        return out
+
+    (group,) = build_optimizer(torch.nn.Linear(2, 2), optim("lr=0.1", "betas=[0.5,0.6]", "weight_decay=0.2"),
+                               section).param_groups
+    assert (group["lr"], group["betas"], group["weight_decay"]) == (0.1, (0.5, 0.6), 0.2)
+    # constant: warmup of lr_warmup_steps, or (when it is -1) lr_warmup_steps_ratio of total_training_steps
+    ratio = optim("lr=0.1", "warmup_style=constant", "lr_warmup_steps=-1", "lr_warmup_steps_ratio=0.25",
+                  "total_training_steps=8")
+    assert lrs(ratio, 4) == pytest.approx([0.0, 0.05, 0.1, 0.1])
+    steps = optim("lr=0.1", "warmup_style=constant", "lr_warmup_steps=1", "lr_warmup_steps_ratio=0.25")
+    assert lrs(steps, 3) == pytest.approx([0.0, 0.1, 0.1])
+    # cosine from lr to min_lr_ratio * lr over total_training_steps: lr * (0.6 + 0.4 cos(2 pi num_cycles s / 4))
+    cosine = ["lr=0.1", "warmup_style=cosine", "lr_warmup_steps=0", "min_lr_ratio=0.2", "total_training_steps=4"]
+    assert lrs(optim(*cosine, "num_cycles=0.5"), 5) == pytest.approx([0.1, 0.0883, 0.06, 0.0317, 0.02], abs=1e-4)
+    assert lrs(optim(*cosine, "num_cycles=1.0"), 5) == pytest.approx([0.1, 0.06, 0.02, 0.06, 0.1], abs=1e-4)
+    # the trainer fills total_training_steps in from its own horizon before the workers build the schedules
+    config = typed("trainer.total_training_steps=6")
+    RayPPOTrainer(config, tokenizer=None, role_worker_mapping={}, resource_pool_manager=None,
+                  train_dataset=[{"x": i} for i in range(8)], collate_fn=lambda rows: rows)
+    assert config.actor_rollout_ref.actor.optim.total_training_steps == config.critic.optim.total_training_steps == 6
