@@ -352,8 +352,6 @@ def test_report_dir_is_where_the_run_report_goes(monkeypatch, tmp_path, model_di
     assert "summary.json" in os.listdir(tmp_path / "run" / "report")
 
 
-@pytest.mark.xfail(strict=True, reason="verl/trainer/ppo/launcher.py loads the driver's tokenizer without "
-                   "trust_remote_code=data.trust_remote_code (the change is reported to the owner)")
 def test_data_trust_remote_code_reaches_the_drivers_tokenizer(monkeypatch, tmp_path, model_dir):
     for trust in (True, False):
         loads = _launch_with_stubs(monkeypatch, tmp_path, model_dir, f"data.trust_remote_code={trust}",

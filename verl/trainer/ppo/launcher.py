@@ -71,7 +71,7 @@ def build_trainer(config: PPOTrainerConfig | Any):
     data = config.data
     model = config.actor_rollout_ref.model
     tokenizer = load_tokenizer(data.tokenizer or model.path, "data.tokenizer",
-                               custom_chat_template=model.custom_chat_template)
+                               trust_remote_code=data.trust_remote_code, custom_chat_template=model.custom_chat_template)
     train_dataset = create_rl_dataset(data.train_files, data, tokenizer, max_samples=data.train_max_samples)
     val_dataset = None
     if data.val_files:
