@@ -7,102 +7,93 @@ import warnings
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from verl.trainer.config import ConfigError, ConfigWarning, PPOTrainerConfig, validate_config
+from tests.trainer.config.overrides_helpers import problems_of, set_keys
+from verl.trainer.config import ConfigWarning, PPOTrainerConfig, validate_config
 from verl.trainer.config.checks import check_actor_batches
 
 ACTOR = "actor_rollout_ref.actor"
 
 
-def _set(cfg: DictConfig, **values) -> DictConfig:
-    for key, value in values.items():
-        OmegaConf.update(cfg, key.replace("__", "."), value, merge=False)
-    return cfg
-
-
-def _problems(cfg: DictConfig) -> list[str]:
-    with pytest.raises(ConfigError) as info:
-        validate_config(cfg, check_files=False)
-    return info.value.problems
 
 
 def _grpo(cfg: DictConfig, n: int) -> DictConfig:
     """GRPO has no critic, so only the actor's batch sizes are checked."""
-    return _set(cfg, algorithm__adv_estimator="grpo", actor_rollout_ref__rollout__n=n)
+    return set_keys(cfg, algorithm__adv_estimator="grpo", actor_rollout_ref__rollout__n=n)
 
 
 def test_mini_batch_must_divide_the_train_batch(cfg):
-    _set(_grpo(cfg, 2), data__train_batch_size=8, actor_rollout_ref__actor__ppo_mini_batch_size=3)
-    message = next(p for p in _problems(cfg) if p.startswith("data.train_batch_size"))
+    set_keys(_grpo(cfg, 2), data__train_batch_size=8, actor_rollout_ref__actor__ppo_mini_batch_size=3)
+    message = next(p for p in problems_of(cfg) if p.startswith("data.train_batch_size"))
     assert "8 * 2 = 16 is not divisible by actor_rollout_ref.actor.ppo_mini_batch_size" in message
     assert "3 * 2 = 6" in message
 
 
 def test_mini_batch_larger_than_train_batch(cfg):
-    _set(_grpo(cfg, 2), data__train_batch_size=4, actor_rollout_ref__actor__ppo_mini_batch_size=8)
+    set_keys(_grpo(cfg, 2), data__train_batch_size=4, actor_rollout_ref__actor__ppo_mini_batch_size=8)
     assert any(
         "actor_rollout_ref.actor.ppo_mini_batch_size (8) is larger than data.train_batch_size (4)" in p
-        for p in _problems(cfg)
+        for p in problems_of(cfg)
     )
 
 
 def test_mini_batch_must_split_over_the_workers(cfg):
     # 1 prompt x 3 responses per optimizer step cannot be shared by 2 workers.
-    _set(_grpo(cfg, 3), actor_rollout_ref__actor__ppo_mini_batch_size=1)
-    message = next(p for p in _problems(cfg) if "data-parallel" in p)
+    set_keys(_grpo(cfg, 3), actor_rollout_ref__actor__ppo_mini_batch_size=1)
+    message = next(p for p in problems_of(cfg) if "data-parallel" in p)
     assert message.startswith("actor_rollout_ref.actor.ppo_mini_batch_size * actor_rollout_ref.rollout.n = 1 * 3 = 3")
     assert "over 2 data-parallel workers" in message and "1 * 2 / 1" in message
 
 
 def test_micro_larger_than_the_per_worker_mini_batch(cfg):
     # 4 prompts x 1 response over 2 workers = 2 per worker, less than the micro-batch of 4.
-    _set(cfg, actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu=4)
+    set_keys(cfg, actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu=4)
     assert any(
         p.startswith(
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (4) is larger than the mini-batch each "
             "worker gets, 2 (= actor_rollout_ref.actor.ppo_mini_batch_size 4 * actor_rollout_ref.rollout.n 1 "
             "/ 2 workers)"
         )
-        for p in _problems(cfg)
+        for p in problems_of(cfg)
     )
 
 
 def test_per_worker_mini_batch_must_divide_into_micro_batches(cfg):
     # 4 prompts x 3 responses / 2 workers = 6 per worker, not a multiple of 4.
-    _set(_grpo(cfg, 3), data__train_batch_size=8, actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu=4)
-    assert any("each worker gets, 6" in p and "not divisible by" in p and "(4)" in p for p in _problems(cfg))
+    set_keys(_grpo(cfg, 3), data__train_batch_size=8, actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu=4)
+    assert any("each worker gets, 6" in p and "not divisible by" in p and "(4)" in p for p in problems_of(cfg))
 
 
 def test_deprecated_and_per_gpu_micro_batch_are_exclusive(cfg):
-    _set(cfg, actor_rollout_ref__actor__ppo_micro_batch_size=4)
+    set_keys(cfg, actor_rollout_ref__actor__ppo_micro_batch_size=4)
     assert any(
         "actor_rollout_ref.actor.ppo_micro_batch_size (4) and actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (2)"
         " are both set" in p
-        for p in _problems(cfg)
+        for p in problems_of(cfg)
     )
 
 
 def test_deprecated_global_micro_batch_is_divided_over_the_workers(cfg):
-    _set(
+    set_keys(
         cfg,
         actor_rollout_ref__actor__ppo_micro_batch_size=4,
         actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu=None,
     )
     validate_config(cfg, check_files=False)  # 4 / 2 workers = 2 per worker, which divides the share of 2
     cfg.actor_rollout_ref.actor.ppo_micro_batch_size = 3
-    assert any("ppo_micro_batch_size (3) is a global size" in p and "data-parallel size 2" in p for p in _problems(cfg))
+    assert any("ppo_micro_batch_size (3) is a global size" in p and "data-parallel size 2" in p for p in problems_of(cfg))
 
 
 def test_micro_batch_size_is_required_without_dynamic_batching(cfg):
-    _set(cfg, actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu=None)
-    assert any(p.startswith("Set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu") for p in _problems(cfg))
-    _set(cfg, actor_rollout_ref__actor__use_dynamic_bsz=True, critic__ppo_micro_batch_size_per_gpu=None)
+    set_keys(cfg, actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu=None)
+    assert any(p.startswith("Set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu") for p in problems_of(cfg))
+    set_keys(cfg, actor_rollout_ref__actor__use_dynamic_bsz=True, critic__ppo_micro_batch_size_per_gpu=None)
     validate_config(cfg, check_files=False)
 
 
 def test_token_budget_shorter_than_one_sequence_warns(cfg):
-    _set(cfg, actor_rollout_ref__actor__use_dynamic_bsz=True, actor_rollout_ref__actor__ppo_max_token_len_per_gpu=1000)
+    set_keys(cfg, actor_rollout_ref__actor__use_dynamic_bsz=True, actor_rollout_ref__actor__ppo_max_token_len_per_gpu=1000)
     with pytest.warns(ConfigWarning) as record:
         validate_config(cfg, check_files=False)
     messages = [str(w.message) for w in record]
@@ -114,31 +105,31 @@ def test_token_budget_shorter_than_one_sequence_warns(cfg):
 
 
 def test_critic_batches_are_checked_only_when_the_critic_is_used(cfg):
-    _set(cfg, critic__ppo_micro_batch_size_per_gpu=3)  # gae: critic share is 4 * 1 / 2 = 2 per worker
-    assert any(p.startswith("critic.ppo_micro_batch_size_per_gpu (3) is larger") for p in _problems(cfg))
+    set_keys(cfg, critic__ppo_micro_batch_size_per_gpu=3)  # gae: critic share is 4 * 1 / 2 = 2 per worker
+    assert any(p.startswith("critic.ppo_micro_batch_size_per_gpu (3) is larger") for p in problems_of(cfg))
     validate_config(_grpo(cfg, 4), check_files=False)
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "rloo"])
 def test_group_estimator_with_one_response_suggests_more(cfg, estimator):
-    _set(cfg, algorithm__adv_estimator=estimator)
+    set_keys(cfg, algorithm__adv_estimator=estimator)
     assert any(
         p.startswith(f"algorithm.adv_estimator={estimator}") and "actor_rollout_ref.rollout.n=4" in p
-        for p in _problems(cfg)
+        for p in problems_of(cfg)
     )
 
 
 def test_parallel_sizes_must_divide_the_workers(cfg):
-    _set(cfg, actor_rollout_ref__rollout__tensor_model_parallel_size=4)
+    set_keys(cfg, actor_rollout_ref__rollout__tensor_model_parallel_size=4)
     assert any(
         "actor_rollout_ref.rollout.tensor_model_parallel_size (4) must divide the number of workers" in p
         and "1 * 2 = 2" in p
-        for p in _problems(cfg)
+        for p in problems_of(cfg)
     )
 
 
 def test_kl_in_reward_and_kl_loss_together_warn(cfg):
-    _set(cfg, algorithm__use_kl_in_reward=True, actor_rollout_ref__actor__use_kl_loss=True)
+    set_keys(cfg, algorithm__use_kl_in_reward=True, actor_rollout_ref__actor__use_kl_loss=True)
     with pytest.warns(ConfigWarning, match="counted twice"):
         validate_config(cfg, check_files=False)
 
@@ -190,6 +181,6 @@ def test_actor_check_accepts_exactly_the_batches_that_split_evenly(train, mini, 
 def test_actor_rollout_n_follows_rollout_n_and_a_different_value_is_refused(cfg):
     _grpo(cfg, 4)
     assert validate_config(cfg, check_files=False).actor_rollout_ref.actor.rollout_n == 4  # the interpolation
-    _set(cfg, actor_rollout_ref__actor__rollout_n=2)
-    (problem,) = [p for p in _problems(cfg) if "actor.rollout_n" in p]
+    set_keys(cfg, actor_rollout_ref__actor__rollout_n=2)
+    (problem,) = [p for p in problems_of(cfg) if "actor.rollout_n" in p]
     assert problem.startswith("actor_rollout_ref.actor.rollout_n (2) differs from actor_rollout_ref.rollout.n (4)")

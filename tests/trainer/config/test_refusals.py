@@ -2,35 +2,21 @@
 
 from __future__ import annotations
 
-import pytest
-from omegaconf import DictConfig, OmegaConf
-
-from verl.trainer.config import ConfigError, PPOTrainerConfig, validate_config
+from tests.trainer.config.overrides_helpers import problems_of, set_keys
+from verl.trainer.config import PPOTrainerConfig, validate_config
 from verl.trainer.config.base import iter_refusals, refusal_table
 
 
-def _set(cfg: DictConfig, **values) -> DictConfig:
-    for key, value in values.items():
-        OmegaConf.update(cfg, key.replace("__", "."), value, merge=False)
-    return cfg
-
-
-def _problems(cfg: DictConfig) -> list[str]:
-    with pytest.raises(ConfigError) as info:
-        validate_config(cfg, check_files=False)
-    return info.value.problems
-
-
 def test_lora_in_rl_is_refused_naming_the_key_instead_of_training_the_full_model(cfg):
-    _set(cfg, actor_rollout_ref__model__lora_rank=32, critic__model__lora_rank=8)
-    problems = _problems(cfg)
+    set_keys(cfg, actor_rollout_ref__model__lora_rank=32, critic__model__lora_rank=8)
+    problems = problems_of(cfg)
     message = next(p for p in problems if p.startswith("actor_rollout_ref.model.lora_rank=32 is refused"))
     assert "Set lora_rank=0" in message and "(its default, 0, is fine)" in message
     assert any(p.startswith("critic.model.lora_rank=8 is refused") for p in problems)
 
 
 def test_all_problems_are_reported_at_once(cfg):
-    _set(
+    set_keys(
         cfg,
         algorithm__filter_groups__enable=True,
         reward_model__enable=True,
@@ -38,7 +24,7 @@ def test_all_problems_are_reported_at_once(cfg):
         actor_rollout_ref__model__use_liger=True,
         trainer__logger=["console", "swanlab"],
     )
-    keys = [p.split("=", 1)[0] for p in _problems(cfg)]
+    keys = [p.split("=", 1)[0] for p in problems_of(cfg)]
     assert keys == [
         "actor_rollout_ref.model.use_liger",
         "actor_rollout_ref.rollout.name",
@@ -49,26 +35,26 @@ def test_all_problems_are_reported_at_once(cfg):
 
 
 def test_refused_value_of_a_list_names_the_entry(cfg):
-    _set(cfg, trainer__logger=["console", "clearml"])
-    (message,) = _problems(cfg)
+    set_keys(cfg, trainer__logger=["console", "clearml"])
+    (message,) = problems_of(cfg)
     assert message.startswith("trainer.logger='clearml' is refused: the clearml backend is not built")
 
 
 def test_a_key_that_follows_another_accepts_the_followed_value(cfg):
     # gen_batch_size is ${data.train_batch_size}: changing the batch size alone is not a use of DAPO.
-    _set(cfg, data__train_batch_size=16, actor_rollout_ref__model__path="/some/model")
+    set_keys(cfg, data__train_batch_size=16, actor_rollout_ref__model__path="/some/model")
     typed = validate_config(cfg, check_files=False)
     assert typed.data.gen_batch_size == 16
     assert typed.reward_model.model.input_tokenizer == "/some/model"
-    _set(cfg, data__gen_batch_size=32)
-    (message,) = _problems(cfg)
+    set_keys(cfg, data__gen_batch_size=32)
+    (message,) = problems_of(cfg)
     assert message.startswith("data.gen_batch_size=32 is refused: DAPO's dynamic sampling")
     assert "(${data.train_batch_size} is fine)" in message
 
 
 def test_a_refused_section_names_each_changed_leaf(cfg):
-    _set(cfg, reward_model__model__fsdp_config__param_offload=True)
-    (message,) = _problems(cfg)
+    set_keys(cfg, reward_model__model__fsdp_config__param_offload=True)
+    (message,) = problems_of(cfg)
     assert message.startswith(
         "reward_model.model.fsdp_config.param_offload=True under reward_model.model.fsdp_config refused"
     )
@@ -77,8 +63,8 @@ def test_a_refused_section_names_each_changed_leaf(cfg):
 def test_fsdp_size_is_refused_for_the_rl_workers_only(cfg):
     from verl.trainer.config.engine import FSDPConfig
 
-    _set(cfg, actor_rollout_ref__actor__fsdp_config__fsdp_size=1, critic__model__fsdp_config__fsdp_size=1)
-    problems = _problems(cfg)
+    set_keys(cfg, actor_rollout_ref__actor__fsdp_config__fsdp_size=1, critic__model__fsdp_config__fsdp_size=1)
+    problems = problems_of(cfg)
     assert [p.split(" ")[0] for p in problems] == [
         "actor_rollout_ref.actor.fsdp_config.fsdp_size=1",
         "critic.model.fsdp_config.fsdp_size=1",
@@ -98,10 +84,10 @@ def test_every_refusal_says_why_and_what_to_do():
 
 
 def test_ignore_eos_is_refused_with_the_hf_rollout_only(cfg):
-    _set(cfg, actor_rollout_ref__rollout__ignore_eos=True)
-    (message,) = _problems(cfg)
+    set_keys(cfg, actor_rollout_ref__rollout__ignore_eos=True)
+    (message,) = problems_of(cfg)
     assert message.startswith("actor_rollout_ref.rollout.ignore_eos=true is refused with actor_rollout_ref.rollout.name=hf")
-    _set(cfg, actor_rollout_ref__rollout__name="vllm")
+    set_keys(cfg, actor_rollout_ref__rollout__name="vllm")
     assert validate_config(cfg, check_files=False).actor_rollout_ref.rollout.ignore_eos is True
 
 
