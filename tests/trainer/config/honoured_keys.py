@@ -24,7 +24,6 @@ _ADV = "tests/algos/test_advantage_estimators.py"
 _ALGOS = "tests/algos/test_algos_dataproto.py"
 _VLLM = "tests/workers/rollout/test_vllm_parts.py"
 _HF = "tests/workers/rollout/test_hf_rollout.py"
-_TORCH_F = "tests/utils/test_torch_functional.py"
 _CKPT = "tests/checkpoint/test_trainer_checkpointing.py"
 _FSDP_CKPT = "tests/checkpoint/test_fsdp_checkpoint_manager.py"
 _REWARD = "tests/workers/reward_manager/test_reward_managers.py"
@@ -34,6 +33,8 @@ _TRAINER_KEYS = "tests/trainer/ppo/test_trainer_keys.py"  # helper H1's runtime-
 _BATCHES = "tests/trainer/config/test_config_batch_sizes.py"
 _EFFECTS = "tests/trainer/config/test_honoured_effects.py"
 _KEYS = "tests/trainer/config/test_key_effects.py"
+_UPDATE = "tests/trainer/config/test_key_effects_update.py"
+_KL_LOSS = "test_use_kl_loss_adds_kl_loss_coef_times_the_kl_to_the_ref_policy"
 _STRATEGY = "test_strategy_fsdp_and_fsdp2_both_shard_with_fsdp2_and_others_are_refused"
 
 
@@ -71,7 +72,7 @@ HONOURED: dict[str, str] = {
     "data.return_full_prompt": f"{_DATASET}::test_item_layout",
     "data.shuffle": f"{_DATASET}::test_sampler_is_seeded_random_or_sequential",
     "data.seed": f"{_DATASET}::test_sampler_is_seeded_random_or_sequential",
-    "data.dataloader_num_workers": f"{_DATASET}::test_stateful_dataloader_batches_become_dataproto",
+    "data.dataloader_num_workers": f"{_UPDATE}::test_dataloader_num_workers_reaches_the_training_dataloader",
     "data.filter_overlong_prompts": f"{_DATASET}::test_filter_overlong_prompts_drops_and_reports",
     "data.filter_overlong_prompts_workers": f"{_TRAINER_KEYS}::test_filter_overlong_prompts_workers",
     "data.truncation": f"{_DATASET}::test_truncation_modes_keep_max_prompt_length",
@@ -96,18 +97,18 @@ HONOURED: dict[str, str] = {
     f"{ARR}.actor.ppo_micro_batch_size_per_gpu": f"{_ACTOR}::test_row_weighting_would_differ",
     f"{ARR}.actor.use_dynamic_bsz": f"{_ACTOR}::test_micro_batch_size_does_not_change_update",
     f"{ARR}.actor.ppo_max_token_len_per_gpu": f"{_ACTOR}::test_micro_batch_size_does_not_change_update",
-    f"{ARR}.actor.grad_clip": f"{_TORCH_F}::test_clip_grad_norm_returns_float_and_clips",
+    f"{ARR}.actor.grad_clip": f"{_UPDATE}::test_grad_clip_bounds_the_applied_step",
     f"{ARR}.actor.clip_ratio": f"{_LOSSES}::test_vanilla_reads_the_typed_actor_config",
     f"{ARR}.actor.clip_ratio_low": f"{_LOSSES}::test_vanilla_clip_higher_is_asymmetric",
     f"{ARR}.actor.clip_ratio_high": f"{_LOSSES}::test_vanilla_clip_higher_is_asymmetric",
     f"{ARR}.actor.clip_ratio_c": f"{_LOSSES}::test_vanilla_dual_clip_hand_computed",
     f"{ARR}.actor.loss_agg_mode": f"{_KL}::test_agg_loss_modes_hand_computed",
-    f"{ARR}.actor.entropy_coeff": f"{_ACTOR}::test_metrics_names_and_counts",
-    f"{ARR}.actor.use_kl_loss": f"{_ACTOR}::test_metrics_names_and_counts",
-    f"{ARR}.actor.kl_loss_coef": f"{_ACTOR}::test_metrics_names_and_counts",
-    f"{ARR}.actor.kl_loss_type": f"{_KL}::test_kl_estimators",
-    f"{ARR}.actor.ppo_epochs": f"{_ACTOR}::test_metrics_names_and_counts",
-    f"{ARR}.actor.shuffle": f"{_ACTOR}::test_metrics_names_and_counts",
+    f"{ARR}.actor.entropy_coeff": f"{_UPDATE}::test_entropy_coeff_subtracts_coeff_times_entropy_from_the_loss",
+    f"{ARR}.actor.use_kl_loss": f"{_UPDATE}::{_KL_LOSS}",
+    f"{ARR}.actor.kl_loss_coef": f"{_UPDATE}::{_KL_LOSS}",
+    f"{ARR}.actor.kl_loss_type": f"{_UPDATE}::{_KL_LOSS}",
+    f"{ARR}.actor.ppo_epochs": f"{_UPDATE}::test_ppo_epochs_repeats_the_optimizer_steps",
+    f"{ARR}.actor.shuffle": f"{_UPDATE}::test_shuffle_draws_a_seeded_permutation_per_epoch",
     f"{ARR}.actor.policy_loss.loss_mode": f"{_KEYS}::test_loss_mode_picks_the_policy_loss_the_actor_uses",
     f"{ARR}.actor.policy_loss.clip_cov_ratio": f"{_LOSSES}::test_clip_cov_drops_gradient_of_high_covariance_tokens",
     f"{ARR}.actor.policy_loss.clip_cov_lb": f"{_LOSSES}::test_clip_cov_drops_gradient_of_high_covariance_tokens",
@@ -152,7 +153,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.rollout.log_prob_max_token_len_per_gpu": f"{_ACTOR}::test_log_probs_independent_of_micro_batching",
     f"{ARR}.rollout.disable_log_stats": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.enable_chunked_prefill": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
-    f"{ARR}.rollout.n": f"{_ALGOS}::test_compute_advantage_grpo_writes_advantages_and_returns",
+    f"{ARR}.rollout.n": f"{_UPDATE}::test_rollout_n_repeats_each_prompt_n_times_interleaved_under_one_uid",
     f"{ARR}.rollout.calculate_log_probs": f"{_HF}::test_rollout_log_probs_match_the_actor",
     f"{ARR}.rollout.val_kwargs.top_k": f"{_VLLM}::test_validation_sampling_uses_val_kwargs",
     f"{ARR}.rollout.val_kwargs.top_p": f"{_VLLM}::test_validation_sampling_uses_val_kwargs",
@@ -178,9 +179,9 @@ HONOURED: dict[str, str] = {
     "critic.use_dynamic_bsz": f"{_CRITIC}::test_micro_batch_size_does_not_change_critic_update",
     "critic.ppo_max_token_len_per_gpu": f"{_CRITIC}::test_micro_batch_size_does_not_change_critic_update",
     "critic.forward_max_token_len_per_gpu": f"{_CRITIC}::test_values_independent_of_micro_batching",
-    "critic.ppo_epochs": f"{_CRITIC}::test_update_reduces_value_error_and_reports_metrics",
-    "critic.shuffle": f"{_CRITIC}::test_update_reduces_value_error_and_reports_metrics",
-    "critic.grad_clip": f"{_TORCH_F}::test_clip_grad_norm_returns_float_and_clips",
+    "critic.ppo_epochs": f"{_UPDATE}::test_ppo_epochs_repeats_the_optimizer_steps",
+    "critic.shuffle": f"{_UPDATE}::test_shuffle_draws_a_seeded_permutation_per_epoch",
+    "critic.grad_clip": f"{_UPDATE}::test_grad_clip_bounds_the_applied_step",
     "critic.cliprange_value": f"{_KL}::test_value_loss_clipped",
     "critic.loss_agg_mode": f"{_KL}::test_agg_loss_modes_hand_computed",
     "critic.checkpoint.save_contents": f"{_FSDP_CKPT}::test_critic_checkpoint_merges_to_a_token_classification_model",
