@@ -35,6 +35,7 @@ _EFFECTS = "tests/trainer/config/test_honoured_effects.py"
 _KEYS = "tests/trainer/config/test_key_effects.py"
 _UPDATE = "tests/trainer/config/test_key_effects_update.py"
 _KL_LOSS = "test_use_kl_loss_adds_kl_loss_coef_times_the_kl_to_the_ref_policy"
+_AGG = "test_loss_agg_mode_aggregates_the_actor_and_the_critic_loss"
 _STRATEGY = "test_strategy_fsdp_and_fsdp2_both_shard_with_fsdp2_and_others_are_refused"
 
 
@@ -66,7 +67,7 @@ HONOURED: dict[str, str] = {
     "data.reward_fn_key": f"{_REWARD}::test_missing_reward_fn_key_names_the_config_key",
     "data.max_prompt_length": f"{_DATASET}::test_truncation_modes_keep_max_prompt_length",
     "data.max_response_length": f"{_REWARD}::test_dapo_adds_overlong_penalty",
-    "data.train_batch_size": f"{_DATASET}::test_stateful_dataloader_batches_become_dataproto",
+    "data.train_batch_size": f"{_UPDATE}::test_train_batch_size_is_the_prompts_per_step",
     "data.return_raw_input_ids": f"{_TRAINER_KEYS}::test_return_raw_input_ids",
     "data.return_raw_chat": f"{_DATASET}::test_raw_chat_only_when_asked",
     "data.return_full_prompt": f"{_DATASET}::test_item_layout",
@@ -102,7 +103,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.actor.clip_ratio_low": f"{_LOSSES}::test_vanilla_clip_higher_is_asymmetric",
     f"{ARR}.actor.clip_ratio_high": f"{_LOSSES}::test_vanilla_clip_higher_is_asymmetric",
     f"{ARR}.actor.clip_ratio_c": f"{_LOSSES}::test_vanilla_dual_clip_hand_computed",
-    f"{ARR}.actor.loss_agg_mode": f"{_KL}::test_agg_loss_modes_hand_computed",
+    f"{ARR}.actor.loss_agg_mode": f"{_UPDATE}::{_AGG}",
     f"{ARR}.actor.entropy_coeff": f"{_UPDATE}::test_entropy_coeff_subtracts_coeff_times_entropy_from_the_loss",
     f"{ARR}.actor.use_kl_loss": f"{_UPDATE}::{_KL_LOSS}",
     f"{ARR}.actor.kl_loss_coef": f"{_UPDATE}::{_KL_LOSS}",
@@ -125,9 +126,9 @@ HONOURED: dict[str, str] = {
     f"{ARR}.ref.strategy": f"{_KEYS}::{_STRATEGY}",
     f"{ARR}.ref.use_remove_padding": f"{_RMPAD}::test_log_probs_and_entropy_match_padded",
     **_fsdp(f"{ARR}.ref.fsdp_config"),
-    f"{ARR}.ref.log_prob_micro_batch_size_per_gpu": f"{_ACTOR}::test_log_probs_independent_of_micro_batching",
-    f"{ARR}.ref.log_prob_use_dynamic_bsz": f"{_ACTOR}::test_log_probs_independent_of_micro_batching",
-    f"{ARR}.ref.log_prob_max_token_len_per_gpu": f"{_ACTOR}::test_log_probs_independent_of_micro_batching",
+    f"{ARR}.ref.log_prob_micro_batch_size_per_gpu": f"{_UPDATE}::test_log_prob_batching_follows_its_own_section",
+    f"{ARR}.ref.log_prob_use_dynamic_bsz": f"{_UPDATE}::test_log_prob_batching_follows_its_own_section",
+    f"{ARR}.ref.log_prob_max_token_len_per_gpu": f"{_UPDATE}::test_log_prob_batching_follows_its_own_section",
     # ------------------------------------------------------------ rollout
     f"{ARR}.rollout.name": "tests/e2e/test_vllm_sync.py::test_engines_follow_the_actor_only_through_the_sync",
     f"{ARR}.rollout.mode": f"{_KEYS}::test_rollout_mode_sync_generates_and_async_is_refused",
@@ -148,9 +149,9 @@ HONOURED: dict[str, str] = {
     f"{ARR}.rollout.max_num_batched_tokens": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.max_model_len": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.max_num_seqs": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
-    f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu": f"{_ACTOR}::test_log_probs_independent_of_micro_batching",
-    f"{ARR}.rollout.log_prob_use_dynamic_bsz": f"{_ACTOR}::test_log_probs_independent_of_micro_batching",
-    f"{ARR}.rollout.log_prob_max_token_len_per_gpu": f"{_ACTOR}::test_log_probs_independent_of_micro_batching",
+    f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu": f"{_UPDATE}::test_log_prob_batching_follows_its_own_section",
+    f"{ARR}.rollout.log_prob_use_dynamic_bsz": f"{_UPDATE}::test_log_prob_batching_follows_its_own_section",
+    f"{ARR}.rollout.log_prob_max_token_len_per_gpu": f"{_UPDATE}::test_log_prob_batching_follows_its_own_section",
     f"{ARR}.rollout.disable_log_stats": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.enable_chunked_prefill": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.n": f"{_UPDATE}::test_rollout_n_repeats_each_prompt_n_times_interleaved_under_one_uid",
@@ -183,7 +184,7 @@ HONOURED: dict[str, str] = {
     "critic.shuffle": f"{_UPDATE}::test_shuffle_draws_a_seeded_permutation_per_epoch",
     "critic.grad_clip": f"{_UPDATE}::test_grad_clip_bounds_the_applied_step",
     "critic.cliprange_value": f"{_KL}::test_value_loss_clipped",
-    "critic.loss_agg_mode": f"{_KL}::test_agg_loss_modes_hand_computed",
+    "critic.loss_agg_mode": f"{_UPDATE}::{_AGG}",
     "critic.checkpoint.save_contents": f"{_FSDP_CKPT}::test_critic_checkpoint_merges_to_a_token_classification_model",
     "critic.checkpoint.load_contents": f"{_CKPT}::test_incomplete_critic_is_named",
     # ------------------------------------------------------------ rewards

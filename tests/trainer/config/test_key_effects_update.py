@@ -250,3 +250,97 @@ def test_rollout_n_repeats_each_prompt_n_times_interleaved_under_one_uid(n):
     assert out.non_tensor_batch["data_source"].tolist() == ["a"] * n + ["b"] * n
     uids = out.non_tensor_batch["uid"].tolist()
     assert uids[:n] == [uids[0]] * n and uids[n:] == [uids[n]] * n and uids[0] != uids[n]
+
+
+# ---------------------------------------------------------------- actor.loss_agg_mode / critic.loss_agg_mode
+
+
+def _hand_agg(per_token: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Each loss_agg_mode of a per-token loss, written out (every row here has response tokens)."""
+    mask = mask.float()
+    row_sums = (per_token * mask).sum(-1)
+    return {
+        "token-mean": (row_sums.sum() / mask.sum()).item(),
+        "token-sum": row_sums.sum().item(),
+        "seq-mean-token-sum": row_sums.mean().item(),
+        "seq-mean-token-mean": (row_sums / mask.sum(-1)).mean().item(),
+        "seq-mean-token-sum-norm": (row_sums.mean() / mask.shape[-1]).item(),  # the padded response length
+    }
+
+
+def test_loss_agg_mode_aggregates_the_actor_and_the_critic_loss():
+    # actor: old log-probs are the current ones, so every ratio is 1 and the per-token loss is -advantage
+    model = tiny_llama()
+    data = training_batch(model)
+    data.batch["old_log_probs"], _ = DataParallelPPOActor(actor_config(), model).compute_log_prob(data)
+    actor_expected = _hand_agg(-data.batch["advantages"], data.batch["response_mask"])
+    # critic: before the first step the predictions are the old values: 0.5 * (value - return)^2 per token
+    critic_data = _training_data(tiny_critic())
+    b = critic_data.batch
+    critic_expected = _hand_agg(0.5 * (b["values"] - b["returns"]) ** 2, b["response_mask"])
+    assert len({round(v, 4) for v in actor_expected.values()}) == 5  # the five modes differ on this batch
+    for mode in actor_expected:
+        (got,) = _actor_step(data, loss_agg_mode=mode)[1]["actor/pg_loss"]
+        assert got == pytest.approx(actor_expected[mode], rel=1e-4), mode
+        model, _, _, _, update = _role("critic", loss_agg_mode=mode, ppo_micro_batch_size_per_gpu=4)
+        (got,) = update(critic_data)["critic/vf_loss"]
+        assert got == pytest.approx(critic_expected[mode], rel=1e-4), mode
+
+
+# ---------------------------------------------------------------- rollout.log_prob_* / ref.log_prob_*
+
+
+@pytest.mark.parametrize("section", ["rollout", "ref"])
+def test_log_prob_batching_follows_its_own_section(section, monkeypatch):
+    from tests.helpers.tiny_model import rollout_batch
+    from tests.workers.actor.test_dp_actor import PROMPT_LENGTHS, RESPONSE_LENGTHS
+    from verl.workers import fsdp_workers
+    from verl.workers.actor import dp_actor
+
+    parts: list[tuple[int, int]] = []  # (rows, real tokens) of each micro-batch of the log-prob pass
+    real = dp_actor.make_micro_batches
+
+    def spy(*args, **kwargs):
+        micro_batches, indices = real(*args, **kwargs)
+        parts.extend((len(m), int(m["attention_mask"].sum())) for m in micro_batches)
+        return micro_batches, indices
+
+    monkeypatch.setattr(dp_actor, "make_micro_batches", spy)
+    other = "ref" if section == "rollout" else "rollout"
+    model = tiny_llama()
+
+    def log_probs(*overrides: str) -> torch.Tensor:
+        # the other section asks for one micro-batch of all 4 rows: what the pass does shows whose keys it read
+        config = typed(*(f"{ARR}.{section}.{o}" for o in overrides), "data.max_prompt_length=6",
+                       "data.max_response_length=5",
+                       f"{ARR}.{other}.log_prob_micro_batch_size_per_gpu=4", f"{ARR}.{other}.log_prob_use_dynamic_bsz=false")
+        worker = object.__new__(fsdp_workers.ActorRolloutRefWorker)  # only what the log-prob passes use
+        worker.config, worker._world_size, worker._is_ref = config.actor_rollout_ref, 1, True
+        worker.actor = DataParallelPPOActor(config.actor_rollout_ref.actor, model)
+        worker.ref_policy = DataParallelPPOActor(config.actor_rollout_ref.ref, model)
+        data = rollout_batch(PROMPT_LENGTHS, RESPONSE_LENGTHS)
+        for key in ("micro_batch_size", "use_dynamic_bsz", "max_token_len"):
+            del data.meta_info[key]
+        parts.clear()
+        if section == "rollout":
+            return worker.compute_log_prob(data).batch["old_log_probs"]
+        return worker.compute_ref_log_prob(data).batch["ref_log_prob"]
+
+    one = log_probs("log_prob_micro_batch_size_per_gpu=1", "log_prob_use_dynamic_bsz=false")
+    assert [rows for rows, _ in parts] == [1, 1, 1, 1]
+    three = log_probs("log_prob_micro_batch_size_per_gpu=3", "log_prob_use_dynamic_bsz=false")
+    assert [rows for rows, _ in parts] == [3, 1]
+    # token budgets: the rows hold 11, 4, 8 and 4 real tokens; a budget of 12 needs at least 3 micro-batches
+    dynamic = log_probs("log_prob_use_dynamic_bsz=true", "log_prob_max_token_len_per_gpu=12")
+    assert sum(rows for rows, _ in parts) == 4 and len(parts) >= 3 and max(tokens for _, tokens in parts) <= 12
+    assert torch.allclose(one, three, atol=1e-5) and torch.allclose(one, dynamic, atol=1e-5)
+
+
+# ---------------------------------------------------------------- data.train_batch_size
+
+
+def test_train_batch_size_is_the_prompts_per_step():
+    for size, batches in ((1, 4), (2, 2), (4, 1)):
+        trainer = make_trainer(f"data.train_batch_size={size}", f"{ARR}.actor.ppo_mini_batch_size={size}",
+                               f"critic.ppo_mini_batch_size={size}")
+        assert [len(b) for b in trainer.train_dataloader] == [size] * batches  # 4 prompts in the dataset
