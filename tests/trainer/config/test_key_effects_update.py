@@ -344,3 +344,32 @@ def test_train_batch_size_is_the_prompts_per_step():
         trainer = make_trainer(f"data.train_batch_size={size}", f"{ARR}.actor.ppo_mini_batch_size={size}",
                                f"critic.ppo_mini_batch_size={size}")
         assert [len(b) for b in trainer.train_dataloader] == [size] * batches  # 4 prompts in the dataset
+
+
+# ---------------------------------------------------------------- algorithm.use_kl_in_reward, kl_penalty, kl_coef
+
+
+def test_use_kl_in_reward_subtracts_the_kl_penalty_from_the_scores():
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    old = torch.tensor([[-1.0, -2.0, -9.0], [-0.5, -1.5, -1.0]])
+    ref = torch.tensor([[-1.5, -1.0, -1.0], [-0.5, -2.0, -0.25]])
+    scores = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 2.0]])
+
+    def rewards(*overrides: str) -> tuple[torch.Tensor, dict]:
+        trainer = make_trainer("algorithm.adv_estimator=gae", "data.train_batch_size=2", *overrides)
+        batch = DataProto.from_dict({"old_log_probs": old, "ref_log_prob": ref, "response_mask": mask,
+                                     "values": torch.zeros(2, 3)})
+        metrics: dict = {}
+        out = trainer._compute_advantage(batch, scores.clone(), {}, metrics)
+        return out.batch["token_level_rewards"], metrics
+
+    off, metrics = rewards("algorithm.use_kl_in_reward=false", "algorithm.kl_ctrl.kl_coef=0.5")
+    assert torch.equal(off, scores) and "actor/reward_kl_penalty" not in metrics
+    k1 = (old - ref) * mask  # [[0.5, -1, 0], [0, 0.5, -0.75]]
+    for coef, penalty, kl in ((0.5, "kl", k1), (0.2, "kl", k1), (0.5, "abs", k1.abs())):
+        on, metrics = rewards("algorithm.use_kl_in_reward=true", f"algorithm.kl_ctrl.kl_coef={coef}",
+                              f"algorithm.kl_penalty={penalty}", "algorithm.kl_ctrl.type=fixed")
+        assert torch.allclose(on, scores - coef * kl)
+        assert metrics["actor/reward_kl_penalty_coeff"] == coef
+        # the batch's mean per-sequence token-mean KL
+        assert metrics["actor/reward_kl_penalty"] == pytest.approx(((kl.sum(-1) / mask.sum(-1)).mean()).item())
