@@ -85,7 +85,7 @@ HONOURED: dict[str, str] = {
     # ------------------------------------------------------------ actor_rollout_ref.model
     f"{ARR}.model.path": "tests/trainer/sft/test_sft_trainer.py::test_checkpoint_is_a_plain_hf_folder_main_ppo_can_load",
     f"{ARR}.model.custom_chat_template": f"{_EFFECTS}::test_custom_chat_template_replaces_the_tokenizers_template",
-    f"{ARR}.model.override_config": "tests/workers/critic/test_dp_critic.py::test_value_head_init_small_and_dropout_off",
+    f"{ARR}.model.override_config": f"{_UPDATE}::test_model_override_config_sets_hf_config_attributes",
     f"{ARR}.model.enable_gradient_checkpointing": f"{_KNOBS}::test_gradient_checkpointing_from_model_config",
     f"{ARR}.model.use_remove_padding": f"{_RMPAD}::test_update_matches_padded",
     f"{ARR}.model.trust_remote_code": f"{_KEYS}::test_model_trust_remote_code_reaches_every_load_of_the_worker",
@@ -168,7 +168,8 @@ HONOURED: dict[str, str] = {
     **_optim("critic.optim"),
     "critic.model.path": f"{_CRITIC}::test_load_value_model_from_causal_lm_folder",
     "critic.model.tokenizer_path": f"{_CRITIC}::test_load_value_model_from_causal_lm_folder",
-    "critic.model.override_config": f"{_CRITIC}::test_value_head_init_small_and_dropout_off",
+    # strict xfail: the critic's load ignores it (load_value_model gets no config); reported, not yet refused
+    "critic.model.override_config": f"{_UPDATE}::test_critic_override_config_sets_hf_config_attributes",
     "critic.model.enable_gradient_checkpointing": f"{_KNOBS}::test_gradient_checkpointing_from_model_config",
     "critic.model.use_remove_padding": f"{_RMPAD}::test_critic_values_and_update_match_padded",
     **_fsdp("critic.model.fsdp_config"),
