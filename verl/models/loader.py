@@ -60,7 +60,7 @@ def load_causal_lm(model: Any, key: str, dtype: torch.dtype = torch.float32, val
         if value_head:
             from verl.models.value_head import load_value_model
 
-            module = load_value_model(path, **kwargs)
+            module = load_value_model(path, hf_config=hf_config, **kwargs)
         else:
             module = AutoModelForCausalLM.from_pretrained(path, config=hf_config, **kwargs)
     except Exception as err:  # noqa: BLE001

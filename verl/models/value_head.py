@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+from typing import Any
 
 import torch
 from transformers import AutoConfig, AutoModelForTokenClassification, PretrainedConfig, PreTrainedModel
@@ -60,12 +61,16 @@ def build_value_model(config: PretrainedConfig, score_init_std: float = DEFAULT_
 
 
 def load_value_model(model_path: str | os.PathLike, score_init_std: float = DEFAULT_SCORE_INIT_STD,
-                     trust_remote_code: bool = False, **from_pretrained_kwargs) -> PreTrainedModel:
+                     trust_remote_code: bool = False, hf_config: Any = None,
+                     **from_pretrained_kwargs) -> PreTrainedModel:
     """Load a critic from an HF folder: the actor's (new small head) or a saved critic's (head kept).
 
-    Extra keyword arguments (``dtype``, ``attn_implementation``, ...) go to ``from_pretrained``.
+    ``hf_config``: the folder's config with the user's overrides already applied (critic.model.override_config);
+    read from the folder when not given. Extra keyword arguments (``dtype``, ...) go to ``from_pretrained``.
     """
-    config = _value_config(AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code))
+    if hf_config is None:
+        hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    config = _value_config(hf_config)
     try:
         model, info = AutoModelForTokenClassification.from_pretrained(
             model_path, config=config, trust_remote_code=trust_remote_code, output_loading_info=True,

@@ -306,8 +306,19 @@ class CriticWorker(_FSDPWorkerBase):
 
         if getattr(self, "_ckpt_manager", None) is None:
             self._ckpt_manager = FSDPCheckpointManager(self.critic_module, self.critic_optimizer,
-                                                       self.critic_lr_scheduler, None, self._cfg.checkpoint)
+                                                       self.critic_lr_scheduler, self._checkpoint_tokenizer(),
+                                                       self._cfg.checkpoint)
         return self._ckpt_manager
+
+    def _checkpoint_tokenizer(self):
+        """critic.model.tokenizer_path's tokenizer, saved with the critic so its HF folder loads on its own (the
+        critic itself reads token ids and needs none)."""
+        path = self._cfg.model.tokenizer_path
+        if not path:
+            return None
+        from verl.models.loader import load_tokenizer
+
+        return load_tokenizer(path, "critic.model.tokenizer_path", trust_remote_code=self._cfg.model.trust_remote_code)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, hdfs_path: str | None = None, global_step: int = 0,

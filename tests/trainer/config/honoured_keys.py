@@ -167,8 +167,8 @@ HONOURED: dict[str, str] = {
     "critic.strategy": f"{_KEYS}::{_STRATEGY}",
     **_optim("critic.optim"),
     "critic.model.path": f"{_CRITIC}::test_load_value_model_from_causal_lm_folder",
-    "critic.model.tokenizer_path": f"{_CRITIC}::test_load_value_model_from_causal_lm_folder",
-    # strict xfail: the critic's load ignores it (load_value_model gets no config); reported, not yet refused
+    "critic.model.tokenizer_path": "tests/trainer/config/test_key_effects.py::"
+    "test_critic_tokenizer_path_is_saved_with_the_critic_checkpoint",
     "critic.model.override_config": f"{_UPDATE}::test_critic_override_config_sets_hf_config_attributes",
     "critic.model.enable_gradient_checkpointing": f"{_KNOBS}::test_gradient_checkpointing_from_model_config",
     "critic.model.use_remove_padding": f"{_RMPAD}::test_critic_values_and_update_match_padded",

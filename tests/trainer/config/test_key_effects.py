@@ -83,6 +83,8 @@ def _worker_config(model_dir: str, strategy: str, actor_trust: bool, critic_trus
         # three distinct fsdp sections, so the section apply_fsdp2 received tells whose it was (offload is a
         # warning on CPU, so the modules stay the same)
         f"{ARR}.ref.fsdp_config.param_offload=true", "critic.model.fsdp_config.optimizer_offload=true",
+        # critic.model.tokenizer_path: the model folder's tokenizer in one build, none in the other
+        *([] if strategy == "fsdp" else ["critic.model.tokenizer_path=null"]),
     )
 
 
@@ -125,12 +127,17 @@ def _build_workers(rank: int, port: int, model_dir: str, results) -> None:
                         "critic": config.critic.model.fsdp_config}
             modules = {"actor": actor.actor_module, "ref": actor.ref_module, "critic": critic.critic_module}
             layers = {name: [m, *m.model.layers] for name, m in modules.items()}  # the root and every decoder layer
-            results[strategy] = {
+            entry = {
                 "fsdp2": {name: all(isinstance(m, FSDPModule) for m in ms) for name, ms in layers.items()},
                 "sections": [[name for name, s in sections.items() if s == fsdp] for fsdp in seen_fsdp],
                 "rollout_trust": list(seen_rollout),
                 "loads": list(seen_loads),
             }
+            ckpt = os.path.join(model_dir, f"critic_ckpt_{strategy}")
+            critic._checkpoint_manager().save_checkpoint(ckpt, None, 1, None)
+            entry["critic_ckpt_files"] = sorted(
+                name for _, _, files in os.walk(ckpt) for name in files if name.startswith("tokenizer"))
+            results[strategy] = entry  # a proxy dict: assign the finished entry, nested writes are lost
     finally:
         dist.destroy_process_group()
 
@@ -166,6 +173,13 @@ def test_model_trust_remote_code_reaches_every_load_of_the_worker(built_workers)
         actor_side = [t for name, t in run["loads"] if name in ("AutoTokenizer", "AutoModelForCausalLM")]
         assert len(actor_side) == 3 and set(actor_side) == {trust}  # tokenizer, actor and ref weights
         assert run["rollout_trust"] == [trust]  # build_rollout passes it on to the engine
+
+
+@pytest.mark.timeout(240)
+def test_critic_tokenizer_path_is_saved_with_the_critic_checkpoint(built_workers):
+    # the critic reads token ids; its tokenizer_path is the tokenizer its HF checkpoint folder carries
+    assert "tokenizer_config.json" in built_workers["fsdp"]["critic_ckpt_files"]
+    assert built_workers["fsdp2"]["critic_ckpt_files"] == []  # critic.model.tokenizer_path=null
 
 
 @pytest.mark.timeout(240)

@@ -393,7 +393,5 @@ def test_model_override_config_sets_hf_config_attributes(tmp_path):
     assert _loaded_rms_norm_eps(tmp_path, f"{ARR}.model") == 0.125
 
 
-@pytest.mark.xfail(strict=True, reason="load_causal_lm builds the overridden HF config but load_value_model (the "
-                   "critic's path) loads the folder's own config: critic.model.override_config is ignored")
 def test_critic_override_config_sets_hf_config_attributes(tmp_path):
     assert _loaded_rms_norm_eps(tmp_path, "critic.model") == 0.125
