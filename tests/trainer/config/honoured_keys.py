@@ -34,6 +34,9 @@ _BATCHES = "tests/trainer/config/test_config_batch_sizes.py"
 _EFFECTS = "tests/trainer/config/test_honoured_effects.py"
 _KEYS = "tests/trainer/config/test_key_effects.py"
 _UPDATE = "tests/trainer/config/test_key_effects_update.py"
+_DATA = "tests/trainer/config/test_key_effects_data.py"
+_FILES = "test_data_files_and_max_samples_build_the_datasets_the_trainer_gets"
+_TRACKER = "test_logger_and_names_choose_the_trackers_backends"
 _KL_LOSS = "test_use_kl_loss_adds_kl_loss_coef_times_the_kl_to_the_ref_policy"
 _AGG = "test_loss_agg_mode_aggregates_the_actor_and_the_critic_loss"
 _STRATEGY = "test_strategy_fsdp_and_fsdp2_both_shard_with_fsdp2_and_others_are_refused"
@@ -61,16 +64,16 @@ def _optim(prefix: str) -> dict[str, str]:
 HONOURED: dict[str, str] = {
     # ------------------------------------------------------------ data
     "data.tokenizer": "tests/data/test_rl_dataset_real_tokenizer.py::test_arithmetic_prompts_with_smollm2_tokenizer",
-    "data.train_files": f"{_DATASET}::test_several_files_are_concatenated",
-    "data.val_files": f"{_DATASET}::test_several_files_are_concatenated",
+    "data.train_files": f"{_DATA}::{_FILES}",
+    "data.val_files": f"{_DATA}::{_FILES}",
     "data.prompt_key": f"{_DATASET}::test_missing_prompt_column_names_column_file_and_key",
     "data.reward_fn_key": f"{_REWARD}::test_missing_reward_fn_key_names_the_config_key",
     "data.max_prompt_length": f"{_DATASET}::test_truncation_modes_keep_max_prompt_length",
-    "data.max_response_length": f"{_REWARD}::test_dapo_adds_overlong_penalty",
+    "data.max_response_length": f"{_DATA}::test_max_response_length_is_the_rollout_length_and_dapos_limit",
     "data.train_batch_size": f"{_UPDATE}::test_train_batch_size_is_the_prompts_per_step",
     "data.return_raw_input_ids": f"{_TRAINER_KEYS}::test_return_raw_input_ids",
     "data.return_raw_chat": f"{_DATASET}::test_raw_chat_only_when_asked",
-    "data.return_full_prompt": f"{_DATASET}::test_item_layout",
+    "data.return_full_prompt": f"{_DATA}::test_return_full_prompt_adds_the_templated_text_to_the_trainers_items",
     "data.shuffle": f"{_DATASET}::test_sampler_is_seeded_random_or_sequential",
     "data.seed": f"{_DATASET}::test_sampler_is_seeded_random_or_sequential",
     "data.dataloader_num_workers": f"{_UPDATE}::test_dataloader_num_workers_reaches_the_training_dataloader",
@@ -78,8 +81,8 @@ HONOURED: dict[str, str] = {
     "data.filter_overlong_prompts_workers": f"{_TRAINER_KEYS}::test_filter_overlong_prompts_workers",
     "data.truncation": f"{_DATASET}::test_truncation_modes_keep_max_prompt_length",
     "data.trust_remote_code": f"{_KEYS}::test_data_trust_remote_code_reaches_the_drivers_tokenizer",
-    "data.train_max_samples": f"{_DATASET}::test_max_samples_takes_the_first_rows_without_shuffle",
-    "data.val_max_samples": f"{_DATASET}::test_max_samples_takes_the_first_rows_without_shuffle",
+    "data.train_max_samples": f"{_DATA}::{_FILES}",
+    "data.val_max_samples": f"{_DATA}::{_FILES}",
     "data.custom_cls.path": f"{_DATASET}::test_custom_dataset_class_from_file",
     "data.custom_cls.name": f"{_DATASET}::test_custom_dataset_class_from_file",
     # ------------------------------------------------------------ actor_rollout_ref.model
@@ -116,8 +119,8 @@ HONOURED: dict[str, str] = {
     f"{ARR}.actor.policy_loss.clip_cov_ub": f"{_LOSSES}::test_clip_cov_drops_gradient_of_high_covariance_tokens",
     f"{ARR}.actor.policy_loss.kl_cov_ratio": f"{_LOSSES}::test_kl_cov_penalises_top_covariance_tokens",
     f"{ARR}.actor.policy_loss.ppo_kl_coef": f"{_LOSSES}::test_kl_cov_penalises_top_covariance_tokens",
-    f"{ARR}.actor.policy_loss.tau_pos": f"{_LOSSES}::test_sapo_temperatures_from_policy_loss_section",
-    f"{ARR}.actor.policy_loss.tau_neg": f"{_LOSSES}::test_sapo_soft_gate",
+    f"{ARR}.actor.policy_loss.tau_pos": f"{_DATA}::test_sapo_temperatures_set_the_soft_gate",
+    f"{ARR}.actor.policy_loss.tau_neg": f"{_DATA}::test_sapo_temperatures_set_the_soft_gate",
     f"{ARR}.actor.checkpoint.save_contents": f"{_FSDP_CKPT}::test_hf_model_content_and_merger_test_command",
     f"{ARR}.actor.checkpoint.load_contents": f"{_FSDP_CKPT}::test_resume_repeats_the_next_step_bitwise",
     **_optim(f"{ARR}.actor.optim"),
@@ -216,11 +219,11 @@ HONOURED: dict[str, str] = {
     # ------------------------------------------------------------ trainer
     "trainer.balance_batch": "tests/trainer/ppo/test_throughput_metrics.py::"
     "test_balance_batch_metrics_by_hand_and_keeps_every_row",
-    "trainer.total_epochs": f"{_CKPT}::test_resume_after_the_last_step_of_an_epoch_starts_the_next_epoch",
+    "trainer.total_epochs": f"{_DATA}::test_total_epochs_sets_how_many_passes_fit_makes",
     "trainer.total_training_steps": f"{_FIT}::test_nan_loss_stops_fit_with_the_step_and_no_checkpoint_from_it",
-    "trainer.project_name": "tests/trainer/test_tracking.py::test_mlflow_sanitises_names_and_logs_flat_params",
-    "trainer.experiment_name": "tests/trainer/test_tracking.py::test_mlflow_sanitises_names_and_logs_flat_params",
-    "trainer.logger": "tests/trainer/test_tracking.py::test_log_to_selected_backend_only",
+    "trainer.project_name": f"{_DATA}::{_TRACKER}",
+    "trainer.experiment_name": f"{_DATA}::{_TRACKER}",
+    "trainer.logger": f"{_DATA}::{_TRACKER}",
     "trainer.log_val_generations": f"{_TRAINER_KEYS}::test_log_val_generations_logs_samples",
     "trainer.rollout_data_dir": f"{_TRAINER_KEYS}::test_rollout_data_dir_dumps_jsonl",
     "trainer.validation_data_dir": f"{_TRAINER_KEYS}::test_validation_data_dir_dumps_jsonl",
