@@ -37,6 +37,7 @@ _UPDATE = "tests/trainer/config/test_key_effects_update.py"
 _DATA = "tests/trainer/config/test_key_effects_data.py"
 _FILES = "test_data_files_and_max_samples_build_the_datasets_the_trainer_gets"
 _TRACKER = "test_logger_and_names_choose_the_trackers_backends"
+_LOAD_CONTENTS = "test_checkpoint_load_contents_picks_what_a_resume_restores"
 _KL_LOSS = "test_use_kl_loss_adds_kl_loss_coef_times_the_kl_to_the_ref_policy"
 _AGG = "test_loss_agg_mode_aggregates_the_actor_and_the_critic_loss"
 _STRATEGY = "test_strategy_fsdp_and_fsdp2_both_shard_with_fsdp2_and_others_are_refused"
@@ -122,7 +123,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.actor.policy_loss.tau_pos": f"{_DATA}::test_sapo_temperatures_set_the_soft_gate",
     f"{ARR}.actor.policy_loss.tau_neg": f"{_DATA}::test_sapo_temperatures_set_the_soft_gate",
     f"{ARR}.actor.checkpoint.save_contents": f"{_FSDP_CKPT}::test_hf_model_content_and_merger_test_command",
-    f"{ARR}.actor.checkpoint.load_contents": f"{_FSDP_CKPT}::test_resume_repeats_the_next_step_bitwise",
+    f"{ARR}.actor.checkpoint.load_contents": f"{_DATA}::{_LOAD_CONTENTS}",
     **_optim(f"{ARR}.actor.optim"),
     **_fsdp(f"{ARR}.actor.fsdp_config"),
     # ------------------------------------------------------------ ref
@@ -155,7 +156,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu": f"{_UPDATE}::test_log_prob_batching_follows_its_own_section",
     f"{ARR}.rollout.log_prob_use_dynamic_bsz": f"{_UPDATE}::test_log_prob_batching_follows_its_own_section",
     f"{ARR}.rollout.log_prob_max_token_len_per_gpu": f"{_UPDATE}::test_log_prob_batching_follows_its_own_section",
-    f"{ARR}.rollout.disable_log_stats": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
+    f"{ARR}.rollout.disable_log_stats": f"{_DATA}::test_disable_log_stats_reaches_the_vllm_engine",
     f"{ARR}.rollout.enable_chunked_prefill": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.n": f"{_UPDATE}::test_rollout_n_repeats_each_prompt_n_times_interleaved_under_one_uid",
     f"{ARR}.rollout.calculate_log_probs": f"{_HF}::test_rollout_log_probs_match_the_actor",
@@ -190,7 +191,7 @@ HONOURED: dict[str, str] = {
     "critic.cliprange_value": f"{_KL}::test_value_loss_clipped",
     "critic.loss_agg_mode": f"{_UPDATE}::{_AGG}",
     "critic.checkpoint.save_contents": f"{_FSDP_CKPT}::test_critic_checkpoint_merges_to_a_token_classification_model",
-    "critic.checkpoint.load_contents": f"{_CKPT}::test_incomplete_critic_is_named",
+    "critic.checkpoint.load_contents": f"{_DATA}::{_LOAD_CONTENTS}",
     # ------------------------------------------------------------ rewards
     "reward_model.reward_manager": f"{_LOAD_REWARD}::test_batch_manager_expects_plural_arguments",
     "reward_model.reward_kwargs": f"{_LOAD_REWARD}::test_dapo_reads_overlong_buffer_from_config",

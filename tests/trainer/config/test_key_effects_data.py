@@ -206,3 +206,74 @@ def test_total_epochs_sets_how_many_passes_fit_makes(tmp_path, epochs):
     for epoch in range(epochs):  # each epoch sees every prompt once
         rows = [i for _, batch in trainer.seen[3 * epoch:3 * epoch + 3] for i in batch]
         assert sorted(rows) == sorted(row["idx"] for row in DATASET)
+
+
+# ---------------------------------------------------------------- rollout.disable_log_stats
+
+
+def test_disable_log_stats_reaches_the_vllm_engine(monkeypatch):
+    from tests.workers.rollout.test_vllm_parts import SMOL
+    from verl.workers.rollout.vllm import engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "_total_memory_bytes", lambda: 16 * 2**30)
+    for value in (True, False):
+        rollout = typed(f"{ARR}.rollout.disable_log_stats={value}").actor_rollout_ref.rollout
+        assert engine_mod.engine_kwargs(rollout, "/m", SMOL, seed=0, engines_per_node=1)["disable_log_stats"] is value
+
+
+# ---------------------------------------------------------------- actor / critic checkpoint.load_contents
+
+
+def _role_state(worker, prefix: str, trained: bool) -> None:
+    """The tiny Llama with its Adam optimizer and LR schedule, installed as the worker's role state; `trained`:
+    one optimizer and one scheduler step behind them (else freshly built)."""
+    from tests.helpers.tiny_model import tiny_llama
+
+    module = tiny_llama()
+    optimizer = torch.optim.Adam(module.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
+    if trained:
+        module(torch.tensor([[3, 4, 5]])).logits.sum().backward()
+        optimizer.step()
+        scheduler.step()
+    setattr(worker, f"{prefix}_module", module)
+    setattr(worker, f"{prefix}_optimizer", optimizer)
+    setattr(worker, f"{prefix}_lr_scheduler", scheduler)
+
+
+def _resume(role: str, load_contents: str | None, ckpt: str) -> dict:
+    """Save a trained role through its worker, load it into a fresh one configured with `load_contents`; report
+    what came back."""
+    from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
+
+    key = f"{ARR}.actor.checkpoint.load_contents" if role == "actor" else "critic.checkpoint.load_contents"
+    overrides = ["critic.model.tokenizer_path=null", *([] if load_contents is None else [f"{key}={load_contents}"])]
+
+    def worker(trained: bool):
+        config = typed(*overrides)
+        if role == "actor":
+            made = ActorRolloutRefWorker(config.actor_rollout_ref, "actor")
+            made.tokenizer = None
+            _role_state(made, "actor", trained)
+            return made, made.actor_module, made.actor_optimizer, made.actor_lr_scheduler
+        made = CriticWorker(config.critic)
+        made._cfg = config.critic
+        _role_state(made, "critic", trained)
+        return made, made.critic_module, made.critic_optimizer, made.critic_lr_scheduler
+
+    saved, saved_module, _, _ = worker(trained=True)
+    if not os.path.exists(ckpt):
+        saved.save_checkpoint(ckpt, None, 1, None)
+    fresh, module, optimizer, scheduler = worker(trained=False)
+    fresh.load_checkpoint(ckpt)
+    weights = all(torch.equal(a, b) for a, b in zip(module.parameters(), saved_module.parameters()))
+    return {"weights": weights, "optimizer": bool(optimizer.state), "scheduler_epoch": scheduler.last_epoch}
+
+
+@pytest.mark.parametrize("role", ["actor", "critic"])
+def test_checkpoint_load_contents_picks_what_a_resume_restores(tmp_path, role):
+    ckpt = str(tmp_path / "ckpt")
+    # the default (everything saved): weights, Adam's moments and the schedule's step all come back
+    assert _resume(role, None, ckpt) == {"weights": True, "optimizer": True, "scheduler_epoch": 1}
+    assert _resume(role, "[model]", ckpt) == {"weights": True, "optimizer": False, "scheduler_epoch": 0}
+    assert _resume(role, "[optimizer,extra]", ckpt) == {"weights": False, "optimizer": True, "scheduler_epoch": 1}
