@@ -38,6 +38,7 @@ _DATA = "tests/trainer/config/test_key_effects_data.py"
 _FILES = "test_data_files_and_max_samples_build_the_datasets_the_trainer_gets"
 _TRACKER = "test_logger_and_names_choose_the_trackers_backends"
 _LOAD_CONTENTS = "test_checkpoint_load_contents_picks_what_a_resume_restores"
+_DTYPE_RESHARD = "test_model_dtype_and_reshard_after_forward_shape_each_workers_module"
 _KL_LOSS = "test_use_kl_loss_adds_kl_loss_coef_times_the_kl_to_the_ref_policy"
 _AGG = "test_loss_agg_mode_aggregates_the_actor_and_the_critic_loss"
 _STRATEGY = "test_strategy_fsdp_and_fsdp2_both_shard_with_fsdp2_and_others_are_refused"
@@ -47,9 +48,8 @@ def _fsdp(prefix: str) -> dict[str, str]:
     return {
         f"{prefix}.param_offload": f"{_KNOBS}::test_offload_on_cpu_warns_and_changes_nothing",
         f"{prefix}.optimizer_offload": f"{_KNOBS}::test_offload_on_cpu_warns_and_changes_nothing",
-        f"{prefix}.reshard_after_forward": "tests/workers/test_gradient_accumulation.py::"
-        "test_fsdp2_reduces_once_per_step_on_cpu_and_drops_grads_of_an_aborted_step",
-        f"{prefix}.model_dtype": f"{_KNOBS}::test_bf16_mixed_precision_is_close_to_fp32",
+        f"{prefix}.reshard_after_forward": f"{_DATA}::{_DTYPE_RESHARD}",
+        f"{prefix}.model_dtype": f"{_DATA}::{_DTYPE_RESHARD}",
         f"{prefix}.mixed_precision.param_dtype": f"{_KNOBS}::test_bf16_mixed_precision_is_close_to_fp32",
         f"{prefix}.mixed_precision.reduce_dtype": f"{_KNOBS}::test_bf16_mixed_precision_is_close_to_fp32",
     }

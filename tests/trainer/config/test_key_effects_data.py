@@ -1,6 +1,7 @@
 """Effect tests for ppo_trainer.yaml keys the launcher and the trainer read (data files and sample caps, the
 tracker's names and backends, return_full_prompt, max_response_length, total_epochs) and for a few worker keys
-(sapo's temperatures, checkpoint.load_contents, rollout.disable_log_stats). Each test sets the key in the config,
+(sapo's temperatures, checkpoint.load_contents, rollout.disable_log_stats, fsdp_config.model_dtype and
+reshard_after_forward). Each test sets the key in the config,
 runs the code that reads it, and checks what changed."""
 
 from __future__ import annotations
@@ -277,3 +278,64 @@ def test_checkpoint_load_contents_picks_what_a_resume_restores(tmp_path, role):
     assert _resume(role, None, ckpt) == {"weights": True, "optimizer": True, "scheduler_epoch": 1}
     assert _resume(role, "[model]", ckpt) == {"weights": True, "optimizer": False, "scheduler_epoch": 0}
     assert _resume(role, "[optimizer,extra]", ckpt) == {"weights": False, "optimizer": True, "scheduler_epoch": 1}
+
+
+# ---------------------------------------------------------------- fsdp_config.model_dtype / reshard_after_forward
+
+
+_SECTIONS = {"actor": f"{ARR}.actor.fsdp_config", "ref": f"{ARR}.ref.fsdp_config", "critic": "critic.model.fsdp_config"}
+
+
+def _fsdp_workers(rank: int, port: int, model_dir: str, results) -> None:
+    """Builds the actor, the reference and the critic worker on one gloo rank, once with each section's defaults
+    and once with model_dtype=bf16 and reshard_after_forward=false; reports each module's parameter dtypes and
+    whether a decoder layer still holds its gathered (unsharded) weights after a forward."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    from verl.workers import fsdp_workers
+
+    torch.set_num_threads(1)
+    os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    fsdp_workers.measure_matmul_peak = lambda device, dtype: 1e12  # the perf probe is not what is tested here
+    try:
+        for changed in (False, True):
+            overrides = [f"{ARR}.model.path={model_dir}", f"critic.model.path={model_dir}", "critic.model.tokenizer_path=null"]
+            if changed:
+                overrides += [f"{s}.{k}" for s in _SECTIONS.values()
+                              for k in ("model_dtype=bf16", "reshard_after_forward=false")]
+            config = typed(*overrides)
+            actor = fsdp_workers.ActorRolloutRefWorker(config.actor_rollout_ref, "actor")
+            actor.init_model()
+            ref = fsdp_workers.ActorRolloutRefWorker(config.actor_rollout_ref, "ref")
+            ref.init_model()
+            critic = fsdp_workers.CriticWorker(config.critic)
+            critic.init_model()
+            entry = {}
+            for name, module in (("actor", actor.actor_module), ("ref", ref.ref_module),
+                                 ("critic", critic.critic_module)):
+                # the stored (sharded) weights, before a forward swaps in the compute copies in
+                # mixed_precision.param_dtype (fp32 by default)
+                dtypes = sorted({str(p.dtype) for p in module.parameters()})
+                with torch.enable_grad():
+                    out = module(torch.tensor([[3, 4, 5]]))
+                    weight = module.model.layers[0].self_attn.q_proj.weight
+                    gathered = not isinstance(weight, DTensor)
+                    if out.logits.requires_grad:
+                        out.logits.float().sum().backward()  # completes FSDP's step, which reshards
+                entry[name] = {"dtypes": dtypes, "gathered": gathered}
+            results[changed] = entry
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(240)
+def test_model_dtype_and_reshard_after_forward_shape_each_workers_module(model_dir):
+    from tests.helpers.ranks import free_port, run_ranks
+
+    results = run_ranks(_fsdp_workers, free_port(), model_dir, nprocs=1, timeout_s=220)
+    for name in _SECTIONS:
+        # defaults: fp32 weights, and each decoder layer frees its gathered weights after forward
+        assert results[False][name] == {"dtypes": ["torch.float32"], "gathered": False}, name
+        assert results[True][name] == {"dtypes": ["torch.bfloat16"], "gathered": True}, name
