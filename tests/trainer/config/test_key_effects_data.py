@@ -1,8 +1,7 @@
 """Effect tests for ppo_trainer.yaml keys the launcher and the trainer read (data files and sample caps, the
 tracker's names and backends, return_full_prompt, max_response_length, total_epochs) and for a few worker keys
 (sapo's temperatures, checkpoint.load_contents, rollout.disable_log_stats, fsdp_config.model_dtype and
-reshard_after_forward). Each test sets the key in the config,
-runs the code that reads it, and checks what changed."""
+reshard_after_forward). Each test sets the key in the config, runs the code that reads it, and checks what changed."""
 
 from __future__ import annotations
 
