@@ -13,6 +13,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from tests.helpers.fake_mlflow import install_fake_mlflow
 from verl.trainer.tracking import Tracking, flatten_dict, format_console_line, format_value, sanitize_mlflow_key
 
 
@@ -188,15 +189,7 @@ def test_wandb_online_when_key_present(monkeypatch):
 
 def test_mlflow_sanitises_names_and_logs_flat_params(monkeypatch, tmp_path):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    calls: dict = {"params": {}, "metrics": []}
-    module = types.ModuleType("mlflow")
-    module.set_tracking_uri = lambda uri: calls.__setitem__("uri", uri)
-    module.set_experiment = lambda name: calls.__setitem__("experiment", name)
-    module.start_run = lambda run_name: calls.__setitem__("run_name", run_name)
-    module.log_params = lambda params: calls["params"].update(params)
-    module.log_metrics = lambda metrics, step: calls["metrics"].append((metrics, step))
-    module.end_run = lambda: calls.__setitem__("ended", True)
-    monkeypatch.setitem(sys.modules, "mlflow", module)
+    calls = install_fake_mlflow(monkeypatch)
 
     tracker = Tracking("proj", "exp", default_backend="mlflow", config={"actor": {"optim": {"lr": 1e-6}}},
                        log_dir=str(tmp_path))
@@ -205,7 +198,7 @@ def test_mlflow_sanitises_names_and_logs_flat_params(monkeypatch, tmp_path):
     assert calls["uri"] == "file:" + str(tmp_path / "mlruns")
     assert (calls["experiment"], calls["run_name"]) == ("proj", "exp")
     assert calls["params"] == {"actor.optim.lr": "1e-06"}
-    assert calls["metrics"] == [({"val-core/gsm8k/acc/mean_at_4": 0.5}, 3)]
+    assert calls["metrics"] == [(3, {"val-core/gsm8k/acc/mean_at_4": 0.5})]
     assert calls["ended"]
 
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
-import types
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,6 +14,7 @@ import pytest
 import torch
 
 from tests.checkpoint.test_trainer_checkpointing import DATASET, make_trainer
+from tests.helpers.fake_mlflow import install_fake_mlflow
 from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
 from tests.trainer.config import test_key_effects
 from tests.trainer.config.test_key_effects import _launch_with_stubs, typed
@@ -108,24 +107,12 @@ def test_return_full_prompt_adds_the_templated_text_to_the_trainers_items(monkey
 # ---------------------------------------------------------------- trainer.logger / project_name / experiment_name
 
 
-def _fake_mlflow(monkeypatch) -> dict:
-    """mlflow is not installed here: a module with its API that records the calls Tracking makes."""
-    calls: dict = {"params": {}, "metrics": []}
-    module = types.ModuleType("mlflow")
-    module.set_tracking_uri = lambda uri: calls.__setitem__("uri", uri)
-    module.set_experiment = lambda name: calls.__setitem__("experiment", name)
-    module.start_run = lambda run_name: calls.__setitem__("run_name", run_name)
-    module.log_params = lambda params: calls["params"].update(params)
-    module.log_metrics = lambda metrics, step: calls["metrics"].append((step, metrics))
-    module.end_run = lambda: calls.__setitem__("ended", True)
-    monkeypatch.setitem(sys.modules, "mlflow", module)
-    return calls
 
 
 def test_logger_and_names_choose_the_trackers_backends(monkeypatch, tmp_path, model_dir, capsys):
     monkeypatch.delenv("TENSORBOARD_DIR", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    calls = _fake_mlflow(monkeypatch)
+    calls = install_fake_mlflow(monkeypatch)
     report = tmp_path / "report"
     tracker = _launch(monkeypatch, tmp_path, model_dir, f"trainer.report_dir={report}", "trainer.logger=[]")["tracker"]
     assert list(tracker.logger) == ["file"]  # the run report's metrics.jsonl is always written
