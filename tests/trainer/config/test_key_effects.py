@@ -14,6 +14,7 @@ import torch
 from tests.helpers.tiny_model import EOS_ID, PAD_ID, left_padded_prompts, tiny_llama
 from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
 from tests.trainer.ppo.test_fit_loop import SMALL
+from tests.utils.test_torch_functional import _lrs
 from tests.workers.actor.test_dp_actor import actor_config, training_batch
 from verl import algos
 from verl.protocol import DataProto
@@ -386,13 +387,7 @@ def test_optim_keys_build_the_optimizer_and_its_schedule(section):
         return config.actor_rollout_ref.actor.optim if section.startswith(ARR) else config.critic.optim
 
     def lrs(o, steps: int) -> list[float]:
-        scheduler = build_lr_scheduler(build_optimizer(torch.nn.Linear(2, 2), o, section), o, section)
-        out = []
-        for _ in range(steps):
-            out.append(scheduler.get_last_lr()[0])
-            scheduler.optimizer.step()
-            scheduler.step()
-        return out
+        return _lrs(build_lr_scheduler(build_optimizer(torch.nn.Linear(2, 2), o, section), o, section), steps)
 
     (group,) = build_optimizer(torch.nn.Linear(2, 2), optim("lr=0.1", "betas=[0.5,0.6]", "weight_decay=0.2"),
                                section).param_groups
