@@ -1,0 +1,1 @@
+"""Simulated users that answer between turns (upstream's verl.interactions API)."""
