@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from verl.data.chat_templates import named_template
 from verl.data.parquet_files import read_parquet_files
 from verl.data.sft_dataset import (
     _as_file_list,
@@ -76,7 +77,7 @@ class MultiTurnSFTDataset(Dataset):
         self.truncation = config.truncation
         self.chat_kwargs = dict(config.apply_chat_template_kwargs)
         if config.chat_template:
-            tokenizer.chat_template = config.chat_template
+            tokenizer.chat_template = named_template(config.chat_template)  # "verl_hermes" names the bundled one
         self.pad_token_id = pad_token_id_of(tokenizer)
         hint = "Set data.multiturn.messages_key to the column holding the conversations."
         frame = read_parquet_files(self.parquet_files, required_column=self.messages_key, column_hint=hint)

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from verl.data.chat_templates import named_template
 from verl.data.parquet_files import read_parquet_files
 from verl.utils.torch_functional import compute_position_id_with_mask
 
@@ -86,7 +87,7 @@ class SFTDataset(Dataset):
         self.truncation = config.truncation
         self.chat_kwargs = dict(config.apply_chat_template_kwargs)
         if config.chat_template:
-            tokenizer.chat_template = config.chat_template
+            tokenizer.chat_template = named_template(config.chat_template)  # "verl_hermes" names the bundled one
         if getattr(tokenizer, "eos_token", None) is None:
             raise ValueError("the tokenizer has no eos_token; SFT appends it to every response so the model learns "
                              "to stop")
