@@ -20,7 +20,7 @@ from verl.trainer.config.engine import (
     WrapPolicyConfig,
 )
 from verl.trainer.config.errors import ConfigError, ConfigWarning
-from verl.trainer.config.overrides import precheck_argv, unknown_override_problems
+from verl.trainer.config.overrides import precheck_argv, prepare_argv, unknown_override_problems
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.config.reward import (
     CustomRewardFunctionConfig,
@@ -72,6 +72,7 @@ __all__ = [
     "build_config",
     "load_config",
     "precheck_argv",
+    "prepare_argv",
     "schema_keys",
     "unknown_override_problems",
     "validate_config",

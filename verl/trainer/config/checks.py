@@ -25,6 +25,16 @@ N = "actor_rollout_ref.rollout.n"
 # markers (verl.trainer.config.docs). (key, value refused, the condition, why and what to do)
 CONDITIONAL_REFUSALS: tuple[tuple[str, str, str, Refusal], ...] = (
     (
+        "actor_rollout_ref.rollout.mode",
+        "async",
+        "actor_rollout_ref.rollout.name=hf on more than one rollout rank",
+        Refusal(
+            "the HF agent-loop engine batches each rank's own requests, but FSDP-sharded HF generate needs every "
+            "rank to step in lockstep",
+            "Use actor_rollout_ref.rollout.name=vllm, or one rank (trainer.n_gpus_per_node=1, trainer.nnodes=1).",
+        ),
+    ),
+    (
         "actor_rollout_ref.rollout.ignore_eos",
         "true",
         "actor_rollout_ref.rollout.name=hf",
@@ -46,6 +56,7 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_algorithm(cfg)
     problems += check_lengths(cfg)
     problems += check_trainer(cfg)
+    problems += check_multi_turn(cfg)
     problems += check_conditional_refusals(cfg)
     return problems
 
@@ -363,9 +374,28 @@ def check_trainer(cfg: PPOTrainerConfig) -> list[str]:
     return problems
 
 
+def check_multi_turn(cfg: PPOTrainerConfig) -> list[str]:
+    """Tools and interactions run in the agent loop and render the conversation from the row's messages."""
+    rollout = cfg.actor_rollout_ref.rollout
+    multi_turn = rollout.multi_turn
+    problems: list[str] = []
+    if multi_turn.enable and rollout.mode != "async":
+        problems.append("actor_rollout_ref.rollout.multi_turn.enable=true needs actor_rollout_ref.rollout.mode=async "
+                        "(multi-turn rollouts run in the agent loop).")
+    if multi_turn.enable and not cfg.data.return_raw_chat:
+        problems.append("actor_rollout_ref.rollout.multi_turn.enable=true needs data.return_raw_chat=true: the tool "
+                        "agent renders each row's chat messages with the tool schemas.")
+    if not multi_turn.enable and (multi_turn.tool_config_path or multi_turn.interaction_config_path):
+        problems.append("actor_rollout_ref.rollout.multi_turn.tool_config_path / interaction_config_path are set but "
+                        "multi_turn.enable=false; set actor_rollout_ref.rollout.multi_turn.enable=true (and mode=async).")
+    return problems
+
+
 def check_conditional_refusals(cfg: PPOTrainerConfig) -> list[str]:
     rollout = cfg.actor_rollout_ref.rollout
-    active = {"actor_rollout_ref.rollout.ignore_eos": rollout.ignore_eos and rollout.name == "hf"}
+    active = {"actor_rollout_ref.rollout.ignore_eos": rollout.ignore_eos and rollout.name == "hf",
+              "actor_rollout_ref.rollout.mode": rollout.mode == "async" and rollout.name == "hf"
+              and cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes > 1}
     problems = []
     for key, value, condition, refusal in CONDITIONAL_REFUSALS:
         if active[key]:

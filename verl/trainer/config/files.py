@@ -68,4 +68,11 @@ def check_files(cfg: PPOTrainerConfig) -> list[str]:
     problems += _local_path("data.tokenizer", cfg.data.tokenizer, "tokenizer", only_if_local_looking=True)
     problems += _local_path("custom_reward_function.path", cfg.custom_reward_function.path, "reward function file")
     problems += _local_path("data.custom_cls.path", cfg.data.custom_cls.path, "dataset class file")
+    rollout = cfg.actor_rollout_ref.rollout
+    for key, path, what in (("multi_turn.tool_config_path", rollout.multi_turn.tool_config_path, "tool config"),
+                            ("multi_turn.interaction_config_path", rollout.multi_turn.interaction_config_path,
+                             "interaction config"),
+                            ("agent.agent_loop_config_path", rollout.agent.agent_loop_config_path,
+                             "agent loop config")):
+        problems += _local_path(f"actor_rollout_ref.rollout.{key}", path, f"{what} YAML")
     return problems

@@ -100,6 +100,20 @@ def unknown_override_problems(overrides: Sequence[str], schema: type = PPOTraine
     return problems
 
 
+def prepare_argv(argv: Sequence[str]) -> list[str]:
+    """The command line with renamed keys in this schema's spelling (aliases.py), then `precheck_argv`'d."""
+    from verl.trainer.config.aliases import rewrite_aliases
+    from verl.trainer.config.errors import ConfigError
+
+    try:
+        argv = rewrite_aliases(argv)
+    except ConfigError as err:
+        print(str(err), file=sys.stderr)
+        sys.exit(2)
+    precheck_argv(argv)
+    return argv
+
+
 def precheck_argv(argv: Sequence[str]) -> None:
     """Exit with status 2 and a suggestion when the command line names a key that does not exist."""
     flags, overrides = split_argv(argv)

@@ -14,12 +14,6 @@ NO_REWARD_MODEL = (
     "chosen by data_source)",
     "Remove reward_model.enable and the reward model's keys; for your own scoring set custom_reward_function.path.",
 )
-NO_SANDBOX = (
-    "the Sandbox Fusion code-execution reward is not built",
-    "Remove reward_model.sandbox_fusion.*; score code with your own custom_reward_function.",
-)
-
-
 def _no_rm(spec, follows: str | None = None):
     return refused(spec, *NO_REWARD_MODEL, follows=follows)
 
@@ -37,9 +31,13 @@ class RewardModelModelConfig(BaseConfig):
 
 @dataclass
 class SandboxFusionConfig(BaseConfig):
-    url: str | None = refused(None, *NO_SANDBOX)
-    max_concurrent: int = refused(at_least(64, 1), *NO_SANDBOX)
-    memory_limit_mb: int = refused(at_least(1024, 1), *NO_SANDBOX)
+    """Where code-contest rewards run their tests: a SandboxFusion ``/run_code`` URL, or None to have the trainer
+    start the bundled sandbox (``python -m verl.tools.sandbox``) when a code data source needs one. Upstream v0.9
+    spells the section ``reward.sandbox_fusion``; both spellings set these keys."""
+
+    url: str | None = None
+    max_concurrent: int = at_least(64, 1)
+    memory_limit_mb: int = at_least(1024, 1)
 
 
 @dataclass

@@ -23,13 +23,59 @@ class ValKwargsConfig(BaseConfig):
     do_sample: bool = False
 
 
+TOOL_CALL_FORMATS = ("hermes", "llama3_json", "gpt-oss")
+TRUNCATE_SIDES = ("left", "middle", "right")
+SANITY_CHECK_MODES = ("strict", "disable", "ignore_strippable")
+TOOL_CHAT_TEMPLATES = ("auto", "model", "verl_hermes")  # verl.data.chat_templates.CHAT_TEMPLATE_CHOICES
+
+
 @dataclass
 class MultiTurnConfig(BaseConfig):
-    enable: bool = refused(
-        False,
-        "multi-turn rollouts (tools, interactions) need the agent loop, which is not built yet",
-        "Set it to false; single-turn rollouts with rule rewards work.",
-    )
+    """Tool calling and interactions in the agent loop (``rollout.mode=async``). Turn limits of None mean no limit
+    other than the response budget (``response_length`` tokens of model, tool and user text together)."""
+
+    enable: bool = False
+    max_assistant_turns: int | None = at_least(None, 1)
+    tool_config_path: str | None = None
+    max_user_turns: int | None = at_least(None, 1)
+    max_parallel_calls: int = at_least(1, 1)
+    max_tool_response_length: int = at_least(256, 1)  # characters
+    tool_response_truncate_side: str = choice("middle", TRUNCATE_SIDES)
+    interaction_config_path: str | None = None
+    use_inference_chat_template: bool = refused_values(False, {True: Refusal(
+        "re-rendering the history with the inference chat template is not built: the agent loop keeps the exact "
+        "token ids the engine generated (token in, token out)",
+        "Set actor_rollout_ref.rollout.multi_turn.use_inference_chat_template=false.")})
+    tokenization_sanity_check_mode: str = choice("strict", SANITY_CHECK_MODES)
+    format: str = refused_values(choice("hermes", TOOL_CALL_FORMATS), {
+        fmt: Refusal(f"the {fmt} tool-call parser is not built; tool calls are read in the hermes format "
+                     "(<tool_call>{json}</tool_call>)",
+                     "Set actor_rollout_ref.rollout.multi_turn.format=hermes.")
+        for fmt in ("llama3_json", "gpt-oss")})
+    # verl's own key: the template tool conversations are rendered with. auto: the model's when it renders tools,
+    # else verl_hermes (verl/data/chat_templates.py), which SFT selects with data.chat_template=verl_hermes.
+    chat_template: str = choice("auto", TOOL_CHAT_TEMPLATES)
+
+
+_NO_CUSTOM_SERVER = ("custom async server classes are not built: the agent loop drives the in-process engines",
+                     "Remove actor_rollout_ref.rollout.agent.custom_async_server.*; rollout.name picks the engine.")
+
+
+@dataclass
+class CustomAsyncServerConfig(BaseConfig):
+    path: str | None = refused(None, *_NO_CUSTOM_SERVER)
+    name: str | None = refused(None, *_NO_CUSTOM_SERVER)
+
+
+@dataclass
+class AgentLoopConfig(BaseConfig):
+    """The agent loop (``rollout.mode=async``): workers per rollout rank, which loop a row without an
+    ``agent_name`` column runs, and a YAML list of user loops (``- name: ...`` / ``_target_: pkg.Class``)."""
+
+    num_workers: int = at_least(8, 1)
+    default_agent_loop: str = "single_turn_agent"
+    agent_loop_config_path: str | None = None
+    custom_async_server: CustomAsyncServerConfig = field(default_factory=CustomAsyncServerConfig)
 
 
 @dataclass
@@ -43,15 +89,7 @@ class RolloutConfig(BaseConfig):
             )
         },
     )
-    mode: str = refused_values(
-        choice("sync", ROLLOUT_MODES),
-        {
-            "async": Refusal(
-                "async rollout is the agent loop, which is not built yet",
-                "Use actor_rollout_ref.rollout.mode=sync.",
-            )
-        },
-    )
+    mode: str = choice("sync", ROLLOUT_MODES)  # async: the agent loop (verl/workers/rollout/agent_loop)
     temperature: float = at_least(1.0, 0.0)
     top_k: int = -1  # -1: no top-k filtering
     top_p: float = 1.0
@@ -83,3 +121,4 @@ class RolloutConfig(BaseConfig):
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
     engine_kwargs: dict[str, Any] = dict_field({"vllm": {}, "sglang": {}})
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from verl.trainer.config.aliases import rewrite_aliases
 from verl.trainer.config.base import build_config
 from verl.trainer.config.checks import run_checks
 from verl.trainer.config.errors import ConfigError
@@ -59,6 +60,7 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "ppo_trainer")
     """
     from hydra import compose, initialize_config_dir
 
+    overrides = rewrite_aliases(overrides)
     problems = unknown_override_problems(overrides)
     if problems:
         raise ConfigError(problems)
