@@ -1,0 +1,1 @@
+"""Loading interactions from an interaction-config YAML."""

@@ -1,0 +1,1 @@
+"""Loading tools from a tool-config YAML."""

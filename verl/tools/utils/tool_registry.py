@@ -1,0 +1,112 @@
+"""Build tools from upstream's tool-config YAML.
+
+    tools:
+      - class_name: verl.tools.gsm8k_tool.Gsm8kTool
+        config: {type: native}            # every other key is handed to the tool
+        tool_schema:                      # optional when the class supplies its own schema
+          type: function
+          function: {name: ..., description: ..., parameters: {type: object, properties: {...}, required: [...]}}
+
+``config.type`` is ``native`` (the default when missing, as in older upstream files). Upstream's ``mcp`` type is
+not supported here and is refused. Every error names the file and the entry (by index and class) that caused it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+from omegaconf import OmegaConf
+from pydantic import ValidationError
+
+from verl.tools.base_tool import BaseTool
+from verl.tools.schemas import OpenAIFunctionToolSchema
+
+__all__ = ["ToolType", "get_tool_class", "initialize_tools_from_config"]
+
+SUPPORTED_TOOL_TYPES = ("native",)
+
+
+class ToolType:
+    NATIVE = "native"
+    MCP = "mcp"
+
+
+def _load_yaml(path: str) -> dict[str, Any]:
+    local = os.path.expanduser(str(path))
+    if not os.path.isfile(local):
+        raise FileNotFoundError(f"tool config {path!r} does not exist (multi_turn.tool_config_path)")
+    try:
+        loaded = OmegaConf.to_container(OmegaConf.load(local), resolve=True)
+    except Exception as exc:
+        raise ValueError(f"tool config {path!r} is not valid YAML: {exc}") from exc
+    if not isinstance(loaded, dict) or not isinstance(loaded.get("tools"), list):
+        raise ValueError(f"tool config {path!r}: expected a top-level `tools:` list of "
+                         "{class_name, config, tool_schema} entries")
+    return loaded
+
+
+def get_tool_class(cls_name: str, where: str = "") -> type:
+    """Import ``pkg.module.Class``; ``where`` prefixes errors with the file and entry."""
+    prefix = f"{where}: " if where else ""
+    if not isinstance(cls_name, str) or "." not in cls_name:
+        raise ValueError(f"{prefix}class_name must be a dotted path like pkg.module.Class, got {cls_name!r}")
+    module_name, _, attr = cls_name.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ImportError(f"{prefix}cannot import module {module_name!r} of class_name {cls_name!r}: {exc}") from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ImportError(f"{prefix}module {module_name!r} has no {attr!r} (class_name {cls_name!r})") from None
+
+
+def _build_tool(entry: Any, where: str) -> BaseTool:
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: each entry must be a mapping with class_name, config, tool_schema; got {entry!r}")
+    if not entry.get("class_name"):
+        raise ValueError(f"{where}: class_name is missing (e.g. class_name: verl.tools.gsm8k_tool.Gsm8kTool)")
+    where = f"{where} ({entry['class_name']})"
+    config = entry.get("config") or {}
+    if not isinstance(config, dict):
+        raise ValueError(f"{where}: config must be a mapping, got {config!r}")
+    tool_type = str(config.get("type", ToolType.NATIVE)).lower()
+    if tool_type == ToolType.MCP:
+        raise NotImplementedError(f"{where}: config.type 'mcp' (MCP server tools) is not supported here; "
+                                  "write a native BaseTool subclass instead")
+    if tool_type not in SUPPORTED_TOOL_TYPES:
+        raise ValueError(f"{where}: config.type {tool_type!r} is unknown; supported: {list(SUPPORTED_TOOL_TYPES)}")
+
+    tool_cls = get_tool_class(entry["class_name"], where)
+    if not (isinstance(tool_cls, type) and issubclass(tool_cls, BaseTool)):
+        raise TypeError(f"{where}: {entry['class_name']} is not a subclass of verl.tools.base_tool.BaseTool")
+
+    schema = None
+    if entry.get("tool_schema") is not None:
+        try:
+            schema = OpenAIFunctionToolSchema.model_validate(entry["tool_schema"])
+        except ValidationError as exc:
+            raise ValueError(f"{where}: tool_schema is not an OpenAI function schema "
+                             f"{{type: function, function: {{name, description, parameters}}}}:\n{exc}") from exc
+    try:
+        return tool_cls(config=config, tool_schema=schema)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from exc
+
+
+def initialize_tools_from_config(tools_config_file: str) -> list[BaseTool]:
+    """One tool object per entry, in file order. Tool names (``tool_schema.function.name``) must be unique."""
+    loaded = _load_yaml(tools_config_file)
+    tools: list[BaseTool] = []
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(loaded["tools"]):
+        where = f"tool config {tools_config_file!r}, tools[{index}]"
+        tool = _build_tool(entry, where)
+        if tool.name in seen:
+            raise ValueError(f"{where}: tool name {tool.name!r} is already used by tools[{seen[tool.name]}]; "
+                             "the model calls tools by name, so names must be unique")
+        seen[tool.name] = index
+        tools.append(tool)
+    return tools
