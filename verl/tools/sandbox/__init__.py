@@ -1,0 +1,1 @@
+"""`python -m verl.tools.sandbox`: start the local SandboxFusion-compatible sandbox service (see verl.sandbox)."""
