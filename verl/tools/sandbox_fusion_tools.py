@@ -25,6 +25,7 @@ import logging
 import weakref
 from typing import Any
 
+from verl.sandbox.client import SandboxHTTPError, SandboxUnavailable, arun_code
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
@@ -99,14 +100,15 @@ def render_run_result(result: dict[str, Any], timeout: float) -> tuple[str, dict
         return f"Sandbox error: {result.get('message') or 'the sandbox could not run the code'}", metrics
     if run.get("execution_time") is not None:
         metrics["execution_time"] = float(run["execution_time"])
-    text = (run.get("stdout") or "") + (run.get("stderr") or "")
-    status = run.get("status")
+    output = ((run.get("stdout") or "") + (run.get("stderr") or "")).strip("\n")
+    status, note = run.get("status"), ""
     if status == "TimeLimitExceeded":
         metrics["timeouts"] = 1
-        text += f"\nTimeLimitExceeded: the code did not finish within {_format_seconds(timeout)} s."
+        note = f"TimeLimitExceeded: the code did not finish within {_format_seconds(timeout)} s."
     elif status != "Finished":
-        text += f"\nError: the run did not finish (status {status}, return code {run.get('return_code')})."
-    return (text.strip("\n") or EMPTY_OUTPUT_TEXT), metrics
+        note = f"Error: the run did not finish (status {status}, return code {run.get('return_code')})."
+    text = "\n".join(part for part in (output, note) if part)
+    return (text or EMPTY_OUTPUT_TEXT), metrics
 
 
 class SandboxFusionTool(BaseTool):
@@ -156,18 +158,13 @@ class SandboxFusionTool(BaseTool):
         return self.default_timeout
 
     async def _run(self, code: str, language: str, timeout: float) -> tuple[str, dict[str, Any]]:
-        # Imported here: verl.sandbox is a lower layer, but loading it is only needed once code actually runs.
-        from verl.sandbox.client import arun_code
-
         try:
             result = await arun_code(
                 self.sandbox_fusion_url, code, language=language, run_timeout=timeout,
                 memory_limit_mb=self.memory_limit_mb,
             )
-        except (ConnectionError, TimeoutError, OSError, ValueError) as exc:
-            logger.warning("%s: sandbox call to %s failed: %s: %s", self.name, self.sandbox_fusion_url,
-                           type(exc).__name__, exc)
-            timed_out = isinstance(exc, TimeoutError)
-            return (f"Sandbox error: {type(exc).__name__}: {exc}",
-                    {"sandbox_errors": 0 if timed_out else 1, "timeouts": 1 if timed_out else 0})
+        except (SandboxUnavailable, SandboxHTTPError) as exc:
+            # The service's trouble, not the model's: it still goes back as text so the trajectory goes on.
+            logger.warning("%s: sandbox call failed: %s", self.name, exc)
+            return f"Sandbox error: {exc}", {"sandbox_errors": 1, "timeouts": 0}
         return render_run_result(result, timeout)

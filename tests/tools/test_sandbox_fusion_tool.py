@@ -1,0 +1,214 @@
+"""SandboxFusionTool against a small /run_code server on loopback (real HTTP, scripted answers), and once against
+the real local sandbox."""
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from verl.tools.sandbox_fusion_tools import EMPTY_OUTPUT_TEXT, SandboxFusionTool
+
+SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "code_interpreter",
+        "description": "run code",
+        "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
+    },
+}
+
+
+def finished(stdout="", stderr="", status="Finished", return_code=0):
+    return {"status": "Success" if status == "Finished" and return_code == 0 else "Failed", "message": "",
+            "compile_result": None,
+            "run_result": {"status": status, "stdout": stdout, "stderr": stderr, "return_code": return_code,
+                           "execution_time": 0.25}}
+
+
+class FakeSandbox:
+    """Answers by the code it gets: `sleep` holds the request 0.2 s (to count requests in flight), `timeout`,
+    `crash`, `sandbox_error` and `http500` script the failure cases, anything else echoes."""
+
+    def __init__(self):
+        self.requests, self.paths = [], []
+        self.in_flight = self.max_in_flight = 0
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with fake.lock:
+                    fake.requests.append(body)
+                    fake.paths.append(self.path)
+                    fake.in_flight += 1
+                    fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+                try:
+                    status, answer = fake.answer(body["code"])
+                finally:
+                    with fake.lock:
+                        fake.in_flight -= 1
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/run_code"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+
+    def answer(self, code):
+        if code.startswith("sleep"):
+            time.sleep(0.2)
+            return 200, finished(stdout="slept\n")
+        if code == "timeout":
+            return 200, finished(stdout="partial\n", status="TimeLimitExceeded", return_code=None)
+        if code == "crash":
+            return 200, finished(stderr="Traceback...\nZeroDivisionError: division by zero\n", return_code=1)
+        if code == "sandbox_error":
+            return 200, {"status": "SandboxError", "message": "no runner free", "compile_result": None,
+                         "run_result": None}
+        if code == "http500":
+            return 500, {"detail": "boom"}
+        if code == "silent":
+            return 200, finished()
+        return 200, finished(stdout=f"ran {code}\n", stderr="warning: x\n")
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def sandbox():
+    with FakeSandbox() as fake:
+        yield fake
+
+
+def make_tool(url, **config):
+    return SandboxFusionTool(config={"sandbox_fusion_url": url, **config}, tool_schema=SCHEMA)
+
+
+def call(tool, parameters):
+    async def once():
+        iid, _ = await tool.create()
+        try:
+            return await tool.execute(iid, parameters)
+        finally:
+            await tool.release(iid)
+
+    return asyncio.run(once())
+
+
+def test_request_fields_and_output(sandbox):
+    tool = make_tool(sandbox.url, default_timeout=7, memory_limit_mb=256, default_language="python")
+    response, reward, metrics = call(tool, {"code": "print(1)"})
+    assert response.text == "ran print(1)\nwarning: x"  # stdout, then stderr
+    assert reward == 0.0 and metrics == {"sandbox_errors": 0, "timeouts": 0, "execution_time": 0.25}
+    (request,) = sandbox.requests
+    assert sandbox.paths == ["/run_code"]
+    assert (request["code"], request["language"], request["run_timeout"], request["memory_limit_MB"]) == (
+        "print(1)", "python", 7.0, 256)
+
+    # A call may pick its language and lower the timeout, never raise it.
+    call(tool, {"code": "x", "language": "bash", "timeout": 3})
+    call(tool, {"code": "x", "timeout": 600})
+    assert [(r["language"], r["run_timeout"]) for r in sandbox.requests[1:]] == [("bash", 3.0), ("python", 7.0)]
+
+
+def test_non_string_and_empty_code(sandbox):
+    tool = make_tool(sandbox.url)
+    response, _, _ = call(tool, {"code": 12345})
+    assert sandbox.requests[-1]["code"] == "12345" and response.text.startswith("ran 12345")
+    for parameters in ({"code": None}, {}, {"code": "   "}, "not a dict"):
+        response, _, metrics = call(tool, parameters)
+        assert "no code given" in response.text and metrics["sandbox_errors"] == 0
+    assert len(sandbox.requests) == 1  # nothing was sent for the empty ones
+    assert call(tool, {"code": "silent"})[0].text == EMPTY_OUTPUT_TEXT
+
+
+@pytest.mark.parametrize(
+    ("code", "text", "errors", "timeouts"),
+    [
+        ("timeout", "partial\nTimeLimitExceeded: the code did not finish within 30 s.", 0, 1),
+        ("crash", "Traceback...\nZeroDivisionError: division by zero", 0, 0),
+        ("sandbox_error", "Sandbox error: no runner free", 1, 0),
+    ],
+)
+def test_failed_runs_become_text(sandbox, code, text, errors, timeouts):
+    response, reward, metrics = call(make_tool(sandbox.url), {"code": code})
+    assert response.text == text and reward == 0.0
+    assert (metrics["sandbox_errors"], metrics["timeouts"]) == (errors, timeouts)
+
+
+def test_http_error_and_unreachable_sandbox_become_text(sandbox):
+    response, _, metrics = call(make_tool(sandbox.url), {"code": "http500"})
+    assert response.text.startswith("Sandbox error:") and "HTTP 500" in response.text
+    assert metrics == {"sandbox_errors": 1, "timeouts": 0}
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/run_code"
+    response, _, metrics = call(make_tool(dead), {"code": "print(1)"})
+    assert response.text.startswith("Sandbox error: cannot reach the sandbox") and metrics["sandbox_errors"] == 1
+
+
+def test_missing_url_is_refused_at_execute():
+    tool = make_tool(None)  # building it is fine: the trainer fills the url in first
+    with pytest.raises(ValueError, match="sandbox_fusion_url is empty"):
+        call(tool, {"code": "print(1)"})
+
+
+async def burst(tools, per_tool):
+    async def one(tool):
+        iid, _ = await tool.create()
+        return await tool.execute(iid, {"code": "sleep"})
+
+    return await asyncio.gather(*(one(tool) for tool in tools for _ in range(per_tool)))
+
+
+def test_num_workers_bounds_calls_in_flight(sandbox):
+    tool = make_tool(sandbox.url, num_workers=3, rate_limit=10)
+    start = time.monotonic()
+    results = asyncio.run(burst([tool], 9))
+    elapsed = time.monotonic() - start
+    assert [r[0].text for r in results] == ["slept"] * 9
+    assert sandbox.max_in_flight == 3
+    assert elapsed >= 3 * 0.2 - 0.02  # three waves of three
+
+
+@pytest.mark.parametrize(("shared", "expected"), [(True, 2), (False, 4)])
+def test_rate_limit_is_shared_by_tools_of_one_sandbox(sandbox, shared, expected):
+    tools = [make_tool(sandbox.url, num_workers=5, rate_limit=2, enable_global_rate_limit=shared) for _ in range(2)]
+    asyncio.run(burst(tools, 4))
+    assert len(sandbox.requests) == 8 and sandbox.max_in_flight == expected
+
+
+@pytest.mark.parametrize("key", ["num_workers", "rate_limit", "default_timeout", "memory_limit_mb"])
+def test_bad_config_values(key):
+    with pytest.raises(ValueError, match=f"config.{key} must be a positive"):
+        make_tool("http://x/run_code", **{key: 0})
+
+
+def test_against_the_local_sandbox():
+    from verl.sandbox.local import LocalSandbox
+
+    with LocalSandbox() as url:
+        tool = make_tool(url, default_timeout=5)
+        response, _, metrics = call(tool, {"code": "print(6 * 7)"})
+        assert response.text == "42" and metrics["sandbox_errors"] == 0
+        response, _, metrics = call(tool, {"code": "1 / 0"})
+        assert "ZeroDivisionError" in response.text and metrics["sandbox_errors"] == 0
