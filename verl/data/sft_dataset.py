@@ -24,7 +24,6 @@ from verl.data.parquet_files import read_parquet_files
 from verl.utils.torch_functional import compute_position_id_with_mask
 
 
-
 class SFTResponseTooLongError(ValueError):
     """A sample does not fit data.max_length and data.truncation is 'error'."""
 

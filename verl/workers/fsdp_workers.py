@@ -151,6 +151,11 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         self.rollout, self.rollout_sharding_manager = build_rollout(
             self.config.rollout, self.actor_module, self.tokenizer, self.model_path, self.device_mesh,
             trust_remote_code=self.config.model.trust_remote_code)
+        self.agent_loop_manager = None
+        if self.config.rollout.mode == "async":
+            from verl.workers.rollout.agent_loop.manager import AgentLoopManager
+
+            self.agent_loop_manager = AgentLoopManager(self.config, self.tokenizer, self._agent_loop_backend)
         # the actor also serves compute_log_prob; a rollout-only worker builds a no-grad actor for it
         if not self._is_actor:
             from verl.workers.actor import DataParallelPPOActor
@@ -180,10 +185,29 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         release_free_memory()  # what training kept mapped goes back before the KV cache wakes up
         with self.rollout_sharding_manager:
             prompts = self.rollout_sharding_manager.preprocess_data(prompts)
-            output = self.rollout.generate_sequences(prompts)
+            if self.agent_loop_manager is not None:  # rollout.mode=async
+                output = self._agent_loop_generate(prompts)
+            else:
+                output = self.rollout.generate_sequences(prompts)
             output = self.rollout_sharding_manager.postprocess_data(output)
         output.meta_info["timing"] = {"generate_sequences": time.perf_counter() - start}
         return output
+
+    def _agent_loop_generate(self, prompts: DataProto) -> DataProto:
+        from verl.workers.rollout.vllm.sampling import sampling_kwargs
+
+        params = sampling_kwargs(self.config.rollout, prompts.meta_info)
+        params.pop("n", None)
+        output = self.agent_loop_manager.generate_sequences(prompts, params)
+        output.meta_info["agent_stats"] = dict(self.agent_loop_manager.last_stats)
+        return output
+
+    def _agent_loop_backend(self, meta: dict):
+        from verl.workers.rollout.agent_loop.backends import HFBackend, VLLMBackend
+
+        if self.config.rollout.name == "vllm":
+            return VLLMBackend(self.rollout)
+        return HFBackend(self.rollout, meta, self.config.rollout.prompt_length)
 
     def _eos_token_ids(self) -> list[int]:
         ids = {self.tokenizer.eos_token_id}

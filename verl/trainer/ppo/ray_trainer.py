@@ -23,6 +23,7 @@ from verl.single_controller.ray import (
 from verl.single_controller.roles import Role
 from verl.trainer.config import PPOTrainerConfig
 from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.agent_rollout import pop_agent_metrics, pop_generation_input
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from verl.trainer.ppo.generations import decode_generations, dump_generations, sample_generations
 from verl.trainer.ppo.metric_utils import (
@@ -199,6 +200,7 @@ class RayPPOTrainer:
             batch = self._new_batch(batch_dict)
             with marked_timer("gen", timing):
                 batch = self._generate(batch)
+                metrics.update(pop_agent_metrics(batch))
             if self.config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
                 with marked_timer("gen_max", timing):
                     self._add_remax_baseline(batch)
@@ -263,11 +265,11 @@ class RayPPOTrainer:
 
     def _generate(self, batch: DataProto) -> DataProto:
         """n responses per prompt, interleaved (p0 p0 p1 p1 ...), the prompt's fields repeated alongside."""
-        n = self.config.actor_rollout_ref.rollout.n
-        gen_batch = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
+        rollout = self.config.actor_rollout_ref.rollout
+        gen_batch = pop_generation_input(batch, rollout.mode)
         gen_batch.meta_info.update(self._gen_meta(do_sample=True))
-        output = self.actor_rollout_wg.generate_sequences(gen_batch.repeat(n, interleave=True))
-        return batch.repeat(n, interleave=True).union(output)
+        output = self.actor_rollout_wg.generate_sequences(gen_batch.repeat(rollout.n, interleave=True))
+        return batch.repeat(rollout.n, interleave=True).union(output)
 
     def _gen_meta(self, do_sample: bool) -> dict[str, Any]:
         return {"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id,

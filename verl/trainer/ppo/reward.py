@@ -15,6 +15,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import torch
 
 from verl.protocol import DataProto
@@ -118,7 +119,13 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_
 
 
 def compute_reward(data: DataProto, reward_fn: Any) -> tuple[torch.Tensor, dict[str, Any]]:
-    """(reward_tensor (bs, response_len), reward_extra_infos_dict {name: list per sample})."""
+    """(reward_tensor (bs, response_len), reward_extra_infos_dict {name: list per sample}).
+
+    Rows an agent loop already scored (``reward_score`` -> ``rm_scores``, marked in ``__rm_scored__``) keep that
+    score; the reward function scores the others (all of them, when no row was scored)."""
+    scored = data.non_tensor_batch.pop("__rm_scored__", None)
+    if scored is not None and not np.asarray(scored, dtype=bool).all():
+        return _merge_agent_scores(data, np.asarray(scored, dtype=bool), reward_fn)
     result = reward_fn(data, return_dict=True)
     if not isinstance(result, dict) or "reward_tensor" not in result:
         raise TypeError(
@@ -126,6 +133,17 @@ def compute_reward(data: DataProto, reward_fn: Any) -> tuple[torch.Tensor, dict[
             "it must return {'reward_tensor': ..., 'reward_extra_info': {...}}"
         )
     return result["reward_tensor"], dict(result.get("reward_extra_info") or {})
+
+
+def _merge_agent_scores(data: DataProto, scored: np.ndarray, reward_fn: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+    agent_scores = data.batch["rm_scores"]
+    unscored = DataProto(batch=data.batch.exclude("rm_scores"), non_tensor_batch=data.non_tensor_batch,
+                         meta_info=data.meta_info)
+    reward_tensor, extra = compute_reward(unscored, reward_fn)
+    rows = torch.as_tensor(scored)
+    reward_tensor = reward_tensor.clone()
+    reward_tensor[rows] = agent_scores[rows].to(reward_tensor.dtype)
+    return reward_tensor, extra
 
 
 def compute_reward_async(data: DataProto, config: Any = None, tokenizer: Any = None, reward_fn: Any = None) -> Any:

@@ -10,6 +10,7 @@ import numpy as np
 
 from verl.protocol import DataProto
 from verl.trainer.config import PPOTrainerConfig
+from verl.trainer.ppo.agent_rollout import pop_agent_metrics, pop_generation_input
 from verl.trainer.ppo.generations import Generations, decode_generations, dump_generations
 from verl.trainer.ppo.metric_utils import process_validation_metrics
 from verl.trainer.ppo.reward import compute_reward
@@ -37,12 +38,14 @@ class Validator:
         reward_fn_key = self.config.data.reward_fn_key
         sources: list[str] = []
         gens = Generations()
+        agent: list[tuple[int, dict[str, float]]] = []  # (rows, agent-loop metrics) per batch
         for batch_dict in self.dataloader:
             batch = DataProto.from_single_dict(batch_dict).repeat(val_kwargs.n, interleave=True)
-            gen = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
+            gen = pop_generation_input(batch, self.config.actor_rollout_ref.rollout.mode)
             gen.meta_info.update({"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id,
                                   "do_sample": val_kwargs.do_sample, "validate": True, "global_steps": step})
             batch = batch.union(self.wg.generate_sequences(gen))
+            agent.append((len(batch), pop_agent_metrics(batch)))
             reward_tensor, reward_extra = compute_reward(batch, self.reward_fn)
             gens.extend(decode_generations(batch, self.tokenizer, reward_tensor.sum(-1).tolist(), reward_extra))
             column = batch.non_tensor_batch.get(reward_fn_key, np.array(["unknown"] * len(batch)))  # a data column
@@ -52,7 +55,7 @@ class Validator:
             dump_generations(self.config.trainer.validation_data_dir, step, gens)
         infos = {"reward": gens.scores}
         infos.update({k: v for k, v in gens.extra.items() if len(v) == len(gens.scores)})
-        return _flatten(process_validation_metrics(sources, gens.inputs, infos))
+        return {**_flatten(process_validation_metrics(sources, gens.inputs, infos)), **_agent_means(agent)}
 
 
 def _flatten(nested: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:
@@ -63,4 +66,14 @@ def _flatten(nested: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]
             for name, value in metrics.items():
                 core = var in ("reward", "acc") and name.startswith("mean@")
                 out[f"{'val-core' if core else 'val-aux'}/{source}/{var}/{name}"] = float(value)
+    return out
+
+
+def _agent_means(batches: list[tuple[int, dict[str, float]]]) -> dict[str, float]:
+    """The agent loop's per-batch means, weighted by rows, as `val-aux/agent/...` (e.g. tool calls per sample)."""
+    names = {k for _, m in batches for k in m if k.endswith("/mean")}
+    out = {}
+    for name in names:
+        rows = [(n, m[name]) for n, m in batches if name in m]
+        out[f"val-aux/{name}"] = sum(n * v for n, v in rows) / max(1, sum(n for n, _ in rows))
     return out

@@ -1,0 +1,53 @@
+"""The trainer's side of ``rollout.mode=async`` (the agent loop): what the rollout is sent, and the turn and tool
+metrics read back from the trajectories it returns."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from verl.protocol import DataProto
+
+__all__ = ["pop_generation_input", "pop_agent_metrics", "AGENT_COLUMNS"]
+
+GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
+# per-trajectory counters the agent loop returns for metrics only; dropped from the batch once read
+AGENT_COLUMNS = ("__num_turns__", "__tool_calls__", "__tool_errors__", "__tokenization_mismatch__", "__rm_scored__")
+
+
+def pop_generation_input(batch: DataProto, mode: str) -> DataProto:
+    """The prompts' tensors, moved out of ``batch``. An agent loop reads the row's other fields too (raw_prompt,
+    extra_info, agent_name, tools_kwargs, ...), so in async mode they are copied along (and stay in ``batch``
+    for the reward)."""
+    gen = batch.pop(batch_keys=GEN_KEYS)
+    if mode == "async":
+        gen.non_tensor_batch = {k: v.copy() for k, v in batch.non_tensor_batch.items()}
+    return gen
+
+
+def _stats(prefix: str, name: str, values: np.ndarray) -> dict[str, float]:
+    return {f"{prefix}{name}/mean": float(values.mean()), f"{prefix}{name}/max": float(values.max()),
+            f"{prefix}{name}/min": float(values.min())}
+
+
+def pop_agent_metrics(batch: DataProto, prefix: str = "agent/") -> dict[str, float]:
+    """Turns per sample, tool calls and errors, and model vs tool/user tokens in the responses; the counter columns
+    are removed from ``batch`` (``__rm_scored__`` only once the reward has been computed: see reward.py)."""
+    columns = batch.non_tensor_batch
+    if "__num_turns__" not in columns or len(batch) == 0:
+        return {}
+    metrics = _stats(prefix, "num_turns", np.asarray(columns["__num_turns__"], dtype=float))
+    for column, name in (("__tool_calls__", "tool_calls"), ("__tool_errors__", "tool_errors")):
+        if column in columns:
+            metrics.update(_stats(prefix, name, np.asarray(columns[column], dtype=float)))
+    if "__tokenization_mismatch__" in columns:
+        metrics[f"{prefix}tokenization_mismatch/mean"] = float(np.mean(np.asarray(columns["__tokenization_mismatch__"],
+                                                                                   dtype=float)))
+    response_length = batch.batch["responses"].size(1)
+    real = batch.batch["attention_mask"][:, -response_length:].sum(-1).float()
+    model = batch.batch["response_mask"].sum(-1).float()
+    metrics[f"{prefix}response_model_tokens/mean"] = float(model.mean())
+    metrics[f"{prefix}response_tool_tokens/mean"] = float((real - model).mean())
+    for column in AGENT_COLUMNS:
+        if column != "__rm_scored__":
+            columns.pop(column, None)
+    return metrics

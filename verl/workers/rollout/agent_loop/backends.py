@@ -1,0 +1,138 @@
+"""The two engines an agent loop can drive, behind one small interface (``add``, ``has_work``, ``idle``,
+``in_flight``, ``step``, ``fail_all``), used only from the rollout worker's main thread by ``EngineLoop``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from verl.protocol import DataProto
+from verl.utils.torch_functional import compute_position_id_with_mask
+from verl.workers.rollout.agent_loop.server import EngineRequest, TokenOutput
+
+__all__ = ["VLLMBackend", "HFBackend"]
+
+
+class VLLMBackend:
+    """The in-process vLLM engine of a ``vLLMRollout``: requests join its continuous batch as they arrive."""
+
+    def __init__(self, rollout: Any) -> None:
+        rollout._require_weights()
+        self.rollout = rollout
+        self.engine = rollout.llm.llm_engine
+        self.pending: dict[str, EngineRequest] = {}
+        self.started: set[str] = set()  # requests that have been through at least one engine step
+
+    def add(self, request: EngineRequest) -> None:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self.engine.add_request(request.request_id, TokensPrompt(prompt_token_ids=request.prompt_ids),
+                                SamplingParams(**request.sampling_params))
+        self.pending[request.request_id] = request
+
+    def has_work(self) -> bool:
+        return bool(self.pending)
+
+    def idle(self) -> bool:
+        return not self.started
+
+    def in_flight(self) -> int:
+        return len(self.pending)
+
+    def step(self) -> list[tuple[EngineRequest, TokenOutput]]:
+        from verl.workers.rollout.vllm.engine import engine_placement
+
+        self.started.update(self.pending)
+        with engine_placement(self.rollout.core, self.rollout.threads):
+            outputs = self.engine.step()
+        finished = []
+        for out in outputs:
+            if not out.finished or out.request_id not in self.pending:
+                continue
+            request = self.pending.pop(out.request_id)
+            self.started.discard(out.request_id)
+            completion = out.outputs[0]
+            tokens = list(completion.token_ids)
+            log_probs = None
+            if request.sampling_params.get("logprobs") is not None:
+                steps = completion.logprobs or []
+                log_probs = [steps[i][tok].logprob for i, tok in enumerate(tokens)]
+            reason = "length" if completion.finish_reason == "length" else "stop"
+            finished.append((request, TokenOutput(tokens, log_probs, reason)))
+        return finished
+
+    def fail_all(self, err: BaseException) -> None:
+        if self.pending:
+            self.engine.abort_request(list(self.pending))
+        for request in self.pending.values():
+            if not request.future.done():
+                request.future.set_exception(RuntimeError(f"the vLLM engine failed: {err!r}"))
+        self.pending.clear()
+        self.started.clear()
+
+
+class HFBackend:
+    """HF ``generate`` on the actor's module (through ``HFRollout``), one call per batch of queued requests with
+    the same sampling settings; prompts are left-padded to at least ``prompt_length``, as the sync rollout's are."""
+
+    def __init__(self, rollout: Any, meta: dict[str, Any], prompt_length: int) -> None:
+        self.rollout = rollout
+        self.meta = meta  # eos/pad ids and the validate flag of this generate_sequences call
+        self.prompt_length = prompt_length
+        self.queue: list[EngineRequest] = []
+
+    def add(self, request: EngineRequest) -> None:
+        self.queue.append(request)
+
+    def has_work(self) -> bool:
+        return bool(self.queue)
+
+    def idle(self) -> bool:
+        return True  # every batch starts from scratch
+
+    def in_flight(self) -> int:
+        return len(self.queue)
+
+    @staticmethod
+    def _settings(params: dict[str, Any]) -> tuple:
+        return (params.get("temperature"), params.get("top_p"), params.get("top_k"), params.get("logprobs"))
+
+    def step(self) -> list[tuple[EngineRequest, TokenOutput]]:
+        key = self._settings(self.queue[0].sampling_params)
+        batch = [r for r in self.queue if self._settings(r.sampling_params) == key]
+        self.queue = [r for r in self.queue if self._settings(r.sampling_params) != key]
+        pad = int(self.meta["pad_token_id"])
+        width = max(self.prompt_length, max(len(r.prompt_ids) for r in batch))
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, request in enumerate(batch):
+            n = len(request.prompt_ids)
+            ids[i, width - n:] = torch.tensor(request.prompt_ids, dtype=torch.long)
+            mask[i, width - n:] = 1
+        temperature = float(key[0] or 0.0)
+        meta = dict(self.meta, do_sample=temperature > 0, temperature=temperature if temperature > 0 else 1.0,
+                    response_length=max(int(r.sampling_params["max_tokens"]) for r in batch))
+        prompts = DataProto.from_dict(tensors={"input_ids": ids, "attention_mask": mask,
+                                               "position_ids": compute_position_id_with_mask(mask)}, meta_info=meta)
+        out = self.rollout.generate_sequences(prompts)
+        eos = set(self.meta["eos_token_id"] if isinstance(self.meta["eos_token_id"], list)
+                  else [self.meta["eos_token_id"]])
+        finished = []
+        for i, request in enumerate(batch):
+            limit = int(request.sampling_params["max_tokens"])
+            n = min(int(out.batch["response_mask"][i].sum()), limit)
+            tokens = out.batch["responses"][i, :n].tolist()
+            log_probs = None
+            if request.sampling_params.get("logprobs") is not None and "rollout_log_probs" in out.batch.keys():
+                log_probs = out.batch["rollout_log_probs"][i, :n].tolist()
+            reason = "stop" if tokens and tokens[-1] in eos else "length"
+            finished.append((request, TokenOutput(tokens, log_probs, reason)))
+        return finished
+
+    def fail_all(self, err: BaseException) -> None:
+        for request in self.queue:
+            if not request.future.done():
+                request.future.set_exception(RuntimeError(f"HF generate failed: {err!r}"))
+        self.queue.clear()

@@ -1,0 +1,86 @@
+"""What an agent loop is: one coroutine per sample that talks to the engine in token ids and returns a trajectory.
+
+Upstream's extension point, with its names: subclass ``AgentLoopBase``, implement ``async run(sampling_params,
+**kwargs)`` (kwargs are the dataset row's fields), return an ``AgentLoopOutput``, and ``@register("name")`` the
+class (or list it in ``rollout.agent.agent_loop_config_path``). The row's ``agent_name`` column picks the loop.
+
+``response_ids`` hold everything after the prompt: the model's tokens and the tool / user turns spliced in
+between them; ``response_mask`` is 1 on the model's tokens only, so only they are trained on.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["AgentLoopBase", "AgentLoopOutput", "AgentLoopMetrics", "TrainerConfigView"]
+
+
+@dataclass
+class AgentLoopMetrics:
+    """Per-trajectory timings (seconds), as upstream reports them."""
+
+    generate_sequences: float = 0.0
+    tool_calls: float = 0.0
+
+
+@dataclass
+class AgentLoopOutput:
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]  # 1 = a model token (trained), 0 = a tool or user token
+    response_logprobs: list[float] | None = None  # the engine's log-probs, 0.0 at tool/user tokens
+    num_turns: int = 0  # user + assistant + tool turns, the prompt's included
+    reward_score: float | None = None  # set: used instead of calling the reward function for this sample
+    metrics: AgentLoopMetrics | dict[str, Any] = field(default_factory=AgentLoopMetrics)
+    extra_fields: dict[str, Any] = field(default_factory=dict)  # per-sample values, kept as non-tensor columns
+    multi_modal_data: dict[str, Any] | None = None
+
+    def check(self, where: str) -> None:
+        if len(self.response_mask) != len(self.response_ids):
+            raise ValueError(f"{where}: response_mask has {len(self.response_mask)} entries for "
+                             f"{len(self.response_ids)} response_ids; they must match one to one")
+        if self.response_logprobs is not None and len(self.response_logprobs) != len(self.response_ids):
+            raise ValueError(f"{where}: response_logprobs has {len(self.response_logprobs)} entries for "
+                             f"{len(self.response_ids)} response_ids")
+        if not self.prompt_ids:
+            raise ValueError(f"{where}: prompt_ids is empty")
+
+
+class TrainerConfigView:
+    """What upstream hands a loop as ``trainer_config``: ``.config.actor_rollout_ref`` is the typed
+    ActorRolloutRefConfig (the rollout worker holds no other section)."""
+
+    def __init__(self, actor_rollout_ref: Any) -> None:
+        self.config = _Sections(actor_rollout_ref)
+
+
+class _Sections:
+    def __init__(self, actor_rollout_ref: Any) -> None:
+        self.actor_rollout_ref = actor_rollout_ref
+
+
+class AgentLoopBase(ABC):
+    """``trainer_config.config.actor_rollout_ref`` is the worker's config; ``server_manager.generate(...)`` is the
+    engine; ``tokenizer`` the policy's. Extra keyword arguments come from the loop's YAML entry."""
+
+    def __init__(self, trainer_config: TrainerConfigView, server_manager: Any, tokenizer: Any, processor: Any = None,
+                 **kwargs: Any) -> None:
+        self.config = trainer_config.config
+        self.server_manager = server_manager
+        self.tokenizer = tokenizer
+        self.processor = processor
+        self.rollout_config = trainer_config.config.actor_rollout_ref.rollout
+        self.prompt_length = self.rollout_config.prompt_length
+        self.response_length = self.rollout_config.response_length
+
+    @classmethod
+    def init_class(cls, config: TrainerConfigView, tokenizer: Any, processor: Any = None, **kwargs: Any) -> None:
+        """One-time setup shared by every instance of the class (tools, interactions): the agent-loop manager calls
+        it once, before the first instance, with the loop's YAML kwargs."""
+        return None
+
+    @abstractmethod
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        """One trajectory for one dataset row (kwargs: its fields, e.g. raw_prompt, extra_info, tools_kwargs)."""

@@ -1,0 +1,135 @@
+"""Running one rollout rank's share of the batch through agent loops (``rollout.mode=async``).
+
+``rollout.agent.num_workers`` agent-loop workers, each a thread with its own asyncio loop, run one ``run()``
+coroutine per sample of their slice; all of them send their requests to the rank's one engine, which the
+calling (main) thread drives (server.py). A tool that blocks its worker's event loop therefore stalls only that
+worker's trajectories, and the engine keeps batching the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from verl.protocol import DataProto
+from verl.workers.rollout.agent_loop.base import AgentLoopOutput, TrainerConfigView
+from verl.workers.rollout.agent_loop.outputs import outputs_to_batch
+from verl.workers.rollout.agent_loop.registry import load_agent_loop_config, resolve_agent_loop
+from verl.workers.rollout.agent_loop.server import AsyncLLMServerManager, EngineLoop
+
+__all__ = ["AgentLoopManager", "AgentLoopWorker"]
+
+
+class AgentLoopWorker:
+    """One slice of the samples, on its own thread and event loop."""
+
+    def __init__(self, manager: AgentLoopManager, server: AsyncLLMServerManager, engine_loop: EngineLoop) -> None:
+        self.manager = manager
+        self.server = server
+        self.engine_loop = engine_loop
+        self.error: BaseException | None = None
+
+    def run(self, rows: list[tuple[int, str, dict]], sampling_params: dict, outputs: list) -> None:
+        try:
+            asyncio.run(self._run_all(rows, sampling_params, outputs))
+        except BaseException as err:  # reported by the manager on the main thread
+            self.error = err
+
+    async def _run_all(self, rows: list[tuple[int, str, dict]], sampling_params: dict, outputs: list) -> None:
+        await asyncio.gather(*[self._run_one(i, name, kwargs, sampling_params, outputs) for i, name, kwargs in rows])
+
+    async def _run_one(self, index: int, name: str, kwargs: dict, sampling_params: dict, outputs: list) -> None:
+        try:
+            loop = self.manager.new_loop(name, self.server)
+            output = await loop.run(dict(sampling_params), **kwargs)
+            if not isinstance(output, AgentLoopOutput):
+                raise TypeError(f"agent loop {name!r} returned {type(output).__name__}, not an AgentLoopOutput")
+            outputs[index] = output
+        finally:
+            self.engine_loop.trajectory_finished()
+
+
+class AgentLoopManager:
+    """``config`` is the worker's ActorRolloutRefConfig; ``make_backend(meta)`` builds this call's engine backend."""
+
+    def __init__(self, config: Any, tokenizer: Any, make_backend: Any, processor: Any = None) -> None:
+        self.config = config
+        self.rollout_config = config.rollout
+        self.tokenizer = tokenizer
+        self.processor = processor
+        self.make_backend = make_backend
+        self.trainer_config = TrainerConfigView(config)
+        self.loops = load_agent_loop_config(self.rollout_config.agent.agent_loop_config_path)
+        self._classes: dict[str, tuple[type, dict]] = {}
+        self._lock = threading.Lock()
+        self.last_stats: dict[str, float] = {}
+
+    def new_loop(self, name: str, server: AsyncLLMServerManager):
+        with self._lock:  # worker threads resolve (and class-initialise) loops concurrently
+            if name not in self._classes:
+                cls, kwargs = resolve_agent_loop(name, self.loops)
+                cls.init_class(self.trainer_config, self.tokenizer, self.processor, **kwargs)
+                self._classes[name] = (cls, kwargs)
+            cls, kwargs = self._classes[name]
+        return cls(self.trainer_config, server, self.tokenizer, self.processor, **kwargs)
+
+    def generate_sequences(self, prompts: DataProto, sampling_params: dict[str, Any]) -> DataProto:
+        """Every row through its agent loop (the ``agent_name`` column, else ``agent.default_agent_loop``)."""
+        rows = self._rows(prompts)
+        backend = self.make_backend(prompts.meta_info)
+        engine_loop = EngineLoop(backend)
+        server = AsyncLLMServerManager(engine_loop, self.rollout_config.prompt_length,
+                                       self.rollout_config.response_length)
+        outputs: list[AgentLoopOutput | None] = [None] * len(rows)
+        n_workers = max(1, min(self.rollout_config.agent.num_workers, len(rows)))
+        workers = [AgentLoopWorker(self, server, engine_loop) for _ in range(n_workers)]
+        for _ in rows:
+            engine_loop.trajectory_started()
+        threads = [threading.Thread(target=w.run, args=(part, sampling_params, outputs), daemon=True,
+                                    name=f"agent-loop-worker-{k}")
+                   for k, (w, part) in enumerate(zip(workers, _slices(rows, n_workers)))]
+        start = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        engine_loop.serve(done=lambda: not any(t.is_alive() for t in threads))
+        for thread in threads:
+            thread.join()
+        for worker in workers:
+            if worker.error is not None:
+                raise worker.error
+        self.last_stats = {"agent/engine_steps": engine_loop.steps, "agent/max_in_flight": engine_loop.max_in_flight,
+                           "agent/seconds": time.perf_counter() - start}
+        return outputs_to_batch(outputs, self.rollout_config.prompt_length, self.rollout_config.response_length,
+                                int(prompts.meta_info["pad_token_id"]))
+
+    def _rows(self, prompts: DataProto) -> list[tuple[int, str, dict]]:
+        ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"]
+        names = prompts.non_tensor_batch.get("agent_name")  # a dataset column
+        default = self.rollout_config.agent.default_agent_loop
+        rows = []
+        for i in range(len(prompts)):
+            kwargs = {key: _plain(column[i]) for key, column in prompts.non_tensor_batch.items()}
+            kwargs["raw_prompt_ids"] = ids[i][mask[i].bool()].tolist()  # what the sync rollout would send
+            name = str(names[i]) if names is not None and names[i] else default
+            rows.append((i, name, kwargs))
+        return rows
+
+
+def _slices(rows: list, n: int) -> list[list]:
+    """n contiguous, near-equal slices."""
+    return [[rows[j] for j in part] for part in np.array_split(np.arange(len(rows)), n)]
+
+
+def _plain(value: Any) -> Any:
+    """numpy containers from the dataset's object columns -> Python lists/dicts, as a loop's kwargs."""
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

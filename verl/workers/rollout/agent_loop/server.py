@@ -1,0 +1,165 @@
+"""The engine side of the agent loop: token ids in, token ids (and log-probs) out, many trajectories at once.
+
+Agent-loop workers run their coroutines on their own threads; every ``generate`` becomes a request on one queue.
+The engine loop runs on the rollout worker's main thread (where the engine, its weights and its core pinning
+live) and batches whatever is queued:
+
+- vLLM: requests go straight into the in-process engine (``add_request``/``step``), which batches continuously,
+  so a trajectory that comes back from a tool joins the running batch at the next step. Weights keep syncing
+  in process, as for the sync rollout.
+- HF: one ``generate`` call per batch of queued requests (the HF rollout's own sampling code), so concurrency
+  comes from batching the trajectories that are waiting at the same time.
+
+Before starting a batch from idle, the loop waits briefly until every live trajectory has asked (or a short
+deadline passes): single-turn rows then form one batch, exactly as the sync rollout would have.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["TokenOutput", "AsyncLLMServerManager", "EngineLoop", "EngineRequest"]
+
+# How long an idle engine waits for the other live trajectories to ask before it starts a batch without them.
+GATHER_WAIT_S = 0.05
+
+
+@dataclass
+class TokenOutput:
+    token_ids: list[int]
+    log_probs: list[float] | None = None
+    stop_reason: str = "stop"  # "stop": the model ended its turn (EOS); "length": max_tokens was reached
+
+
+@dataclass
+class EngineRequest:
+    request_id: str
+    prompt_ids: list[int]
+    sampling_params: dict[str, Any]
+    future: Future = field(default_factory=Future)
+
+
+class EngineLoop:
+    """The queue between agent-loop threads and one engine backend (``add``, ``has_work``, ``step``)."""
+
+    def __init__(self, backend: Any, gather_wait_s: float = GATHER_WAIT_S) -> None:
+        self.backend = backend
+        self.gather_wait_s = gather_wait_s
+        self._queue: queue.SimpleQueue[EngineRequest] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._live = 0  # trajectories started and not finished
+        self._waiting = 0  # requests submitted and not answered
+        self._ids = itertools.count()
+        self.steps = 0
+        self.max_in_flight = 0
+
+    # -- called from agent-loop threads ---------------------------------------------------------------------------
+
+    def submit(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any]) -> Future:
+        request = EngineRequest(f"{request_id}-{next(self._ids)}", list(prompt_ids), dict(sampling_params))
+        with self._lock:
+            self._waiting += 1
+        self._queue.put(request)
+        return request.future
+
+    def trajectory_started(self) -> None:
+        with self._lock:
+            self._live += 1
+
+    def trajectory_finished(self) -> None:
+        with self._lock:
+            self._live -= 1
+
+    # -- the engine thread ----------------------------------------------------------------------------------------
+
+    def serve(self, done: Callable[[], bool]) -> None:
+        """Run the engine until ``done()`` (every worker thread has finished) and nothing is pending."""
+        try:
+            while True:
+                self._take_queued(block=not self.backend.has_work())
+                if self.backend.has_work():
+                    if self.backend.idle():
+                        self._gather()
+                    self._step()
+                elif done() and self._queue.empty():
+                    return
+        except BaseException as err:  # the engine failed: every waiting trajectory must learn it, not hang
+            self.backend.fail_all(err)
+            self._fail_queued(err)
+            raise
+
+    def _take_queued(self, block: bool) -> None:
+        try:
+            request = self._queue.get(timeout=0.01) if block else self._queue.get_nowait()
+        except queue.Empty:
+            return
+        self.backend.add(request)
+        while True:
+            try:
+                self.backend.add(self._queue.get_nowait())
+            except queue.Empty:
+                return
+
+    def _gather(self) -> None:
+        deadline = time.monotonic() + self.gather_wait_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._waiting >= self._live:
+                    return
+            try:
+                self.backend.add(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                return
+
+    def _step(self) -> None:
+        self.max_in_flight = max(self.max_in_flight, self.backend.in_flight())
+        finished = self.backend.step()
+        self.steps += 1
+        for request, output in finished:
+            with self._lock:
+                self._waiting -= 1
+            request.future.set_result(output)
+
+    def _fail_queued(self, err: BaseException) -> None:
+        while True:
+            try:
+                request = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if not request.future.done():
+                request.future.set_exception(RuntimeError(f"the rollout engine failed: {err!r}"))
+
+
+class AsyncLLMServerManager:
+    """Upstream's name for what an agent loop calls: ``await generate(request_id, prompt_ids=..., sampling_params=...)``.
+
+    ``sampling_params`` are vLLM ``SamplingParams`` fields (temperature, top_p, top_k, logprobs, max_tokens, ...).
+    Without ``max_tokens``, a request may fill the rest of the response budget (prompt_length + response_length -
+    len(prompt_ids), at most response_length)."""
+
+    def __init__(self, engine_loop: EngineLoop, prompt_length: int, response_length: int) -> None:
+        self.engine_loop = engine_loop
+        self.prompt_length = prompt_length
+        self.response_length = response_length
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       image_data: Any = None, **kwargs: Any) -> TokenOutput:
+        import asyncio
+
+        if image_data is not None:
+            raise NotImplementedError("multi-modal agent-loop requests are not built; send text token ids")
+        params = dict(sampling_params)
+        room = min(self.response_length, self.prompt_length + self.response_length - len(prompt_ids))
+        max_tokens = min(int(params.get("max_tokens", room)), room)
+        if max_tokens < 1:
+            return TokenOutput(token_ids=[], log_probs=[] if params.get("logprobs") is not None else None,
+                               stop_reason="length")
+        params["max_tokens"] = max_tokens
+        return await asyncio.wrap_future(self.engine_loop.submit(request_id, prompt_ids, params))

@@ -1,0 +1,27 @@
+"""``single_turn_agent``: one request per row, the row's prompt tokens as the sync rollout sends them."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from verl.workers.rollout.agent_loop.base import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
+from verl.workers.rollout.agent_loop.registry import register
+
+__all__ = ["SingleTurnAgentLoop"]
+
+
+@register("single_turn_agent")
+class SingleTurnAgentLoop(AgentLoopBase):
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        # raw_prompt_ids: the prompt exactly as the sync rollout tokenizes and sends it (left padding removed)
+        prompt_ids = list(kwargs["raw_prompt_ids"])
+        start = time.perf_counter()
+        out = await self.server_manager.generate(uuid.uuid4().hex, prompt_ids=prompt_ids,
+                                                 sampling_params=sampling_params)
+        response_ids = out.token_ids[: self.response_length]
+        log_probs = out.log_probs[: self.response_length] if out.log_probs is not None else None
+        return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=response_ids, response_mask=[1] * len(response_ids),
+                               response_logprobs=log_probs, num_turns=2,
+                               metrics=AgentLoopMetrics(generate_sequences=time.perf_counter() - start))
