@@ -2,6 +2,9 @@
 
 `default_compute_score(data_source, solution_str, ground_truth, extra_info)` is what the reward managers call
 when the user gives no `custom_reward_function.path`. Add a data source with `register_data_source`.
+
+Code-contest data sources (`CODE_DATA_SOURCES`) are scored by running their tests in a SandboxFusion sandbox;
+they need the `sandbox_fusion_url` keyword that the reward managers pass from `reward_model.sandbox_fusion.url`.
 """
 
 from __future__ import annotations
@@ -65,8 +68,36 @@ def _score_arithmetic(solution_str: str, ground_truth: Any, extra_info: dict | N
     return arithmetic.compute_score(solution_str, ground_truth)
 
 
+# Upstream's code-contest data sources: the ground truth is {"inputs": [...], "outputs": [...]} stdin/stdout tests.
+CODE_DATA_SOURCES = ("codecontests", "apps", "codeforces", "taco")
+
+
+def _score_code(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    sandbox_fusion_url: str | None = None,
+    concurrent_semaphore: Any = None,
+    memory_limit_mb: int = 1024,
+    **_: Any,
+) -> float:
+    if not sandbox_fusion_url:
+        raise ValueError(
+            f"data_source={data_source!r} is scored by running its tests in a sandbox, and no sandbox url was "
+            "given: set reward_model.sandbox_fusion.url (or reward.sandbox_fusion.url) to a SandboxFusion "
+            "/run_code endpoint, e.g. the one `python -m verl.tools.sandbox` prints"
+        )
+    from verl.rewards import sandbox_fusion
+
+    score, _metadata = sandbox_fusion.compute_score(
+        sandbox_fusion_url, concurrent_semaphore, memory_limit_mb, solution_str, ground_truth, continuous=True
+    )
+    return float(score)
+
+
 def known_data_sources() -> list[str]:
-    return sorted(_SCORERS_BY_NAME) + sorted(f"{prefix}*" for prefix in _SCORERS_BY_PREFIX)
+    names = sorted([*_SCORERS_BY_NAME, *CODE_DATA_SOURCES])
+    return names + sorted(f"{prefix}*" for prefix in _SCORERS_BY_PREFIX)
 
 
 def _find_scorer(data_source: str) -> ScoreFn:
@@ -92,9 +123,11 @@ def default_compute_score(
 ) -> float | dict[str, Any]:
     """The score of one response: a float, or a dict with at least "score" for scorers that report more.
 
-    Upstream's reward managers also pass sandbox settings as keyword arguments. No built-in scorer runs code, so
-    none of them needs one; the config refuses `reward_model.sandbox_fusion.*` instead of carrying them here.
+    Upstream's reward managers also pass sandbox settings as keyword arguments (`sandbox_fusion_url`,
+    `concurrent_semaphore`, `memory_limit_mb`); only the code-contest data sources use them.
     """
+    if str(data_source) in CODE_DATA_SOURCES:
+        return _score_code(str(data_source), solution_str, ground_truth, **kwargs)
     result = _find_scorer(str(data_source))(solution_str, ground_truth, extra_info)
     if isinstance(result, dict):
         return result
@@ -108,4 +141,4 @@ def default_compute_score(
 # Upstream's older name, still used in user code.
 _default_compute_score = default_compute_score
 
-__all__ = ["default_compute_score", "register_data_source", "known_data_sources"]
+__all__ = ["default_compute_score", "register_data_source", "known_data_sources", "CODE_DATA_SOURCES"]

@@ -1,0 +1,162 @@
+"""What a model's code might try, run through the real service: each attempt is contained and reported, and the
+sandbox serves a normal program right after. docs/sandbox.md tabulates what each attempt got."""
+
+import os
+import socket
+import time
+import uuid
+from urllib.parse import urlparse
+
+from tests.sandbox.helpers import assert_no_nobody_processes, assert_still_usable
+from verl.sandbox.client import run_code
+
+PROBE_CONNECT = """
+import errno, socket, sys
+for port in map(int, sys.argv[1:] or [int(x) for x in open('ports.txt').read().split()]):
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.connect(("127.0.0.1", port))
+        print(port, "connected")
+    except OSError as e:
+        print(port, errno.errorcode.get(e.errno, e.errno))
+"""
+
+
+def test_socket_to_loopback_is_unreachable(sandbox_url):
+    own_port = urlparse(sandbox_url).port
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(0.5)
+        test_port = listener.getsockname()[1]
+        result = run_code(sandbox_url, PROBE_CONNECT, files={"ports.txt": f"{own_port} {test_port}".encode()})
+        assert result["status"] == "Success", result
+        assert result["run_result"]["stdout"] == f"{own_port} ENETUNREACH\n{test_port} ENETUNREACH\n"
+        try:
+            conn, _ = listener.accept()
+            conn.close()
+            raise AssertionError("the sandboxed program reached a listening socket on the host")
+        except TimeoutError:
+            pass
+    assert_still_usable(sandbox_url)
+
+
+def test_writes_outside_the_work_dir_do_not_reach_the_host(sandbox_url):
+    name = f"verl-escape-{uuid.uuid4().hex}"
+    targets = [f"/tmp/{name}", f"/var/tmp/{name}", f"/root/{name}", f"/work/{name}", f"/dev/shm/{name}", f"~/{name}"]
+    code = (
+        "import os\n"
+        f"for path in {targets!r}:\n"
+        "    try:\n"
+        "        with open(os.path.expanduser(path), 'w') as f:\n"
+        "            f.write('escaped')\n"
+        "        print(path, 'written')\n"
+        "    except OSError as e:\n"
+        "        print(path, type(e).__name__, e.strerror)\n"
+    )
+    result = run_code(sandbox_url, code)
+    lines = dict(line.split(" ", 1) for line in result["run_result"]["stdout"].splitlines())
+    assert lines[f"/tmp/{name}"] == "OSError Read-only file system"
+    assert lines[f"/var/tmp/{name}"] == "OSError Read-only file system"
+    assert lines[f"/root/{name}"] == "OSError Read-only file system"
+    assert lines[f"/work/{name}"] == "OSError Read-only file system"
+    # The scratch /dev/shm and ~ (the work dir) are writable inside, private to the run and gone afterwards.
+    assert lines[f"/dev/shm/{name}"] == "written"
+    assert lines[f"~/{name}"] == "written"
+    for host_path in [f"/tmp/{name}", f"/var/tmp/{name}", f"/root/{name}", f"/work/{name}", f"/dev/shm/{name}"]:
+        assert not os.path.exists(host_path), host_path
+    assert not any(name in entry for entry in os.listdir("/tmp")), "a sandbox work dir was left behind"
+    assert_still_usable(sandbox_url)
+
+
+def test_python_fork_bomb_is_capped_and_cleaned_up(sandbox_url):
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    start = time.monotonic()
+    result = run_code(sandbox_url, code, run_timeout=3)
+    assert time.monotonic() - start < 8
+    assert result["status"] == "Failed"
+    assert result["run_result"]["status"] == "TimeLimitExceeded"
+    assert_no_nobody_processes()
+    assert_still_usable(sandbox_url)
+
+
+def test_bash_fork_bomb_is_capped_and_cleaned_up(sandbox_url):
+    start = time.monotonic()
+    result = run_code(sandbox_url, ":(){ :|:& };:\nwait", language="bash", run_timeout=3)
+    assert time.monotonic() - start < 8
+    # The top-level shell returns once its first background pipeline is launched; the bomb's forks hit the pids
+    # limit meanwhile, and everything still running dies with the program.
+    assert "fork: retry: Resource temporarily unavailable" in result["run_result"]["stderr"]
+    assert_no_nobody_processes()
+    assert_still_usable(sandbox_url)
+
+
+def test_process_count_is_limited_and_children_die_with_the_program(sandbox_url):
+    code = (
+        "import os, time\n"
+        "started = 0\n"
+        "for _ in range(500):\n"
+        "    try:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(600)\n"
+        "            os._exit(0)\n"
+        "        started += 1\n"
+        "    except OSError:\n"
+        "        break\n"
+        "print(started)\n"
+    )
+    result = run_code(sandbox_url, code, run_timeout=10)
+    assert result["status"] == "Success", result
+    started = int(result["run_result"]["stdout"])
+    assert 0 < started < 100  # pids.max is 64 per run (the init and the program count too)
+    assert_no_nobody_processes()  # the sleeping children died when the program exited
+    assert_still_usable(sandbox_url)
+
+
+def test_memory_bomb_fails_with_memory_error(sandbox_url):
+    result = run_code(sandbox_url, "x = bytearray(4 << 30)\nprint('allocated')", memory_limit_mb=512)
+    assert result["status"] == "Failed"
+    assert result["run_result"]["stdout"] == ""
+    assert "MemoryError" in result["run_result"]["stderr"]
+    assert_still_usable(sandbox_url)
+
+
+def test_gradual_memory_growth_is_stopped_at_the_limit(sandbox_url):
+    code = "chunks = []\nwhile True:\n    chunks.append(bytearray(64 << 20))\n"
+    result = run_code(sandbox_url, code, memory_limit_mb=512, run_timeout=10)
+    assert result["status"] == "Failed"
+    assert result["run_result"]["status"] == "Finished"
+    assert "MemoryError" in result["run_result"]["stderr"]
+    assert_still_usable(sandbox_url)
+
+
+def test_infinite_loop_hits_the_time_limit(sandbox_url):
+    start = time.monotonic()
+    result = run_code(sandbox_url, "while True:\n    pass", run_timeout=2)
+    elapsed = time.monotonic() - start
+    assert result["status"] == "Failed"
+    assert result["run_result"]["status"] == "TimeLimitExceeded"
+    assert result["run_result"]["return_code"] is None
+    assert 1.9 < elapsed < 6
+    assert "time limit" in result["message"]
+    assert_no_nobody_processes()
+    assert_still_usable(sandbox_url)
+
+
+def test_100mb_print_is_truncated_and_reported(sandbox_url):
+    start = time.monotonic()
+    result = run_code(sandbox_url, "import sys\nsys.stdout.write('x' * (100 << 20))", run_timeout=30)
+    assert time.monotonic() - start < 10
+    assert result["status"] == "Failed"
+    assert len(result["run_result"]["stdout"]) == 1 << 20
+    assert "stdout exceeded 1048576 bytes" in result["message"]
+    assert "[sandbox] stdout exceeded" in result["run_result"]["stderr"]
+    assert_no_nobody_processes()
+    assert_still_usable(sandbox_url)
+
+
+def test_sees_only_its_own_processes_as_nobody(sandbox_url):
+    code = "import os\nprint(os.getuid(), os.getgid(), os.getpid(), sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"
+    result = run_code(sandbox_url, code)
+    assert result["run_result"]["stdout"] == "65534 65534 2 [1, 2]\n"
