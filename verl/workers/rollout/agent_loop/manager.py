@@ -16,6 +16,9 @@ from typing import Any
 import numpy as np
 
 from verl.protocol import DataProto
+
+# the built-in loops, imported for their @register side effect
+from verl.workers.rollout.agent_loop import single_turn_agent_loop, tool_agent_loop  # noqa: F401
 from verl.workers.rollout.agent_loop.base import AgentLoopOutput, TrainerConfigView
 from verl.workers.rollout.agent_loop.outputs import outputs_to_batch
 from verl.workers.rollout.agent_loop.registry import load_agent_loop_config, resolve_agent_loop

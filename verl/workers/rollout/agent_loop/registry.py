@@ -32,13 +32,8 @@ def register(agent_name: str):
 
 
 def registered_agent_loops() -> dict[str, dict[str, Any]]:
-    _load_builtins()
+    """The loops registered so far (the built-ins once the manager has imported them)."""
     return {name: dict(entry) for name, entry in _REGISTRY.items()}
-
-
-def _load_builtins() -> None:
-    # imported for their @register side effect; lazily, so importing the registry stays light
-    from verl.workers.rollout.agent_loop import single_turn_agent_loop, tool_agent_loop  # noqa: F401
 
 
 def load_agent_loop_config(path: str | None) -> dict[str, dict[str, Any]]:
