@@ -3,6 +3,7 @@ the real local sandbox."""
 
 import asyncio
 import json
+import pickle
 import socket
 import threading
 import time
@@ -180,14 +181,24 @@ async def burst(tools, per_tool):
     return await asyncio.gather(*(one(tool) for tool in tools for _ in range(per_tool)))
 
 
-def test_num_workers_bounds_calls_in_flight(sandbox):
-    tool = make_tool(sandbox.url, num_workers=3, rate_limit=10)
+@pytest.mark.parametrize("num_workers", [3, 12])
+def test_num_workers_bounds_calls_in_flight(sandbox, num_workers):
+    # 12 is more than asyncio's default executor has threads on a small machine: the tool's own pool must not cap it.
+    tool = make_tool(sandbox.url, num_workers=num_workers, rate_limit=20)
     start = time.monotonic()
-    results = asyncio.run(burst([tool], 9))
+    results = asyncio.run(burst([tool], 3 * num_workers))
     elapsed = time.monotonic() - start
-    assert [r[0].text for r in results] == ["slept"] * 9
-    assert sandbox.max_in_flight == 3
-    assert elapsed >= 3 * 0.2 - 0.02  # three waves of three
+    assert [r[0].text for r in results] == ["slept"] * 3 * num_workers
+    assert sandbox.max_in_flight == num_workers
+    assert elapsed >= 3 * 0.2 - 0.02  # three waves
+
+
+def test_tool_pickles_after_use(sandbox):
+    tool = make_tool(sandbox.url, num_workers=2)
+    call(tool, {"code": "print(1)"})
+    copy = pickle.loads(pickle.dumps(tool))
+    assert copy.num_workers == 2 and copy.sandbox_fusion_url == sandbox.url
+    assert call(copy, {"code": "print(2)"})[0].text == "ran print(2)\nwarning: x"
 
 
 @pytest.mark.parametrize(("shared", "expected"), [(True, 2), (False, 4)])

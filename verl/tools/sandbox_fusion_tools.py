@@ -7,7 +7,7 @@ starts the local service and fills the url in before the tools are built.
 Config fields (upstream's names and defaults):
 
 - ``sandbox_fusion_url``: the service's ``/run_code`` url.
-- ``num_workers`` (10): at most this many of this tool's calls in flight at once.
+- ``num_workers`` (10): the threads of this tool's execution pool, so at most this many of its calls in flight.
 - ``rate_limit`` (10): at most this many calls in flight to one sandbox url, shared by every SandboxFusionTool of
   this process when ``enable_global_rate_limit`` (True), else per tool. Upstream bounds concurrency (a semaphore held
   by a Ray actor), not calls per second; so does this. Here the sharing is per process, not per cluster.
@@ -21,11 +21,13 @@ metrics (``sandbox_errors``, ``timeouts``), never an exception: a trajectory mus
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from verl.sandbox.client import SandboxHTTPError, SandboxUnavailable, arun_code
+from verl.sandbox.client import SandboxHTTPError, SandboxUnavailable, run_code
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
@@ -123,8 +125,29 @@ class SandboxFusionTool(BaseTool):
         self.default_language: str = self.config.get("default_language", "python")
         self.memory_limit_mb = _positive_int(self.config, "memory_limit_mb", 1024)
         self.enable_global_rate_limit = bool(self.config.get("enable_global_rate_limit", True))
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
         self._workers = _LoopSemaphores(self.num_workers)
         self._local_limit = _LoopSemaphores(self.rate_limit)
+        self._pool: ThreadPoolExecutor | None = None  # made on first use
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Locks and threads don't travel (to a Ray worker, say); the copy makes its own.
+        state = self.__dict__.copy()
+        for key in ("_workers", "_local_limit", "_pool"):
+            state.pop(key)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    def _executor(self) -> ThreadPoolExecutor:
+        # Its own pool: asyncio's default executor has only min(32, cores + 4) threads, shared with everything else.
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.num_workers, thread_name_prefix=f"{self.name}-sandbox")
+        return self._pool
 
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs) -> tuple[ToolResponse, float, dict]:
         if not self.sandbox_fusion_url:
@@ -143,7 +166,7 @@ class SandboxFusionTool(BaseTool):
             return ToolResponse(text="Error: no code given; call code_interpreter with a non-empty `code`."), 0.0, {
                 "sandbox_errors": 0, "timeouts": 0}
 
-        async with self._limit().get(), self._workers.get():
+        async with self._workers.get(), self._limit().get():
             text, metrics = await self._run(code, str(language), timeout)
         return ToolResponse(text=text), 0.0, metrics
 
@@ -159,10 +182,9 @@ class SandboxFusionTool(BaseTool):
 
     async def _run(self, code: str, language: str, timeout: float) -> tuple[str, dict[str, Any]]:
         try:
-            result = await arun_code(
-                self.sandbox_fusion_url, code, language=language, run_timeout=timeout,
-                memory_limit_mb=self.memory_limit_mb,
-            )
+            call = functools.partial(run_code, self.sandbox_fusion_url, code, language=language, run_timeout=timeout,
+                                     memory_limit_mb=self.memory_limit_mb)
+            result = await asyncio.get_running_loop().run_in_executor(self._executor(), call)
         except (SandboxUnavailable, SandboxHTTPError) as exc:
             # The service's trouble, not the model's: it still goes back as text so the trajectory goes on.
             logger.warning("%s: sandbox call failed: %s", self.name, exc)
