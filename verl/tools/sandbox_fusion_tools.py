@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -113,12 +114,17 @@ def render_run_result(result: dict[str, Any], timeout: float) -> tuple[str, dict
     return (text or EMPTY_OUTPUT_TEXT), metrics
 
 
+# The url of the sandbox service a trainer started itself (verl.trainer.ppo.sandbox_service).
+LOCAL_SANDBOX_ENV = "VERL_SANDBOX_FUSION_URL"
+
+
 class SandboxFusionTool(BaseTool):
     """``code_interpreter(code)``: runs ``code`` and answers with its stdout and stderr."""
 
     def __init__(self, config: dict[str, Any] | None, tool_schema: OpenAIFunctionToolSchema | dict | None):
         super().__init__(config, tool_schema)
-        self.sandbox_fusion_url: str = self.config.get("sandbox_fusion_url") or ""
+        # empty in the YAML: the sandbox the trainer started for this run (it exports its url before Ray starts)
+        self.sandbox_fusion_url: str = self.config.get("sandbox_fusion_url") or os.environ.get(LOCAL_SANDBOX_ENV, "")
         self.num_workers = _positive_int(self.config, "num_workers", 10)
         self.rate_limit = _positive_int(self.config, "rate_limit", 10)
         self.default_timeout = _positive_number(self.config, "default_timeout", 30)

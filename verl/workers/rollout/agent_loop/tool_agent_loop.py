@@ -216,7 +216,8 @@ def load_tools(path: str | None) -> tuple[dict[str, Any], list[dict]]:
     by_name, schemas = {}, []
     for tool in tools:
         schema = tool.get_openai_tool_schema()
-        dumped = schema.model_dump(exclude_none=True) if hasattr(schema, "model_dump") else dict(schema)
+        dumped = (schema.model_dump(exclude_unset=True, exclude_none=True) if hasattr(schema, "model_dump")
+                  else dict(schema))  # exactly the YAML's schema, no defaults added
         by_name[dumped["function"]["name"]] = tool
         schemas.append(dumped)
     return by_name, schemas
