@@ -9,20 +9,27 @@ from verl.sandbox.client import run_code
 NOBODY_UID = 65534
 
 
-def nobody_processes() -> list[psutil.Process]:
+def nobody_processes(service_pid: int) -> list[psutil.Process]:
+    """Processes of user nobody under this service (other sandboxes on the machine are not ours to count).
+
+    Nothing a program starts can leave this tree alive: in its PID namespace orphans are re-parented to the
+    namespace's init, a descendant of the service, and when that init exits the kernel kills the rest.
+    """
     found = []
-    for proc in psutil.process_iter(["uids"]):
-        uids = proc.info.get("uids")
-        if uids is not None and uids.real == NOBODY_UID:
-            found.append(proc)
+    for proc in psutil.Process(service_pid).children(recursive=True):
+        try:
+            if proc.uids().real == NOBODY_UID:
+                found.append(proc)
+        except psutil.NoSuchProcess:
+            pass
     return found
 
 
-def assert_no_nobody_processes(within_s: float = 3.0) -> None:
+def assert_no_nobody_processes(service_pid: int, within_s: float = 3.0) -> None:
     deadline = time.monotonic() + within_s
-    while nobody_processes() and time.monotonic() < deadline:
+    while nobody_processes(service_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    left = nobody_processes()
+    left = nobody_processes(service_pid)
     assert not left, f"processes of user nobody left behind: {[(p.pid, p.name()) for p in left]}"
 
 

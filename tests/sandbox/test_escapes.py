@@ -54,6 +54,7 @@ def test_writes_outside_the_work_dir_do_not_reach_the_host(sandbox_url):
         "        print(path, 'written')\n"
         "    except OSError as e:\n"
         "        print(path, type(e).__name__, e.strerror)\n"
+        "print('workdir', os.getcwd())\n"
     )
     result = run_code(sandbox_url, code)
     lines = dict(line.split(" ", 1) for line in result["run_result"]["stdout"].splitlines())
@@ -66,33 +67,34 @@ def test_writes_outside_the_work_dir_do_not_reach_the_host(sandbox_url):
     assert lines[f"~/{name}"] == "written"
     for host_path in [f"/tmp/{name}", f"/var/tmp/{name}", f"/root/{name}", f"/work/{name}", f"/dev/shm/{name}"]:
         assert not os.path.exists(host_path), host_path
-    assert not any(name in entry for entry in os.listdir("/tmp")), "a sandbox work dir was left behind"
+    workdir = lines["workdir"]
+    assert workdir.startswith("/tmp/verl-sandbox-") and not os.path.exists(workdir), "the work dir was left behind"
     assert_still_usable(sandbox_url)
 
 
-def test_python_fork_bomb_is_capped_and_cleaned_up(sandbox_url):
+def test_python_fork_bomb_is_capped_and_cleaned_up(sandbox_url, service_pid):
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     start = time.monotonic()
     result = run_code(sandbox_url, code, run_timeout=3)
     assert time.monotonic() - start < 8
     assert result["status"] == "Failed"
     assert result["run_result"]["status"] == "TimeLimitExceeded"
-    assert_no_nobody_processes()
+    assert_no_nobody_processes(service_pid)
     assert_still_usable(sandbox_url)
 
 
-def test_bash_fork_bomb_is_capped_and_cleaned_up(sandbox_url):
+def test_bash_fork_bomb_is_capped_and_cleaned_up(sandbox_url, service_pid):
     start = time.monotonic()
     result = run_code(sandbox_url, ":(){ :|:& };:\nwait", language="bash", run_timeout=3)
     assert time.monotonic() - start < 8
     # The top-level shell returns once its first background pipeline is launched; the bomb's forks hit the pids
     # limit meanwhile, and everything still running dies with the program.
     assert "fork: retry: Resource temporarily unavailable" in result["run_result"]["stderr"]
-    assert_no_nobody_processes()
+    assert_no_nobody_processes(service_pid)
     assert_still_usable(sandbox_url)
 
 
-def test_process_count_is_limited_and_children_die_with_the_program(sandbox_url):
+def test_process_count_is_limited_and_children_die_with_the_program(sandbox_url, service_pid):
     code = (
         "import os, time\n"
         "started = 0\n"
@@ -110,7 +112,7 @@ def test_process_count_is_limited_and_children_die_with_the_program(sandbox_url)
     assert result["status"] == "Success", result
     started = int(result["run_result"]["stdout"])
     assert 0 < started < 100  # pids.max is 64 per run (the init and the program count too)
-    assert_no_nobody_processes()  # the sleeping children died when the program exited
+    assert_no_nobody_processes(service_pid)  # the sleeping children died when the program exited
     assert_still_usable(sandbox_url)
 
 
@@ -131,7 +133,7 @@ def test_gradual_memory_growth_is_stopped_at_the_limit(sandbox_url):
     assert_still_usable(sandbox_url)
 
 
-def test_infinite_loop_hits_the_time_limit(sandbox_url):
+def test_infinite_loop_hits_the_time_limit(sandbox_url, service_pid):
     start = time.monotonic()
     result = run_code(sandbox_url, "while True:\n    pass", run_timeout=2)
     elapsed = time.monotonic() - start
@@ -140,11 +142,11 @@ def test_infinite_loop_hits_the_time_limit(sandbox_url):
     assert result["run_result"]["return_code"] is None
     assert 1.9 < elapsed < 6
     assert "time limit" in result["message"]
-    assert_no_nobody_processes()
+    assert_no_nobody_processes(service_pid)
     assert_still_usable(sandbox_url)
 
 
-def test_100mb_print_is_truncated_and_reported(sandbox_url):
+def test_100mb_print_is_truncated_and_reported(sandbox_url, service_pid):
     start = time.monotonic()
     result = run_code(sandbox_url, "import sys\nsys.stdout.write('x' * (100 << 20))", run_timeout=30)
     assert time.monotonic() - start < 10
@@ -152,7 +154,7 @@ def test_100mb_print_is_truncated_and_reported(sandbox_url):
     assert len(result["run_result"]["stdout"]) == 1 << 20
     assert "stdout exceeded 1048576 bytes" in result["message"]
     assert "[sandbox] stdout exceeded" in result["run_result"]["stderr"]
-    assert_no_nobody_processes()
+    assert_no_nobody_processes(service_pid)
     assert_still_usable(sandbox_url)
 
 
