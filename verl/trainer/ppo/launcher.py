@@ -57,6 +57,7 @@ def build_trainer(config: PPOTrainerConfig | Any):
     from verl.models.loader import load_tokenizer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import load_reward_manager
+    from verl.trainer.ppo.sandbox_service import start_run_sandbox
     from verl.trainer.tracking import Tracking
     from verl.utils.device import set_device_preference
     from verl.utils.ray_utils import init_ray
@@ -77,18 +78,25 @@ def build_trainer(config: PPOTrainerConfig | Any):
     if data.val_files:
         val_dataset = create_rl_dataset(data.val_files, data, tokenizer, is_train=False,
                                         max_samples=data.val_max_samples)
-    reward_kwargs = dict(config.reward_model.reward_kwargs)
-    reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **reward_kwargs)
-    val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **reward_kwargs)
-    workers = config.trainer.n_gpus_per_node * config.trainer.nnodes
-    init_ray(dataclasses.asdict(config.ray_kwargs), run_dir=run_dir, num_cpus=max(workers + 1, os.cpu_count() or 1))
-    mapping, pools = role_worker_mapping(config)
-    tracker = Tracking(project_name=config.trainer.project_name, experiment_name=config.trainer.experiment_name,
-                       default_backend=list(config.trainer.logger) + ["jsonl"], config=config.to_dict(),
-                       log_dir=report_dir)
-    trainer = RayPPOTrainer(config, tokenizer, mapping, pools, reward_fn=reward_fn, val_reward_fn=val_reward_fn,
-                            train_dataset=train_dataset, val_dataset=val_dataset, collate_fn=collate_fn,
-                            train_sampler=create_rl_sampler(data, train_dataset), tracker=tracker)
+    sandbox = start_run_sandbox(config)  # before the reward managers (its url) and Ray (the workers' env)
+    try:
+        reward_kwargs = dict(config.reward_model.reward_kwargs)
+        reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **reward_kwargs)
+        val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **reward_kwargs)
+        workers = config.trainer.n_gpus_per_node * config.trainer.nnodes
+        init_ray(dataclasses.asdict(config.ray_kwargs), run_dir=run_dir, num_cpus=max(workers + 1, os.cpu_count() or 1))
+        mapping, pools = role_worker_mapping(config)
+        tracker = Tracking(project_name=config.trainer.project_name, experiment_name=config.trainer.experiment_name,
+                           default_backend=list(config.trainer.logger) + ["jsonl"], config=config.to_dict(),
+                           log_dir=report_dir)
+        trainer = RayPPOTrainer(config, tokenizer, mapping, pools, reward_fn=reward_fn, val_reward_fn=val_reward_fn,
+                                train_dataset=train_dataset, val_dataset=val_dataset, collate_fn=collate_fn,
+                                train_sampler=create_rl_sampler(data, train_dataset), tracker=tracker)
+    except BaseException:
+        if sandbox is not None:  # the run never started: its sandbox must not outlive it
+            sandbox.stop()
+        raise
+    trainer.local_sandbox = sandbox
     return trainer, tracker, report_dir
 
 
@@ -101,11 +109,13 @@ def run_training(config: PPOTrainerConfig | Any) -> dict:
 
     start = time.time()
     trainer, tracker, report_dir = build_trainer(config)
-    trainer.init_workers()
     try:
+        trainer.init_workers()
         trainer.fit()
     finally:
         tracker.finish()
+        if trainer.local_sandbox is not None:
+            trainer.local_sandbox.stop()
     metrics_file = os.path.join(report_dir, "metrics.jsonl")
     summary = write_run_report(metrics_file, report_dir)
     print_learning_curve(metrics_file)

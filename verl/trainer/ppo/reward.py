@@ -101,12 +101,43 @@ def get_custom_reward_fn(config: Any, reward_manager: str = "naive") -> RawRewar
     return functools.partial(raw_fn, **reward_kwargs) if reward_kwargs else raw_fn
 
 
+class SandboxScore:
+    """default_compute_score with reward_model.sandbox_fusion's url, concurrency cap and memory limit bound in, as
+    upstream passes them. The semaphore is made where it is used (it does not pickle into a Ray task)."""
+
+    def __init__(self, url: str, max_concurrent: int, memory_limit_mb: int) -> None:
+        self.url = url
+        self.max_concurrent = max_concurrent
+        self.memory_limit_mb = memory_limit_mb
+        self._semaphore = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_semaphore": None}
+
+    def __call__(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,
+                 **kwargs: Any) -> Any:
+        if self._semaphore is None:
+            import threading
+
+            self._semaphore = threading.BoundedSemaphore(self.max_concurrent)
+        return default_compute_score(data_source, solution_str, ground_truth, extra_info,
+                                     sandbox_fusion_url=self.url, concurrent_semaphore=self._semaphore,
+                                     memory_limit_mb=self.memory_limit_mb, **kwargs)
+
+
+def _default_score(config: Any) -> RawRewardFn:
+    sandbox = config.reward_model.sandbox_fusion
+    if not sandbox.url:
+        return default_compute_score
+    return SandboxScore(sandbox.url, sandbox.max_concurrent, sandbox.memory_limit_mb)
+
+
 def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_kwargs: Any) -> AbstractRewardManager:
     """The reward manager named by reward_model.reward_manager of the typed PPOTrainerConfig, scoring with the
     custom function when one is configured, else default_compute_score."""
     manager_name = config.reward_model.reward_manager
     manager_cls = get_reward_manager_cls(manager_name)
-    compute_score = get_custom_reward_fn(config, manager_name) or default_compute_score
+    compute_score = get_custom_reward_fn(config, manager_name) or _default_score(config)
     reward_fn_key = config.data.reward_fn_key
     kwargs = {**manager_cls.kwargs_from_config(config), **reward_kwargs}
     return manager_cls(
