@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -83,7 +84,8 @@ def run_code(
             raw = response.read()
     except urllib.error.HTTPError as err:
         raise SandboxHTTPError(url, err.code, err.read().decode("utf-8", "replace")) from err
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as err:
+    # http.client.HTTPException: the service went away mid-answer (e.g. IncompleteRead while it stopped).
+    except (urllib.error.URLError, ConnectionError, TimeoutError, http.client.HTTPException) as err:
         reason = getattr(err, "reason", err)
         raise SandboxUnavailable(
             f"cannot reach the sandbox at {url}: {reason}. Start one with `python -m verl.tools.sandbox` or point "

@@ -104,9 +104,13 @@ def interpreter_roots(python: str) -> list[str]:
     return sorted({r for r in roots if any(_under(r, h) for h in HIDDEN_DIRS)})
 
 
-def sandbox_argv(unshare: str, spec: Spec) -> list[str]:
+def sandbox_argv(unshare: str, spec: Spec, setpriv: str | None = None) -> list[str]:
     inside_python = os.path.realpath(sys.executable)
+    # If the service itself dies (even by SIGKILL), setpriv's parent-death signal takes unshare down, and
+    # --kill-child takes the namespace's init, hence the whole namespace, with it.
+    guard = [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
     return [
+        *guard,
         unshare,
         "--net",
         "--mount",

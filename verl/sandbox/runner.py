@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_OUTPUT_LIMIT = 1 << 20
 LANGUAGES = {"python": "main.py", "bash": "main.sh"}
 _KILL_GRACE_S = 2.0
+_PREFIX = "verl-sandbox-"
 
 
 class SandboxInputError(ValueError):
@@ -82,6 +83,13 @@ class SandboxRunner:
         probe: bool = True,
     ):
         self.unshare = check_host()
+        self.setpriv = shutil.which("setpriv")
+        self._active: set[subprocess.Popen] = set()
+        self._active_lock = threading.Lock()
+        self._in_flight = 0
+        self._idle = threading.Condition(self._active_lock)
+        # Work dirs and cgroups carry the service's pid, so a later service can sweep what a killed one left.
+        self._tag = f"{_PREFIX}{os.getpid()}-"
         self.uid, self.gid = nobody_ids()
         self.python = python or sys.executable
         self.limits = limits or Limits()
@@ -95,6 +103,7 @@ class SandboxRunner:
             )
         self._expose = interpreter_roots(self.python)
         self._counter = itertools.count()
+        self.sweep_stale()
         if probe:
             self.probe()
 
@@ -141,8 +150,10 @@ class SandboxRunner:
         limits = replace(self.limits, cpu_seconds=run_timeout)
         if memory_limit_mb:
             limits = replace(limits, memory_mb=int(memory_limit_mb))
-        workdir = tempfile.mkdtemp(prefix="verl-sandbox-")
-        cgroup = PidsCgroup.create(self.cgroup_parent, f"verl-sandbox-{os.getpid()}-{next(self._counter)}", limits)
+        with self._active_lock:
+            self._in_flight += 1
+        workdir = tempfile.mkdtemp(prefix=self._tag)
+        cgroup = PidsCgroup.create(self.cgroup_parent, f"{self._tag}{next(self._counter)}", limits)
         try:
             self._populate(workdir, main, code, files)
             execution = self._execute(workdir, main, language, limits, run_timeout, stdin, cgroup)
@@ -154,6 +165,41 @@ class SandboxRunner:
             if cgroup is not None:
                 cgroup.kill_and_remove()
             shutil.rmtree(workdir, ignore_errors=True)
+            with self._active_lock:
+                self._in_flight -= 1
+                self._idle.notify_all()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Kill every run still in flight (the service is stopping) and wait for their clean-up."""
+        with self._active_lock:
+            running = list(self._active)
+        for proc in running:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        with self._idle:
+            self._idle.wait_for(lambda: self._in_flight == 0, timeout=timeout)
+
+    def sweep_stale(self) -> None:
+        """Remove the work dirs and cgroups of services that died without cleaning up (e.g. SIGKILL)."""
+        places = [(tempfile.gettempdir(), False)]
+        if self.cgroup_parent is not None:
+            places.append((self.cgroup_parent[0], True))
+        for base, is_cgroup in places:
+            try:
+                entries = os.listdir(base)
+            except OSError:
+                continue
+            for entry in entries:
+                owner = entry[len(_PREFIX) :].split("-", 1)[0]
+                if not entry.startswith(_PREFIX) or not owner.isdigit() or _alive(int(owner)):
+                    continue
+                path = os.path.join(base, entry)
+                if is_cgroup:
+                    PidsCgroup(path, self.cgroup_parent[1]).kill_and_remove()
+                else:
+                    shutil.rmtree(path, ignore_errors=True)
 
     # ------------------------------------------------------------------------------------------------ steps
     def _populate(self, workdir: str, main: str, code: str, files: dict[str, bytes]) -> None:
@@ -199,7 +245,7 @@ class SandboxRunner:
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
-                sandbox_argv(self.unshare, spec),
+                sandbox_argv(self.unshare, spec, self.setpriv),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -209,10 +255,14 @@ class SandboxRunner:
             )
         finally:
             os.close(status_w)
+        with self._active_lock:
+            self._active.add(proc)
         try:
             out, truncated, timed_out = self._communicate(proc, data, start + run_timeout)
         finally:
             self._kill(proc, cgroup)
+            with self._active_lock:
+                self._active.discard(proc)
         elapsed = time.monotonic() - start
         with os.fdopen(status_r, "rb") as f:
             raw = f.read()
@@ -326,6 +376,16 @@ class SandboxRunner:
                     continue
                 found[name] = f.read(self.limits.file_size_mb << 20)
         return found, missing
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _feed(stream, data: bytes) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import logging
 import threading
@@ -132,13 +133,14 @@ class _Handler(BaseHTTPRequestHandler):
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             self._send(400, {"error": f"the request body is not JSON: {err}"})
             return
-        with self.server.slots:
-            try:
-                payload = handle_run_code(self.server.runner, request)
-            except Exception as err:  # noqa: BLE001 - one broken run must not take the service down
-                logger.exception("sandbox run failed")
-                payload = _error_response(f"internal sandbox error: {type(err).__name__}: {err}")
-        self._send(200, payload)
+        with self.server.tracking_request():
+            with self.server.slots:
+                try:
+                    payload = handle_run_code(self.server.runner, request)
+                except Exception as err:  # noqa: BLE001 - one broken run must not take the service down
+                    logger.exception("sandbox run failed")
+                    payload = _error_response(f"internal sandbox error: {type(err).__name__}: {err}")
+            self._send(200, payload)
 
 
 class SandboxHTTPServer(ThreadingHTTPServer):
@@ -149,7 +151,26 @@ class SandboxHTTPServer(ThreadingHTTPServer):
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
         self.runner = runner
         self.slots = threading.BoundedSemaphore(max_concurrency)
+        self._requests = 0
+        self._requests_done = threading.Condition()
         super().__init__((host, port), _Handler)
+
+    @contextlib.contextmanager
+    def tracking_request(self):
+        with self._requests_done:
+            self._requests += 1
+        try:
+            yield
+        finally:
+            with self._requests_done:
+                self._requests -= 1
+                self._requests_done.notify_all()
+
+    def drain(self, timeout: float = 10.0) -> None:
+        """Kill the programs still running and let their requests send the (killed) answer before we exit."""
+        self.runner.close(timeout)
+        with self._requests_done:
+            self._requests_done.wait_for(lambda: self._requests == 0, timeout=timeout)
 
     @property
     def url(self) -> str:
@@ -196,4 +217,5 @@ def main(argv: list[str] | None = None) -> None:
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
+        server.drain()
         server.server_close()
