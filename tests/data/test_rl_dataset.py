@@ -8,8 +8,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from tests.data.conftest import make_row, write_rows
-from verl.protocol import DataProto
 from verl.data import RLHFDataset, collate_fn, create_rl_dataset, create_rl_sampler
+from verl.protocol import DataProto
 from verl.trainer.config import CustomClsConfig, DataConfig
 
 

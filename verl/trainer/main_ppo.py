@@ -14,7 +14,7 @@ import warnings
 import hydra
 from omegaconf import DictConfig
 
-from verl.trainer.config import ConfigError, ConfigWarning, PPOTrainerConfig, precheck_argv, validate_config
+from verl.trainer.config import ConfigError, ConfigWarning, PPOTrainerConfig, prepare_argv, validate_config
 
 CONFIG_ERROR_EXIT = 2
 
@@ -69,5 +69,5 @@ def run_ppo(config: PPOTrainerConfig | DictConfig) -> dict:
 
 
 if __name__ == "__main__":
-    precheck_argv(sys.argv[1:])
+    sys.argv[1:] = prepare_argv(sys.argv[1:])  # reward.sandbox_fusion.* is reward_model.sandbox_fusion.*
     main()

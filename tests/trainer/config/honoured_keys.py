@@ -37,6 +37,11 @@ _UPDATE = "tests/trainer/config/test_key_effects_update.py"
 _DATA = "tests/trainer/config/test_key_effects_data.py"
 _FILES = "test_data_files_and_max_samples_build_the_datasets_the_trainer_gets"
 _TRACKER = "test_logger_and_names_choose_the_trackers_backends"
+_AGENT_E2E = "tests/e2e/test_agent_loop_e2e.py"
+_TOOL_AGENT = "tests/workers/rollout/agent_loop/test_tool_agent.py"
+_AGENT_KEYS = "tests/workers/rollout/agent_loop/test_agent_keys.py"
+_AGENT_HF = "tests/workers/rollout/agent_loop/test_single_turn_hf.py"
+_SANDBOX = "tests/trainer/ppo/test_sandbox_service.py"
 _LOAD_CONTENTS = "test_checkpoint_load_contents_picks_what_a_resume_restores"
 _DTYPE_RESHARD = "test_model_dtype_and_reshard_after_forward_shape_each_workers_module"
 _KL_LOSS = "test_use_kl_loss_adds_kl_loss_coef_times_the_kl_to_the_ref_policy"
@@ -135,7 +140,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.ref.log_prob_max_token_len_per_gpu": f"{_UPDATE}::test_log_prob_batching_follows_its_own_section",
     # ------------------------------------------------------------ rollout
     f"{ARR}.rollout.name": "tests/e2e/test_vllm_sync.py::test_engines_follow_the_actor_only_through_the_sync",
-    f"{ARR}.rollout.mode": f"{_KEYS}::test_rollout_mode_sync_generates_and_async_is_refused",
+    f"{ARR}.rollout.mode": f"{_AGENT_E2E}::test_async_multi_turn_run_logs_turn_metrics",
     f"{ARR}.rollout.temperature": f"{_VLLM}::test_sampling_follows_the_rollout_keys",
     f"{ARR}.rollout.top_k": f"{_VLLM}::test_sampling_follows_the_rollout_keys",
     f"{ARR}.rollout.top_p": f"{_VLLM}::test_sampling_follows_the_rollout_keys",
@@ -166,6 +171,32 @@ HONOURED: dict[str, str] = {
     f"{ARR}.rollout.val_kwargs.n": f"{_VLLM}::test_validation_sampling_uses_val_kwargs",
     f"{ARR}.rollout.val_kwargs.do_sample": f"{_HF}::test_validate_uses_val_kwargs_greedy",
     f"{ARR}.rollout.engine_kwargs": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
+    # ------------------------------------------------------------ the agent loop (rollout.mode=async)
+    f"{ARR}.rollout.multi_turn.enable": f"{_KEYS}::test_rollout_mode_sync_generates_with_the_engine_and_async_needs_"
+                                        "nothing_refused",
+    f"{ARR}.rollout.multi_turn.max_assistant_turns": f"{_TOOL_AGENT}::test_max_assistant_turns_ends_the_trajectory",
+    f"{ARR}.rollout.multi_turn.tool_config_path": f"{_TOOL_AGENT}::test_a_tool_call_round_trip_trains_only_the_"
+                                                  "models_tokens",
+    f"{ARR}.rollout.multi_turn.max_user_turns": f"{_TOOL_AGENT}::test_max_user_turns_limits_the_interaction",
+    f"{ARR}.rollout.multi_turn.max_parallel_calls": f"{_TOOL_AGENT}::test_bad_calls_become_error_messages_and_are_"
+                                                    "counted",
+    f"{ARR}.rollout.multi_turn.max_tool_response_length": f"{_TOOL_AGENT}::test_tool_responses_are_truncated_to_max_"
+                                                          "tool_response_length",
+    f"{ARR}.rollout.multi_turn.tool_response_truncate_side": f"{_AGENT_KEYS}::test_tool_response_truncate_side",
+    f"{ARR}.rollout.multi_turn.interaction_config_path": f"{_TOOL_AGENT}::test_interaction_answers_between_turns_"
+                                                         "and_its_tokens_are_masked",
+    f"{ARR}.rollout.multi_turn.tokenization_sanity_check_mode": f"{_AGENT_KEYS}::test_tokenization_check_mode_"
+                                                                "reaches_the_trajectory",
+    f"{ARR}.rollout.multi_turn.chat_template": f"{_TOOL_AGENT}::test_model_chat_template_that_cannot_render_tools_is_"
+                                               "refused",
+    # false (the model's own token ids kept) and hermes are what the round trip shows; other values are refused
+    f"{ARR}.rollout.multi_turn.use_inference_chat_template": f"{_TOOL_AGENT}::test_a_tool_call_round_trip_trains_"
+                                                             "only_the_models_tokens",
+    f"{ARR}.rollout.multi_turn.format": f"{_TOOL_AGENT}::test_a_tool_call_round_trip_trains_only_the_models_tokens",
+    f"{ARR}.rollout.agent.num_workers": f"{_AGENT_HF}::test_multi_turn_masks_rm_scores_extra_fields_and_batching",
+    f"{ARR}.rollout.agent.default_agent_loop": f"{_AGENT_KEYS}::test_default_agent_loop_serves_rows_without_agent_name",
+    f"{ARR}.rollout.agent.agent_loop_config_path": f"{_AGENT_KEYS}::test_agent_loop_config_path_adds_loops_with_"
+                                                   "their_yaml_kwargs",
     # ------------------------------------------------------------ critic
     "critic.rollout_n": f"{_KEYS}::test_rollout_n_scales_the_mini_batch_and_must_equal_rollout_n",
     "critic.strategy": f"{_KEYS}::{_STRATEGY}",
@@ -196,6 +227,9 @@ HONOURED: dict[str, str] = {
     "reward_model.reward_manager": f"{_LOAD_REWARD}::test_batch_manager_expects_plural_arguments",
     "reward_model.reward_kwargs": f"{_LOAD_REWARD}::test_dapo_reads_overlong_buffer_from_config",
     "reward_model.launch_reward_fn_async": f"{_TRAINER_KEYS}::test_launch_reward_fn_async_matches_sync",
+    "reward_model.sandbox_fusion.url": f"{_SANDBOX}::test_sandbox_fusion_keys_reach_the_code_reward",
+    "reward_model.sandbox_fusion.max_concurrent": f"{_SANDBOX}::test_sandbox_fusion_keys_reach_the_code_reward",
+    "reward_model.sandbox_fusion.memory_limit_mb": f"{_SANDBOX}::test_sandbox_fusion_keys_reach_the_code_reward",
     "reward_model.overlong_buffer.enable": f"{_LOAD_REWARD}::test_dapo_reads_overlong_buffer_from_config",
     "reward_model.overlong_buffer.len": f"{_REWARD}::test_overlong_penalty_formula",
     "reward_model.overlong_buffer.penalty_factor": f"{_REWARD}::test_overlong_penalty_formula",

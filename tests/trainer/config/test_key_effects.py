@@ -193,11 +193,15 @@ def test_critic_trust_remote_code_reaches_the_value_model_load(built_workers):
 # ---------------------------------------------------------------- rollout.mode
 
 
-def test_rollout_mode_sync_generates_and_async_is_refused():
+def test_rollout_mode_sync_generates_with_the_engine_and_async_needs_nothing_refused():
     from verl.workers.rollout.registry import build_rollout
 
-    (message,) = problems(f"{ARR}.rollout.mode=async")
-    assert message.startswith(f"{ARR}.rollout.mode='async' is refused") and "mode=sync" in message
+    assert typed(f"{ARR}.rollout.mode=async").actor_rollout_ref.rollout.mode == "async"  # the agent loop
+    (message,) = problems(f"{ARR}.rollout.multi_turn.enable=true", "data.return_raw_chat=true")
+    assert "needs actor_rollout_ref.rollout.mode=async" in message
+    found = problems(f"{ARR}.rollout.mode=async", "trainer.n_gpus_per_node=2")  # hf rollout on two ranks
+    assert any(m.startswith(f"{ARR}.rollout.mode=async is refused with {ARR}.rollout.name=hf on more than one")
+               for m in found)
     rollout_cfg = typed("data.max_response_length=3", "data.max_prompt_length=4").actor_rollout_ref.rollout
     assert rollout_cfg.mode == "sync"
     rollout, _ = build_rollout(rollout_cfg, tiny_llama(), None, "", None)

@@ -79,7 +79,7 @@ def test_every_refusal_says_why_and_what_to_do():
         assert row.why and not row.why.endswith("."), row
         assert row.todo.endswith("."), row
     by_key = {(r.key, r.refused): r for r in rows}
-    assert by_key[("actor_rollout_ref.rollout.mode", "async")].accepted == "other values"
+    assert by_key[("actor_rollout_ref.rollout.multi_turn.format", "llama3_json")].accepted == "other values"
     assert by_key[("data.gen_batch_size", "any other value")].accepted == "${data.train_batch_size} (its default)"
 
 

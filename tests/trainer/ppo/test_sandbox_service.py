@@ -15,10 +15,10 @@ import yaml
 
 from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
 from verl.protocol import DataProto
+from verl.tools.sandbox_fusion_tools import LOCAL_SANDBOX_ENV
 from verl.trainer.config import load_config, validate_config
 from verl.trainer.ppo.reward import SandboxScore, load_reward_manager
 from verl.trainer.ppo.sandbox_service import sandbox_needs, start_run_sandbox
-from verl.tools.sandbox_fusion_tools import LOCAL_SANDBOX_ENV
 
 
 def _typed(*overrides):
