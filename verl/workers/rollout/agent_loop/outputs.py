@@ -4,6 +4,7 @@
 - ``attention_mask`` covers every real token (tool and user turns included: the model attends to them);
 - ``response_mask`` is 1 on the model's tokens only, so losses, KL, entropy and advantages skip the rest;
 - ``rollout_log_probs`` (when every trajectory has them) is 0 at tool/user tokens;
+- a trajectory's trailing tool/user tokens (after the model's last turn) are dropped;
 - ``rm_scores`` when a loop set ``reward_score``: the score on the last response token; ``__rm_scored__`` marks
   the rows that have one, so the reward function scores only the others;
 - ``__num_turns__`` (upstream's column) and each ``extra_fields`` entry become per-row object columns.
@@ -45,7 +46,7 @@ def outputs_to_batch(outputs: list[AgentLoopOutput], prompt_length: int, respons
                              "data.max_prompt_length or shorten the system prompt / tool descriptions")
         prompts[i, prompt_length - n_prompt:] = torch.tensor(out.prompt_ids, dtype=torch.long)
         prompt_mask[i, prompt_length - n_prompt:] = 1
-        n = min(len(out.response_ids), response_length)
+        n = min(_through_last_model_token(out.response_mask), response_length)
         if n:
             responses[i, :n] = torch.tensor(out.response_ids[:n], dtype=torch.long)
             response_attention[i, :n] = 1
@@ -74,6 +75,15 @@ def outputs_to_batch(outputs: list[AgentLoopOutput], prompt_length: int, respons
     for key in sorted({k for o in outputs for k in o.extra_fields}):
         non_tensors[key] = _column([o.extra_fields.get(key) for o in outputs])
     return DataProto(batch=TensorDict(tensors, batch_size=[bs]), non_tensor_batch=non_tensors)
+
+
+def _through_last_model_token(mask: list[int]) -> int:
+    """Tool or user tokens after the model's last turn influence no trained token; dropping them puts the
+    reward on the model's last token, where the masked advantage estimators read it."""
+    for i in range(len(mask) - 1, -1, -1):
+        if mask[i]:
+            return i + 1
+    return 0
 
 
 def _column(values: list[Any]) -> np.ndarray:
