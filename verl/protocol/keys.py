@@ -55,6 +55,9 @@ ROLLOUT_LOG_PROBS = Condition("actor_rollout_ref.rollout.calculate_log_probs=tru
                               lambda c: c.actor_rollout_ref.rollout.calculate_log_probs)
 RAW_CHAT = Condition("data.return_raw_chat=true", lambda c: c.data.return_raw_chat)
 FULL_PROMPT = Condition("data.return_full_prompt=true", lambda c: c.data.return_full_prompt)
+AGENT_LOOP = Condition("actor_rollout_ref.rollout.mode=async", lambda c: c.actor_rollout_ref.rollout.mode == "async")
+TOOL_AGENT = Condition("actor_rollout_ref.rollout.multi_turn.enable=true (rows of the tool agent)",
+                       lambda c: c.actor_rollout_ref.rollout.multi_turn.enable)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ _SEQ = ("batch", "sequence_length")
 _ROLLOUT = "verl.workers.rollout.base:BaseRollout.generate_sequences"
 _DATASET = "verl.data.rl_dataset:RLHFDataset.__getitem__"
 _TRAINER = "verl.trainer.ppo.ray_trainer:RayPPOTrainer"
+_AGENT_OUT = "verl.workers.rollout.agent_loop.outputs:outputs_to_batch"
 
 
 def _specs() -> list[KeySpec]:
@@ -108,9 +112,27 @@ def _specs() -> list[KeySpec]:
                 "prompts + responses (the dataset's prompt-only input_ids are popped by RayPPOTrainer._generate)"),
         KeySpec("attention_mask", t, long, _SEQ, _ROLLOUT, "prompt mask + response_mask"),
         KeySpec("position_ids", t, long, _SEQ, _ROLLOUT, "positions from attention_mask (0 on left padding)"),
-        KeySpec("response_mask", t, long, _RESP, _ROLLOUT, "1 on real response tokens (through EOS), 0 on padding"),
+        KeySpec("response_mask", t, long, _RESP, _ROLLOUT, "1 on real response tokens (through EOS), 0 on padding "
+                "and, from the agent loop, on tool and user tokens inside the response (only 1s are trained on)"),
         KeySpec("rollout_log_probs", t, f32, _RESP, _ROLLOUT,
                 "the engine's log-prob of each sampled token, 0 beyond response_mask", when=ROLLOUT_LOG_PROBS),
+        # -- the agent loop (rollout.mode=async) adds, per row ------------------------------------------------------
+        KeySpec("rm_scores", t, f32, _RESP, _AGENT_OUT, "AgentLoopOutput.reward_score on the last model token; "
+                "the reward function is not called for those rows", when=AGENT_LOOP, optional=True),
+        KeySpec("__rm_scored__", o, _OBJECT, _ROWS, _AGENT_OUT, "which rows carry an agent-loop score; "
+                "verl.trainer.ppo.reward.compute_reward pops it", when=AGENT_LOOP, final=False),
+        KeySpec("__num_turns__", o, _OBJECT, _ROWS, _AGENT_OUT, "turns per sample; popped into agent/num_turns",
+                when=AGENT_LOOP, final=False),
+        KeySpec("__tool_calls__", o, _OBJECT, _ROWS, _AGENT_OUT, "tool calls per sample; popped into "
+                "agent/tool_calls", when=TOOL_AGENT, final=False),
+        KeySpec("__tool_errors__", o, _OBJECT, _ROWS, _AGENT_OUT, "failed tool calls per sample; popped into "
+                "agent/tool_errors", when=TOOL_AGENT, final=False),
+        KeySpec("__tokenization_mismatch__", o, _OBJECT, _ROWS, _AGENT_OUT, "1 where the tokenization check failed; "
+                "popped into agent/tokenization_mismatch", when=TOOL_AGENT, final=False),
+        KeySpec("turn_scores", o, _OBJECT, _ROWS, _AGENT_OUT, "the interaction's score of each user turn (list)",
+                when=TOOL_AGENT, optional=True),
+        KeySpec("tool_rewards", o, _OBJECT, _ROWS, _AGENT_OUT, "each tool call's step reward (list)",
+                when=TOOL_AGENT, optional=True),
         # -- log-probs and values ---------------------------------------------------------------------------------
         KeySpec("old_log_probs", t, f32, _RESP, "verl.workers.fsdp_workers:ActorRolloutRefWorker.compute_log_prob",
                 "log-prob of each response token under the policy before this step's update"),
