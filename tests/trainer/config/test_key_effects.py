@@ -202,6 +202,9 @@ def test_rollout_mode_sync_generates_with_the_engine_and_async_needs_nothing_ref
     found = problems(f"{ARR}.rollout.mode=async", "trainer.n_gpus_per_node=2")  # hf rollout on two ranks
     assert any(m.startswith(f"{ARR}.rollout.mode=async is refused with {ARR}.rollout.name=hf on more than one")
                for m in found)
+    found = problems(f"{ARR}.rollout.mode=async", f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.tensor_model_parallel_size=2",
+                     "trainer.n_gpus_per_node=2")
+    assert any("tensor_model_parallel_size > 1" in m for m in found)
     rollout_cfg = typed("data.max_response_length=3", "data.max_prompt_length=4").actor_rollout_ref.rollout
     assert rollout_cfg.mode == "sync"
     rollout, _ = build_rollout(rollout_cfg, tiny_llama(), None, "", None)

@@ -385,6 +385,11 @@ def check_multi_turn(cfg: PPOTrainerConfig) -> list[str]:
     if multi_turn.enable and not cfg.data.return_raw_chat:
         problems.append("actor_rollout_ref.rollout.multi_turn.enable=true needs data.return_raw_chat=true: the tool "
                         "agent renders each row's chat messages with the tool schemas.")
+    if rollout.mode == "async" and rollout.tensor_model_parallel_size > 1:
+        problems.append("actor_rollout_ref.rollout.mode=async is refused with actor_rollout_ref.rollout."
+                        "tensor_model_parallel_size > 1: each rank's agent loop sends its own requests whenever its "
+                        "trajectories are ready, while a tensor-parallel engine needs every rank of the group to step "
+                        "with the same ones. Use tensor_model_parallel_size=1 (one engine per rank).")
     if not multi_turn.enable and (multi_turn.tool_config_path or multi_turn.interaction_config_path):
         problems.append("actor_rollout_ref.rollout.multi_turn.tool_config_path / interaction_config_path are set but "
                         "multi_turn.enable=false; set actor_rollout_ref.rollout.multi_turn.enable=true (and mode=async).")
