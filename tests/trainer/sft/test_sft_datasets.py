@@ -202,3 +202,29 @@ def test_custom_dataset_class(tmp_path):
     config.custom_cls.name = "Missing"
     with pytest.raises(AttributeError, match="data.custom_cls.name='Missing'"):
         create_sft_dataset(["f.parquet"], config, CharTokenizer())
+
+
+def test_verl_hermes_names_the_tool_template_sft_and_rollout_share(tmp_path):
+    """data.chat_template=verl_hermes: tool schemas in the system turn, tool calls trained, tool results not."""
+    import json
+
+    from verl.data.chat_templates import VERL_HERMES_TEMPLATE
+
+    tokenizer = build_tiny_tokenizer()
+    tool = {"type": "function", "function": {"name": "calc", "description": "evaluate",
+                                             "parameters": {"type": "object",
+                                                            "properties": {"expression": {"type": "string"}}}}}
+    call = {"type": "function", "function": {"name": "calc", "arguments": json.dumps({"expression": "12*13"})}}
+    conversation = [{"role": "system", "content": "Use calc."}, {"role": "user", "content": "12*13?"},
+                    {"role": "assistant", "content": "", "tool_calls": [call]},
+                    {"role": "tool", "content": "156"}, {"role": "assistant", "content": "#### 156"}]
+    path = write(tmp_path, [{"messages": conversation, "tools": [tool]}])
+    config = SFTDataConfig(multiturn=SFTMultiTurnConfig(enable=True), max_length=1024, chat_template="verl_hermes")
+    item = MultiTurnSFTDataset(path, tokenizer, config)[0]
+    assert tokenizer.chat_template == VERL_HERMES_TEMPLATE
+    mask = item["loss_mask"].bool()
+    trained = tokenizer.decode(item["input_ids"][1:][mask[:-1]].tolist())
+    assert trained == ('<tool_call>\n{"name": "calc", "arguments": {"expression": "12*13"}}\n</tool_call><|im_end|>\n'
+                       "#### 156<|im_end|>\n")
+    whole = tokenizer.decode(item["input_ids"][item["attention_mask"].bool()].tolist())
+    assert '"name": "calc", "description": "evaluate"' in whole and "<tool_response>\n156\n</tool_response>" in whole
