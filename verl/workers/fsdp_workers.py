@@ -155,7 +155,8 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         if self.config.rollout.mode == "async":
             from verl.workers.rollout.agent_loop.manager import AgentLoopManager
 
-            self.agent_loop_manager = AgentLoopManager(self.config, self.tokenizer, self._agent_loop_backend)
+            self.agent_loop_manager = AgentLoopManager(self.config, self.tokenizer, self._agent_loop_backend,
+                                                       engine_group=self._engine_group())
         # the actor also serves compute_log_prob; a rollout-only worker builds a no-grad actor for it
         if not self._is_actor:
             from verl.workers.actor import DataParallelPPOActor
@@ -201,6 +202,20 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         output = self.agent_loop_manager.generate_sequences(prompts, params)
         output.meta_info["agent_stats"] = dict(self.agent_loop_manager.last_stats)
         return output
+
+    def _engine_group(self):
+        """The ranks this rank's rollout engine must step with (agent loop): all FSDP ranks for HF generate on the
+        sharded module, the tensor-parallel group for vLLM; None when the engine is this rank's alone."""
+        from verl.workers.rollout.agent_loop.lockstep import EngineGroup
+
+        rollout = self.config.rollout
+        if rollout.name == "hf" and dist.get_world_size() > 1:
+            return EngineGroup("lockstep", dist.group.WORLD, dist.get_rank(), dist.get_world_size(), 0)
+        if rollout.name == "vllm" and rollout.tensor_model_parallel_size > 1:
+            group, rank_in_group = self.rollout_sharding_manager._tp_group()
+            size = rollout.tensor_model_parallel_size
+            return EngineGroup("mirror", group, rank_in_group, size, dist.get_rank() - rank_in_group)
+        return None
 
     def _agent_loop_backend(self, meta: dict):
         from verl.workers.rollout.agent_loop.backends import HFBackend, VLLMBackend

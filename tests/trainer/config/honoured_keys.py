@@ -172,8 +172,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.rollout.val_kwargs.do_sample": f"{_HF}::test_validate_uses_val_kwargs_greedy",
     f"{ARR}.rollout.engine_kwargs": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     # ------------------------------------------------------------ the agent loop (rollout.mode=async)
-    f"{ARR}.rollout.multi_turn.enable": f"{_KEYS}::test_rollout_mode_sync_generates_with_the_engine_and_async_needs_"
-                                        "nothing_refused",
+    f"{ARR}.rollout.multi_turn.enable": f"{_KEYS}::test_rollout_mode_async_is_the_default_and_multi_turn_needs_it",
     f"{ARR}.rollout.multi_turn.max_assistant_turns": f"{_TOOL_AGENT}::test_max_assistant_turns_ends_the_trajectory",
     f"{ARR}.rollout.multi_turn.tool_config_path": f"{_TOOL_AGENT}::test_a_tool_call_round_trip_trains_only_the_"
                                                   "models_tokens",

@@ -193,20 +193,16 @@ def test_critic_trust_remote_code_reaches_the_value_model_load(built_workers):
 # ---------------------------------------------------------------- rollout.mode
 
 
-def test_rollout_mode_sync_generates_with_the_engine_and_async_needs_nothing_refused():
+def test_rollout_mode_async_is_the_default_and_multi_turn_needs_it():
     from verl.workers.rollout.registry import build_rollout
 
-    assert typed(f"{ARR}.rollout.mode=async").actor_rollout_ref.rollout.mode == "async"  # the agent loop
-    (message,) = problems(f"{ARR}.rollout.multi_turn.enable=true", "data.return_raw_chat=true")
+    assert typed().actor_rollout_ref.rollout.mode == "async"  # the agent loop, upstream's default
+    (message,) = problems(f"{ARR}.rollout.multi_turn.enable=true", "data.return_raw_chat=true",
+                          f"{ARR}.rollout.mode=sync")
     assert "needs actor_rollout_ref.rollout.mode=async" in message
-    found = problems(f"{ARR}.rollout.mode=async", "trainer.n_gpus_per_node=2")  # hf rollout on two ranks
-    assert any(m.startswith(f"{ARR}.rollout.mode=async is refused with {ARR}.rollout.name=hf on more than one")
-               for m in found)
-    found = problems(f"{ARR}.rollout.mode=async", f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.tensor_model_parallel_size=2",
-                     "trainer.n_gpus_per_node=2")
-    assert any("tensor_model_parallel_size > 1" in m for m in found)
-    rollout_cfg = typed("data.max_response_length=3", "data.max_prompt_length=4").actor_rollout_ref.rollout
-    assert rollout_cfg.mode == "sync"
+    rollout_cfg = typed("data.max_response_length=3", "data.max_prompt_length=4",
+                        f"{ARR}.rollout.mode=sync").actor_rollout_ref.rollout
+    assert rollout_cfg.mode == "sync"  # the engine's own batched generate_sequences
     rollout, _ = build_rollout(rollout_cfg, tiny_llama(), None, "", None)
     ids, mask, pos = left_padded_prompts([4, 2], 4)
     out = rollout.generate_sequences(DataProto.from_dict(

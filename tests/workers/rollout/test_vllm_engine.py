@@ -172,9 +172,27 @@ def _tensor_parallel_scenario(rank: int, port: int, tmp: str, results) -> None:
     mine = _prompts(2, do_sample=False).slice(2 * rank, 2 * rank + 2)  # each rank brings its own two prompts
     with manager:
         out = manager.postprocess_data(rollout.generate_sequences(manager.preprocess_data(mine)))
+    # the agent loop (rollout.mode=async) on the same engine: the group's first rank runs the trajectories, the
+    # other mirrors its requests; each gets its own rows back, the same greedy tokens as the sync path
+    from verl.trainer.config import ActorRolloutRefConfig
+    from verl.trainer.config.base import build_config
+    from verl.workers.rollout.agent_loop.backends import VLLMBackend
+    from verl.workers.rollout.agent_loop.lockstep import EngineGroup
+    from verl.workers.rollout.agent_loop.manager import AgentLoopManager
+
+    config = build_config(ActorRolloutRefConfig, {"model": {"path": tmp}, "rollout": {
+        "name": "vllm", "mode": "async", "prompt_length": PROMPT_LEN, "response_length": RESPONSE_LEN,
+        "tensor_model_parallel_size": 2}}).config
+    tp_group, tp_rank = manager._tp_group()
+    agent = AgentLoopManager(config, None, lambda meta: VLLMBackend(rollout),
+                             engine_group=EngineGroup("mirror", tp_group, tp_rank, 2, 0))
+    params = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "stop_token_ids": [2], "logprobs": 0}
+    with manager:
+        looped = manager.postprocess_data(agent.generate_sequences(manager.preprocess_data(mine), params))
     results[rank] = {
         "own_rows": out.batch["prompts"].tolist() == mine.batch["input_ids"].tolist(),
         "lp_err": (out.batch["rollout_log_probs"] - _actor_log_probs(module, out)).abs().max().item(),
+        "agent_same": looped.batch["responses"].tolist() == out.batch["responses"].tolist(),
     }
 
 
@@ -183,3 +201,4 @@ def test_tensor_parallel_engine_spans_two_ranks_and_returns_each_its_rows(tmp_pa
     results = run_ranks(_tensor_parallel_scenario, free_port(), str(tmp_path), nprocs=2, timeout_s=560)
     for rank in range(2):
         assert results[rank]["own_rows"] and results[rank]["lp_err"] < 1e-4, (rank, results[rank])
+        assert results[rank]["agent_same"], (rank, results[rank])

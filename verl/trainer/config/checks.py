@@ -25,16 +25,6 @@ N = "actor_rollout_ref.rollout.n"
 # markers (verl.trainer.config.docs). (key, value refused, the condition, why and what to do)
 CONDITIONAL_REFUSALS: tuple[tuple[str, str, str, Refusal], ...] = (
     (
-        "actor_rollout_ref.rollout.mode",
-        "async",
-        "actor_rollout_ref.rollout.name=hf on more than one rollout rank",
-        Refusal(
-            "the HF agent-loop engine batches each rank's own requests, but FSDP-sharded HF generate needs every "
-            "rank to step in lockstep",
-            "Use actor_rollout_ref.rollout.name=vllm, or one rank (trainer.n_gpus_per_node=1, trainer.nnodes=1).",
-        ),
-    ),
-    (
         "actor_rollout_ref.rollout.ignore_eos",
         "true",
         "actor_rollout_ref.rollout.name=hf",
@@ -385,11 +375,6 @@ def check_multi_turn(cfg: PPOTrainerConfig) -> list[str]:
     if multi_turn.enable and not cfg.data.return_raw_chat:
         problems.append("actor_rollout_ref.rollout.multi_turn.enable=true needs data.return_raw_chat=true: the tool "
                         "agent renders each row's chat messages with the tool schemas.")
-    if rollout.mode == "async" and rollout.tensor_model_parallel_size > 1:
-        problems.append("actor_rollout_ref.rollout.mode=async is refused with actor_rollout_ref.rollout."
-                        "tensor_model_parallel_size > 1: each rank's agent loop sends its own requests whenever its "
-                        "trajectories are ready, while a tensor-parallel engine needs every rank of the group to step "
-                        "with the same ones. Use tensor_model_parallel_size=1 (one engine per rank).")
     if not multi_turn.enable and (multi_turn.tool_config_path or multi_turn.interaction_config_path):
         problems.append("actor_rollout_ref.rollout.multi_turn.tool_config_path / interaction_config_path are set but "
                         "multi_turn.enable=false; set actor_rollout_ref.rollout.multi_turn.enable=true (and mode=async).")
@@ -398,9 +383,7 @@ def check_multi_turn(cfg: PPOTrainerConfig) -> list[str]:
 
 def check_conditional_refusals(cfg: PPOTrainerConfig) -> list[str]:
     rollout = cfg.actor_rollout_ref.rollout
-    active = {"actor_rollout_ref.rollout.ignore_eos": rollout.ignore_eos and rollout.name == "hf",
-              "actor_rollout_ref.rollout.mode": rollout.mode == "async" and rollout.name == "hf"
-              and cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes > 1}
+    active = {"actor_rollout_ref.rollout.ignore_eos": rollout.ignore_eos and rollout.name == "hf"}
     problems = []
     for key, value, condition, refusal in CONDITIONAL_REFUSALS:
         if active[key]:

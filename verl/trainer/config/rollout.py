@@ -89,7 +89,8 @@ class RolloutConfig(BaseConfig):
             )
         },
     )
-    mode: str = choice("sync", ROLLOUT_MODES)  # async: the agent loop (verl/workers/rollout/agent_loop)
+    # async (upstream's default): the agent loop (verl/workers/rollout/agent_loop); sync: one batched generate call
+    mode: str = choice("async", ROLLOUT_MODES)
     temperature: float = at_least(1.0, 0.0)
     top_k: int = -1  # -1: no top-k filtering
     top_p: float = 1.0

@@ -100,6 +100,9 @@ class HFBackend:
         return (params.get("temperature"), params.get("top_p"), params.get("top_k"), params.get("logprobs"))
 
     def step(self) -> list[tuple[EngineRequest, TokenOutput]]:
+        if not self.queue:  # a lockstep round (lockstep.py) in which this rank has nothing to generate
+            self._dummy_forward()
+            return []
         key = self._settings(self.queue[0].sampling_params)
         batch = [r for r in self.queue if self._settings(r.sampling_params) == key]
         self.queue = [r for r in self.queue if self._settings(r.sampling_params) != key]
@@ -130,6 +133,15 @@ class HFBackend:
             reason = "stop" if tokens and tokens[-1] in eos else "length"
             finished.append((request, TokenOutput(tokens, log_probs, reason)))
         return finished
+
+    def _dummy_forward(self) -> None:
+        """One greedy token from a one-token prompt: joins the other ranks' sharded forward passes."""
+        one = torch.ones((1, 1), dtype=torch.long)
+        prompts = DataProto.from_dict(
+            tensors={"input_ids": one * int(self.meta["pad_token_id"]), "attention_mask": one,
+                     "position_ids": torch.zeros_like(one)},
+            meta_info=dict(self.meta, do_sample=False, validate=False, response_length=1))
+        self.rollout.generate_sequences(prompts)
 
     def fail_all(self, err: BaseException) -> None:
         for request in self.queue:

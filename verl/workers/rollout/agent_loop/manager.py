@@ -14,12 +14,14 @@ import time
 from typing import Any
 
 import numpy as np
+import torch.distributed as dist
 
 from verl.protocol import DataProto
 
 # the built-in loops, imported for their @register side effect
 from verl.workers.rollout.agent_loop import single_turn_agent_loop, tool_agent_loop  # noqa: F401
 from verl.workers.rollout.agent_loop.base import AgentLoopOutput, TrainerConfigView
+from verl.workers.rollout.agent_loop.lockstep import EngineGroup, LockstepEngineLoop, MirroredEngineLoop
 from verl.workers.rollout.agent_loop.outputs import outputs_to_batch
 from verl.workers.rollout.agent_loop.registry import load_agent_loop_config, resolve_agent_loop
 from verl.workers.rollout.agent_loop.server import AsyncLLMServerManager, EngineLoop
@@ -59,8 +61,10 @@ class AgentLoopWorker:
 class AgentLoopManager:
     """``config`` is the worker's ActorRolloutRefConfig; ``make_backend(meta)`` builds this call's engine backend."""
 
-    def __init__(self, config: Any, tokenizer: Any, make_backend: Any, processor: Any = None) -> None:
+    def __init__(self, config: Any, tokenizer: Any, make_backend: Any, processor: Any = None,
+                 engine_group: EngineGroup | None = None) -> None:
         self.config = config
+        self.engine_group = engine_group  # None: this rank's engine is its own (see lockstep.py)
         self.rollout_config = config.rollout
         self.tokenizer = tokenizer
         self.processor = processor
@@ -84,7 +88,9 @@ class AgentLoopManager:
         """Every row through its agent loop (the ``agent_name`` column, else ``agent.default_agent_loop``)."""
         rows = self._rows(prompts)
         backend = self.make_backend(prompts.meta_info)
-        engine_loop = EngineLoop(backend)
+        engine_loop = self._engine_loop(backend)
+        if isinstance(engine_loop, MirroredEngineLoop) and not self.engine_group.is_leader:
+            return self._follow(engine_loop)
         server = AsyncLLMServerManager(engine_loop, self.rollout_config.prompt_length,
                                        self.rollout_config.response_length)
         outputs: list[AgentLoopOutput | None] = [None] * len(rows)
@@ -106,8 +112,26 @@ class AgentLoopManager:
                 raise worker.error
         self.last_stats = {"agent/engine_steps": engine_loop.steps, "agent/max_in_flight": engine_loop.max_in_flight,
                            "agent/seconds": time.perf_counter() - start}
-        return outputs_to_batch(outputs, self.rollout_config.prompt_length, self.rollout_config.response_length,
-                                int(prompts.meta_info["pad_token_id"]))
+        batch = outputs_to_batch(outputs, self.rollout_config.prompt_length, self.rollout_config.response_length,
+                                 int(prompts.meta_info["pad_token_id"]))
+        if isinstance(engine_loop, MirroredEngineLoop):  # the followers return the same batch
+            dist.broadcast_object_list([batch], src=self.engine_group.leader, group=self.engine_group.group)
+        return batch
+
+    def _engine_loop(self, backend: Any) -> EngineLoop:
+        group = self.engine_group
+        if group is None or group.size <= 1:
+            return EngineLoop(backend)
+        if group.kind == "lockstep":
+            return LockstepEngineLoop(backend, group)
+        return MirroredEngineLoop(backend, group)
+
+    def _follow(self, engine_loop: MirroredEngineLoop) -> DataProto:
+        """A tensor-parallel follower: step the engine with the leader's requests, then take its batch."""
+        engine_loop.follow()
+        message = [None]
+        dist.broadcast_object_list(message, src=self.engine_group.leader, group=self.engine_group.group)
+        return message[0]
 
     def _rows(self, prompts: DataProto) -> list[tuple[int, str, dict]]:
         ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"]
