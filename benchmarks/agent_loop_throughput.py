@@ -9,6 +9,9 @@ loop overlaps engine batches and tool calls.
 
     python benchmarks/agent_loop_throughput.py                 # default model, 32 trajectories
 
+On a machine where other processes keep the cores busy, run with VERL_VLLM_THREADS=1 (two OpenMP threads then
+spin-wait on each other; see verl/workers/rollout/vllm/engine.py).
+
 It also times single-turn rollout both ways on the demo's shape (32 responses x 48 tokens): the sync path
 (`vLLMRollout.generate_sequences`) against `single_turn_agent` through the agent loop, best of --rounds rounds
 each, alternating, and checks that greedy responses are identical.
@@ -206,6 +209,8 @@ def main() -> None:
             start = time.perf_counter()
             for i in range(args.trajectories):
                 manager.generate_sequences(rows.slice(i, i + 1), params)
+                if i % 8 == 7:
+                    print(f"  sequential: {i + 1} trajectories in {time.perf_counter() - start:.1f}s", flush=True)
             sequential = time.perf_counter() - start
             start = time.perf_counter()
             out = manager.generate_sequences(rows, params)
