@@ -54,6 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sft_steps", type=int, default=5)
     p.add_argument("--sft_batch_size", type=int, default=16)
     p.add_argument("--sft_lr", type=float, default=2e-5)
+    p.add_argument("--sft_model", default=None, help="an SFT checkpoint (HF folder) to start GRPO from; skips SFT")
     p.add_argument("--grpo_train_size", type=int, default=512)
     p.add_argument("--grpo_steps", type=int, default=10, help="0: validation only")
     p.add_argument("--grpo_batch_size", type=int, default=8, help="prompts per GRPO step")
@@ -183,9 +184,12 @@ def main(argv=None) -> int:
     stage = time.time()
     base = base_accuracy(args, work, no_tool / "test.parquet", timeout_s)
     times["time/base_s"], stage = time.time() - stage, time.time()
-    run("sft", sft_command(args, sft_data, work / "sft"), work, timeout_s)
+    sft_model = args.sft_model
+    if sft_model is None:
+        run("sft", sft_command(args, sft_data, work / "sft"), work, timeout_s)
+        sft_model = str(work / "sft" / f"global_step_{args.sft_steps}")
     times["time/sft_s"], stage = time.time() - stage, time.time()
-    figures = grpo(args, str(work / "sft" / f"global_step_{args.sft_steps}"), rl, work, timeout_s)
+    figures = grpo(args, sft_model, rl, work, timeout_s)
     times["time/grpo_s"] = time.time() - stage
     times["time/total_s"] = time.time() - start
     results = {**times, "eval_prompts": args.eval_size, "grpo_last_step": figures.pop("grpo_last_step"),
