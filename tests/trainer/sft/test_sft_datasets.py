@@ -208,9 +208,11 @@ def test_verl_hermes_names_the_tool_template_sft_and_rollout_share(tmp_path):
     """data.chat_template=verl_hermes: tool schemas in the system turn, tool calls trained, tool results not."""
     import json
 
+    import copy
+
     from verl.data.chat_templates import VERL_HERMES_TEMPLATE
 
-    tokenizer = build_tiny_tokenizer()
+    tokenizer = copy.deepcopy(build_tiny_tokenizer())  # the dataset sets its chat_template; keep the shared one
     tool = {"type": "function", "function": {"name": "calc", "description": "evaluate",
                                              "parameters": {"type": "object",
                                                             "properties": {"expression": {"type": "string"}}}}}

@@ -51,9 +51,7 @@ class LockstepEngineLoop(EngineLoop):
     def serve(self, done: Callable[[], bool]) -> None:
         try:
             while True:
-                self._take_queued(block=False)
-                if self.backend.has_work() and self.backend.idle():
-                    self._gather()
+                self._collect(block=False)
                 finished = done() and self._queue.empty() and not self.backend.has_work()
                 flags = torch.tensor([int(self.backend.has_work()), int(finished)], dtype=torch.long,
                                      device=self._flag_device)
@@ -94,9 +92,7 @@ class MirroredEngineLoop(EngineLoop):
     def serve(self, done: Callable[[], bool]) -> None:
         try:
             while True:
-                self._take_queued(block=not self.backend.has_work())
-                if self.backend.has_work() and self.backend.idle():
-                    self._gather()
+                self._collect(block=not self.backend.has_work())
                 has_work = self.backend.has_work()
                 finished = not has_work and done() and self._queue.empty()
                 self._send(has_work, finished)

@@ -24,7 +24,7 @@ from verl.workers.rollout.agent_loop.base import AgentLoopOutput, TrainerConfigV
 from verl.workers.rollout.agent_loop.lockstep import EngineGroup, LockstepEngineLoop, MirroredEngineLoop
 from verl.workers.rollout.agent_loop.outputs import outputs_to_batch
 from verl.workers.rollout.agent_loop.registry import load_agent_loop_config, resolve_agent_loop
-from verl.workers.rollout.agent_loop.server import AsyncLLMServerManager, EngineLoop
+from verl.workers.rollout.agent_loop.server import CURRENT_ROW, AsyncLLMServerManager, EngineLoop
 
 __all__ = ["AgentLoopManager", "AgentLoopWorker"]
 
@@ -48,6 +48,7 @@ class AgentLoopWorker:
         await asyncio.gather(*[self._run_one(i, name, kwargs, sampling_params, outputs) for i, name, kwargs in rows])
 
     async def _run_one(self, index: int, name: str, kwargs: dict, sampling_params: dict, outputs: list) -> None:
+        CURRENT_ROW.set(index)  # this task's requests enter the engine in row order (server.py)
         try:
             loop = self.manager.new_loop(name, self.server)
             output = await loop.run(dict(sampling_params), **kwargs)

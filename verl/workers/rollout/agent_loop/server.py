@@ -16,6 +16,7 @@ deadline passes): single-turn rows then form one batch, exactly as the sync roll
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import queue
 import threading
@@ -27,8 +28,10 @@ from typing import Any
 
 __all__ = ["TokenOutput", "AsyncLLMServerManager", "EngineLoop", "EngineRequest"]
 
-# How long an idle engine waits for the other live trajectories to ask before it starts a batch without them.
+# How long an idle engine waits for the other live trajectories to ask before it starts a batch without them: the
+# first batch of a call waits longer, so that rows that all start by generating form one batch, as in sync mode.
 GATHER_WAIT_S = 0.05
+FIRST_GATHER_WAIT_S = 5.0
 
 
 @dataclass
@@ -44,6 +47,12 @@ class EngineRequest:
     prompt_ids: list[int]
     sampling_params: dict[str, Any]
     future: Future = field(default_factory=Future)
+    order: tuple = ()  # (row, the row's call number): requests enter the engine sorted by it
+
+
+# The batch row the running coroutine serves, set by the agent-loop worker (a context variable follows the task).
+CURRENT_ROW: contextvars.ContextVar[int] = contextvars.ContextVar("agent_loop_row", default=-1)
+_CALLS: contextvars.ContextVar[list] = contextvars.ContextVar("agent_loop_calls")
 
 
 class EngineLoop:
@@ -62,8 +71,10 @@ class EngineLoop:
 
     # -- called from agent-loop threads ---------------------------------------------------------------------------
 
-    def submit(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any]) -> Future:
-        request = EngineRequest(f"{request_id}-{next(self._ids)}", list(prompt_ids), dict(sampling_params))
+    def submit(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
+               order: tuple = ()) -> Future:
+        request = EngineRequest(f"{request_id}-{next(self._ids)}", list(prompt_ids), dict(sampling_params),
+                                order=order)
         with self._lock:
             self._waiting += 1
         self._queue.put(request)
@@ -83,10 +94,8 @@ class EngineLoop:
         """Run the engine until ``done()`` (every worker thread has finished) and nothing is pending."""
         try:
             while True:
-                self._take_queued(block=not self.backend.has_work())
+                self._collect(block=not self.backend.has_work())
                 if self.backend.has_work():
-                    if self.backend.idle():
-                        self._gather()
                     self._step()
                 elif done() and self._queue.empty():
                     return
@@ -95,28 +104,39 @@ class EngineLoop:
             self._fail_queued(err)
             raise
 
-    def _take_queued(self, block: bool) -> None:
+    def _collect(self, block: bool) -> None:
+        """Move queued requests into the engine, in row order. Before a batch starts from idle, wait for the other
+        live trajectories to ask too, so that rows ready together are batched together, in a fixed order."""
+        incoming = self._drain(block)
+        if incoming and self.backend.idle():
+            incoming += self._gather(FIRST_GATHER_WAIT_S if self.steps == 0 else self.gather_wait_s)
+        for request in sorted(incoming, key=lambda r: r.order):
+            self.backend.add(request)
+
+    def _drain(self, block: bool) -> list[EngineRequest]:
         try:
-            request = self._queue.get(timeout=0.01) if block else self._queue.get_nowait()
+            first = self._queue.get(timeout=0.01) if block else self._queue.get_nowait()
         except queue.Empty:
-            return
-        self.backend.add(request)
+            return []
+        taken = [first]
         while True:
             try:
-                self.backend.add(self._queue.get_nowait())
+                taken.append(self._queue.get_nowait())
             except queue.Empty:
-                return
+                return taken
 
-    def _gather(self) -> None:
-        deadline = time.monotonic() + self.gather_wait_s
+    def _gather(self, wait_s: float) -> list[EngineRequest]:
+        taken: list[EngineRequest] = []
+        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             with self._lock:
                 if self._waiting >= self._live:
-                    return
+                    break
             try:
-                self.backend.add(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+                taken.append(self._queue.get(timeout=max(0.0, min(0.01, deadline - time.monotonic()))))
             except queue.Empty:
-                return
+                continue
+        return taken + self._drain(block=False)
 
     def _step(self) -> None:
         self.max_in_flight = max(self.max_in_flight, self.backend.in_flight())
@@ -162,4 +182,10 @@ class AsyncLLMServerManager:
             return TokenOutput(token_ids=[], log_probs=[] if params.get("logprobs") is not None else None,
                                stop_reason="length")
         params["max_tokens"] = max_tokens
-        return await asyncio.wrap_future(self.engine_loop.submit(request_id, prompt_ids, params))
+        calls = _CALLS.get(None)
+        if calls is None:
+            calls = [0]
+            _CALLS.set(calls)
+        calls[0] += 1
+        order = (CURRENT_ROW.get(), calls[0])
+        return await asyncio.wrap_future(self.engine_loop.submit(request_id, prompt_ids, params, order=order))
