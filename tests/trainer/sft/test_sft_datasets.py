@@ -206,9 +206,8 @@ def test_custom_dataset_class(tmp_path):
 
 def test_verl_hermes_names_the_tool_template_sft_and_rollout_share(tmp_path):
     """data.chat_template=verl_hermes: tool schemas in the system turn, tool calls trained, tool results not."""
-    import json
-
     import copy
+    import json
 
     from verl.data.chat_templates import VERL_HERMES_TEMPLATE
 
