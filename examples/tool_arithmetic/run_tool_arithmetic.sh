@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${VERL_VENV:-.venv}/bin/python
 OUT=${TOOL_ARITH_DIR:-outputs/tool_arithmetic}
-SFT_STEPS=${SFT_STEPS:-5}
-GRPO_STEPS=${GRPO_STEPS:-10}
+SFT_STEPS=${SFT_STEPS:-4}
+GRPO_STEPS=${GRPO_STEPS:-5}
 PRECISION=$("$PY" -m verl.utils.device)  # bf16 where the CPU has it natively, else fp32
 
 "$PY" examples/data_preprocess/tool_arithmetic.py --local_dir "$OUT/data/rl" --train_size 512 --test_size 64
@@ -29,7 +29,7 @@ PRECISION=$("$PY" -m verl.utils.device)  # bf16 where the CPU has it natively, e
   data.return_raw_chat=True data.train_batch_size=8 data.max_prompt_length=320 data.max_response_length=128 \
   actor_rollout_ref.model.path="$OUT/sft/global_step_$SFT_STEPS" \
   actor_rollout_ref.model.use_remove_padding=true actor_rollout_ref.model.enable_gradient_checkpointing=false \
-  actor_rollout_ref.actor.optim.lr=1e-5 actor_rollout_ref.actor.use_kl_loss=false \
+  actor_rollout_ref.actor.optim.lr=2e-5 actor_rollout_ref.actor.use_kl_loss=false \
   actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8 \
   actor_rollout_ref.actor.use_dynamic_bsz=true actor_rollout_ref.actor.ppo_max_token_len_per_gpu=3584 \
   actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype="$PRECISION" \
