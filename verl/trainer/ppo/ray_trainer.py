@@ -208,6 +208,7 @@ class RayPPOTrainer:
                 self._balance_batch(batch, metrics)
             with marked_timer("reward", timing):
                 reward = self._start_reward(batch)
+                batch.non_tensor_batch.pop("__rm_scored__", None)  # read by the reward (a Ray task holds a copy)
             with marked_timer("old_log_prob", timing):
                 self._add_old_log_prob(batch, metrics)
             if self.use_reference_policy:
