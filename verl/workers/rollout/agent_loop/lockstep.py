@@ -103,6 +103,11 @@ class MirroredEngineLoop(EngineLoop):
         except BaseException as err:
             self.backend.fail_all(err)
             self._fail_queued(err)
+            try:  # release the followers from their loop; the manager then sends them the error
+                self._added = []
+                self._send(False, True)
+            except Exception:  # noqa: BLE001 - the group itself may be what failed
+                pass
             raise
 
     def follow(self) -> None:

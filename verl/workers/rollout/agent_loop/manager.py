@@ -105,19 +105,29 @@ class AgentLoopManager:
         start = time.perf_counter()
         for thread in threads:
             thread.start()
-        engine_loop.serve(done=lambda: not any(t.is_alive() for t in threads))
+        try:
+            engine_loop.serve(done=lambda: not any(t.is_alive() for t in threads))
+        except BaseException as err:
+            if isinstance(engine_loop, MirroredEngineLoop):  # the followers wait for a batch: send the error
+                dist.broadcast_object_list([err], src=self.engine_group.leader, group=self.engine_group.group)
+            raise
         for thread in threads:
             thread.join()
-        for worker in workers:
-            if worker.error is not None:
-                raise worker.error
         self.last_stats = {"agent/engine_steps": engine_loop.steps, "agent/max_in_flight": engine_loop.max_in_flight,
                            "agent/seconds": time.perf_counter() - start}
-        batch = outputs_to_batch(outputs, self.rollout_config.prompt_length, self.rollout_config.response_length,
-                                 int(prompts.meta_info["pad_token_id"]))
-        if isinstance(engine_loop, MirroredEngineLoop):  # the followers return the same batch
-            dist.broadcast_object_list([batch], src=self.engine_group.leader, group=self.engine_group.group)
-        return batch
+        error = next((w.error for w in workers if w.error is not None), None)
+        result = error
+        if error is None:
+            try:
+                result = outputs_to_batch(outputs, self.rollout_config.prompt_length,
+                                          self.rollout_config.response_length, int(prompts.meta_info["pad_token_id"]))
+            except Exception as err:  # noqa: BLE001 - the followers must hear of it too
+                result = err
+        if isinstance(engine_loop, MirroredEngineLoop):  # the followers return the same batch, or raise the same
+            dist.broadcast_object_list([result], src=self.engine_group.leader, group=self.engine_group.group)
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     def _engine_loop(self, backend: Any) -> EngineLoop:
         group = self.engine_group
@@ -132,6 +142,8 @@ class AgentLoopManager:
         engine_loop.follow()
         message = [None]
         dist.broadcast_object_list(message, src=self.engine_group.leader, group=self.engine_group.group)
+        if isinstance(message[0], BaseException):
+            raise RuntimeError(f"the agent loop on this engine's first rank failed: {message[0]!r}") from message[0]
         return message[0]
 
     def _rows(self, prompts: DataProto) -> list[tuple[int, str, dict]]:
