@@ -45,7 +45,12 @@ def test_async_multi_turn_run_logs_turn_metrics(tmp_path: Path) -> None:
         "actor_rollout_ref.rollout.agent.num_workers=2",
         "trainer.total_training_steps=1", "trainer.val_before_train=true",
     ]
-    run_training(validate_config(load_config(overrides)))
+    import ray
+
+    try:
+        run_training(validate_config(load_config(overrides)))
+    finally:
+        ray.shutdown()  # the next whole-run test starts its own cluster (and its own placement groups)
     rows = [json.loads(line) for line in (tmp_path / "run/report/metrics.jsonl").read_text().splitlines()]
     train = next(r for r in rows if "agent/num_turns/mean" in r)
     # system + user + at least one assistant turn; the interaction answers every turn without a tool call
