@@ -12,44 +12,21 @@ the entry.
 
 from __future__ import annotations
 
-import importlib
-import os
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from verl.interactions.base import BaseInteraction
+from verl.utils.import_utils import import_class, load_yaml_list
 
 __all__ = ["get_interaction_class", "initialize_interactions_from_config"]
 
 
 def _load_yaml(path: str) -> dict[str, Any]:
-    local = os.path.expanduser(str(path))
-    if not os.path.isfile(local):
-        raise FileNotFoundError(f"interaction config {path!r} does not exist (multi_turn.interaction_config_path)")
-    try:
-        loaded = OmegaConf.to_container(OmegaConf.load(local), resolve=True)
-    except Exception as exc:
-        raise ValueError(f"interaction config {path!r} is not valid YAML: {exc}") from exc
-    if not isinstance(loaded, dict) or not isinstance(loaded.get("interaction"), list):
-        raise ValueError(f"interaction config {path!r}: expected a top-level `interaction:` list of "
-                         "{name, class_name, config} entries")
-    return loaded
+    return load_yaml_list(path, "interaction", "interaction config", "multi_turn.interaction_config_path", "name, class_name, config")
 
 
 def get_interaction_class(cls_name: str, where: str = "") -> type:
-    prefix = f"{where}: " if where else ""
-    if not isinstance(cls_name, str) or "." not in cls_name:
-        raise ValueError(f"{prefix}class_name must be a dotted path like pkg.module.Class, got {cls_name!r}")
-    module_name, _, attr = cls_name.rpartition(".")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ImportError(f"{prefix}cannot import module {module_name!r} of class_name {cls_name!r}: {exc}") from exc
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ImportError(f"{prefix}module {module_name!r} has no {attr!r} (class_name {cls_name!r})") from None
+    """Import ``pkg.module.Class``; ``where`` prefixes errors with the file and entry."""
+    return import_class(cls_name, where)
 
 
 def _default_name(cls_name: str) -> str:

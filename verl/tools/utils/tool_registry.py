@@ -13,15 +13,13 @@ not supported here and is refused. Every error names the file and the entry (by 
 
 from __future__ import annotations
 
-import importlib
-import os
 from typing import Any
 
-from omegaconf import OmegaConf
 from pydantic import ValidationError
 
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema
+from verl.utils.import_utils import import_class, load_yaml_list
 
 __all__ = ["ToolType", "get_tool_class", "initialize_tools_from_config"]
 
@@ -34,33 +32,12 @@ class ToolType:
 
 
 def _load_yaml(path: str) -> dict[str, Any]:
-    local = os.path.expanduser(str(path))
-    if not os.path.isfile(local):
-        raise FileNotFoundError(f"tool config {path!r} does not exist (multi_turn.tool_config_path)")
-    try:
-        loaded = OmegaConf.to_container(OmegaConf.load(local), resolve=True)
-    except Exception as exc:
-        raise ValueError(f"tool config {path!r} is not valid YAML: {exc}") from exc
-    if not isinstance(loaded, dict) or not isinstance(loaded.get("tools"), list):
-        raise ValueError(f"tool config {path!r}: expected a top-level `tools:` list of "
-                         "{class_name, config, tool_schema} entries")
-    return loaded
+    return load_yaml_list(path, "tools", "tool config", "multi_turn.tool_config_path", "class_name, config, tool_schema")
 
 
 def get_tool_class(cls_name: str, where: str = "") -> type:
     """Import ``pkg.module.Class``; ``where`` prefixes errors with the file and entry."""
-    prefix = f"{where}: " if where else ""
-    if not isinstance(cls_name, str) or "." not in cls_name:
-        raise ValueError(f"{prefix}class_name must be a dotted path like pkg.module.Class, got {cls_name!r}")
-    module_name, _, attr = cls_name.rpartition(".")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ImportError(f"{prefix}cannot import module {module_name!r} of class_name {cls_name!r}: {exc}") from exc
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ImportError(f"{prefix}module {module_name!r} has no {attr!r} (class_name {cls_name!r})") from None
+    return import_class(cls_name, where)
 
 
 def _build_tool(entry: Any, where: str) -> BaseTool:
