@@ -38,6 +38,7 @@ _DATA = "tests/trainer/config/test_key_effects_data.py"
 _FILES = "test_data_files_and_max_samples_build_the_datasets_the_trainer_gets"
 _TRACKER = "test_logger_and_names_choose_the_trackers_backends"
 _AGENT_E2E = "tests/e2e/test_agent_loop_e2e.py"
+_DYN = "tests/trainer/ppo/test_dynamic_sampling.py"  # DAPO's dynamic sampling
 _TOOL_AGENT = "tests/workers/rollout/agent_loop/test_tool_agent.py"
 _AGENT_KEYS = "tests/workers/rollout/agent_loop/test_agent_keys.py"
 _AGENT_HF = "tests/workers/rollout/agent_loop/test_single_turn_hf.py"
@@ -77,6 +78,7 @@ HONOURED: dict[str, str] = {
     "data.max_prompt_length": f"{_DATASET}::test_truncation_modes_keep_max_prompt_length",
     "data.max_response_length": f"{_DATA}::test_max_response_length_is_the_rollout_length_and_dapos_limit",
     "data.train_batch_size": f"{_UPDATE}::test_train_batch_size_is_the_prompts_per_step",
+    "data.gen_batch_size": f"{_DYN}::test_trainer_generates_gen_batch_size_prompts_per_round_and_trains_on_train_batch_size",
     "data.return_raw_input_ids": f"{_TRAINER_KEYS}::test_return_raw_input_ids",
     "data.return_raw_chat": f"{_DATASET}::test_raw_chat_only_when_asked",
     "data.return_full_prompt": f"{_DATA}::test_return_full_prompt_adds_the_templated_text_to_the_trainers_items",
@@ -250,6 +252,9 @@ HONOURED: dict[str, str] = {
     "algorithm.use_pf_ppo": f"{_ALGOS}::test_pf_ppo_resamples_rows_by_score",
     "algorithm.pf_ppo.reweight_method": f"{_ALGOS}::test_pf_ppo_resamples_rows_by_score",
     "algorithm.pf_ppo.weight_pow": f"{_ALGOS}::test_pf_ppo_resamples_rows_by_score",
+    "algorithm.filter_groups.enable": f"{_DYN}::test_rounds_continue_until_enough_prompts_then_cut_to_train_batch_times_n",
+    "algorithm.filter_groups.metric": f"{_DYN}::test_metric_values_seq_reward_sums_the_scores_acc_comes_from_extra_info",
+    "algorithm.filter_groups.max_num_gen_batches": f"{_DYN}::test_max_num_gen_batches_stops_with_what_to_change",
     # ------------------------------------------------------------ trainer
     "trainer.balance_batch": "tests/trainer/ppo/test_throughput_metrics.py::"
     "test_balance_batch_metrics_by_hand_and_keeps_every_row",

@@ -18,7 +18,6 @@ def test_lora_in_rl_is_refused_naming_the_key_instead_of_training_the_full_model
 def test_all_problems_are_reported_at_once(cfg):
     set_keys(
         cfg,
-        algorithm__filter_groups__enable=True,
         reward_model__enable=True,
         actor_rollout_ref__rollout__name="sglang",
         actor_rollout_ref__model__use_liger=True,
@@ -29,7 +28,6 @@ def test_all_problems_are_reported_at_once(cfg):
         "actor_rollout_ref.model.use_liger",
         "actor_rollout_ref.rollout.name",
         "reward_model.enable",
-        "algorithm.filter_groups.enable",
         "trainer.logger",
     ]
 
@@ -41,15 +39,14 @@ def test_refused_value_of_a_list_names_the_entry(cfg):
 
 
 def test_a_key_that_follows_another_accepts_the_followed_value(cfg):
-    # gen_batch_size is ${data.train_batch_size}: changing the batch size alone is not a use of DAPO.
     set_keys(cfg, data__train_batch_size=16, actor_rollout_ref__model__path="/some/model")
     typed = validate_config(cfg, check_files=False)
-    assert typed.data.gen_batch_size == 16
     assert typed.reward_model.model.input_tokenizer == "/some/model"
-    set_keys(cfg, data__gen_batch_size=32)
+    # critic.model.external_lib is ${actor_rollout_ref.model.external_lib}: its refusal names the followed key
+    set_keys(cfg, critic__model__external_lib="my.lib")
     (message,) = problems_of(cfg)
-    assert message.startswith("data.gen_batch_size=32 is refused: DAPO's dynamic sampling")
-    assert "(${data.train_batch_size} is fine)" in message
+    assert message.startswith("critic.model.external_lib='my.lib' is refused")
+    assert "(${actor_rollout_ref.model.external_lib} is fine)" in message
 
 
 def test_a_refused_section_names_each_changed_leaf(cfg):
@@ -80,7 +77,8 @@ def test_every_refusal_says_why_and_what_to_do():
         assert row.todo.endswith("."), row
     by_key = {(r.key, r.refused): r for r in rows}
     assert by_key[("actor_rollout_ref.rollout.multi_turn.format", "llama3_json")].accepted == "other values"
-    assert by_key[("data.gen_batch_size", "any other value")].accepted == "${data.train_batch_size} (its default)"
+    assert by_key[("critic.model.external_lib", "any other value")].accepted == \
+        "${actor_rollout_ref.model.external_lib} (its default)"
 
 
 def test_ignore_eos_is_refused_with_the_hf_rollout_only(cfg):

@@ -8,9 +8,6 @@ import sys
 
 # (override, the dotted key the message must name)
 FORMERLY_SILENT = [
-    ("algorithm.filter_groups.enable=true", "algorithm.filter_groups.enable"),
-    ("algorithm.filter_groups.metric=acc", "algorithm.filter_groups.metric"),
-    ("data.gen_batch_size=16", "data.gen_batch_size"),
     ("reward_model.enable=true", "reward_model.enable"),
     ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "actor_rollout_ref.actor.ulysses_sequence_parallel_size"),
     ("critic.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.trainer.config.base import BaseConfig, at_least, choice, refused
+from verl.trainer.config.base import BaseConfig, at_least, choice
 from verl.trainer.config.registries import ADV_ESTIMATORS, KL_PENALTIES, adv_estimator_registered
 
 KL_CTRL_TYPES = ("fixed", "adaptive")
@@ -28,19 +28,14 @@ class PFPPOConfig(BaseConfig):
     weight_pow: float = 2.0
 
 
-NO_DYNAMIC_SAMPLING = (
-    "DAPO's dynamic sampling is not built yet: groups whose responses all score the same would be kept",
-    "Remove algorithm.filter_groups.*; with GRPO such groups get zero advantage and do not move the policy.",
-)
-
-
 @dataclass
 class FilterGroupsConfig(BaseConfig):
-    """DAPO's dynamic sampling: drop prompts whose responses all got the same `metric`, generate more."""
+    """DAPO's dynamic sampling: drop prompts whose responses all got the same `metric`, generate more
+    (verl/trainer/ppo/dynamic_sampling.py)."""
 
-    enable: bool = refused(False, *NO_DYNAMIC_SAMPLING)
-    metric: str | None = refused(choice(None, FILTER_GROUPS_METRICS), *NO_DYNAMIC_SAMPLING)
-    max_num_gen_batches: int = refused(at_least(0, 0), *NO_DYNAMIC_SAMPLING)  # 0: no limit
+    enable: bool = False
+    metric: str | None = choice(None, FILTER_GROUPS_METRICS)  # required once enabled
+    max_num_gen_batches: int = at_least(0, 0)  # generation rounds per step before giving up; 0: no limit
 
 
 @dataclass

@@ -44,6 +44,7 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     if cfg.use_critic:
         problems += check_critic_batches(cfg)
     problems += check_algorithm(cfg)
+    problems += check_dynamic_sampling(cfg)
     problems += check_lengths(cfg)
     problems += check_trainer(cfg)
     problems += check_multi_turn(cfg)
@@ -293,6 +294,40 @@ def check_algorithm(cfg: PPOTrainerConfig) -> list[str]:
             ConfigWarning,
             stacklevel=2,
         )
+    return problems
+
+
+def check_dynamic_sampling(cfg: PPOTrainerConfig) -> list[str]:
+    """algorithm.filter_groups (DAPO) and data.gen_batch_size, which only it uses."""
+    fg, data, n = cfg.algorithm.filter_groups, cfg.data, cfg.actor_rollout_ref.rollout.n
+    key = "algorithm.filter_groups"
+    if not fg.enable:
+        problems = []
+        if data.gen_batch_size is not None and data.gen_batch_size != data.train_batch_size:
+            problems.append(
+                f"data.gen_batch_size={data.gen_batch_size} differs from data.train_batch_size="
+                f"{data.train_batch_size}, but only DAPO's dynamic sampling generates more prompts than it trains on; "
+                f"set {key}.enable=true (with {key}.metric) or remove data.gen_batch_size."
+            )
+        if fg.metric is not None:
+            warnings.warn(f"{key}.metric={fg.metric} has no effect while {key}.enable=false", ConfigWarning,
+                          stacklevel=2)
+        return problems
+    problems = []
+    if fg.metric is None:
+        problems.append(f"{key}.enable=true needs {key}.metric: the per-response value whose spread within a group "
+                        f"decides whether the group is kept (acc | score | seq_reward | seq_final_reward).")
+    if fg.metric == "seq_final_reward" and cfg.algorithm.use_kl_in_reward:
+        problems.append(
+            f"{key}.metric=seq_final_reward with algorithm.use_kl_in_reward=true would need the reference and "
+            f"old log-probs of every generated response before filtering; use {key}.metric=seq_reward (the score "
+            "before the KL penalty) or acc.")
+    responses = data.resolved_gen_batch_size * n
+    if responses % cfg.world_size != 0:
+        problems.append(
+            f"data.gen_batch_size * {N} = {data.resolved_gen_batch_size} * {n} = {responses} responses per "
+            f"generation round cannot be split evenly over {cfg.world_size} workers; make it a multiple of "
+            f"{cfg.world_size}.")
     return problems
 
 

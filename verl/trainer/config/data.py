@@ -30,13 +30,8 @@ class DataConfig(BaseConfig):
     max_prompt_length: int = at_least(512, 1)
     max_response_length: int = at_least(512, 1)
     train_batch_size: int = at_least(8, 1)
-    gen_batch_size: int = refused(
-        at_least(8, 1),
-        "DAPO's dynamic sampling (algorithm.filter_groups) is not built yet; each step generates "
-        "data.train_batch_size prompts",
-        "Remove it (it follows data.train_batch_size).",
-        follows="data.train_batch_size",
-    )
+    # DAPO's dynamic sampling (algorithm.filter_groups): prompts generated per round; null means train_batch_size
+    gen_batch_size: int | None = at_least(None, 1)
     val_batch_size: int | None = refused(
         None,
         "deprecated upstream too: validation runs over the whole validation set at once",
@@ -60,3 +55,8 @@ class DataConfig(BaseConfig):
     train_max_samples: int = -1
     val_max_samples: int = -1
     custom_cls: CustomClsConfig = field(default_factory=CustomClsConfig)
+
+    @property
+    def resolved_gen_batch_size(self) -> int:
+        """Prompts per generation round (the dataloader's batch size): gen_batch_size, or train_batch_size."""
+        return self.gen_batch_size if self.gen_batch_size is not None else self.train_batch_size

@@ -130,6 +130,12 @@ def check_compatible(saved: TrainerState, current: TrainerState, folder: str) ->
             f"{current.train_batch_size}: the saved dataloader position counts batches of {saved.train_batch_size} "
             f"prompts and cannot be mapped. Resume with data.train_batch_size={saved.train_batch_size}, or start a "
             "new run (trainer.resume_mode=disable) from the merged weights (python -m verl.model_merger merge ...).")
+    saved_gen = saved.gen_batch_size if saved.gen_batch_size is not None else saved.train_batch_size
+    if saved_gen != current.gen_batch_size:
+        raise ValueError(
+            f"{folder} was written with data.gen_batch_size={saved_gen}, this run has {current.gen_batch_size}: the "
+            f"saved dataloader position counts batches of {saved_gen} prompts. Resume with "
+            f"data.gen_batch_size={saved_gen}, or start a new run (trainer.resume_mode=disable).")
     if saved.dataset_len != current.dataset_len:
         logger.warning("%s was written with %d training prompts, this run has %d: the data order after resuming "
                        "differs from the original run", folder, saved.dataset_len, current.dataset_len)

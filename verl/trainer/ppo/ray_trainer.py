@@ -25,6 +25,7 @@ from verl.trainer.config import PPOTrainerConfig
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.agent_rollout import pop_agent_metrics, pop_generation_input
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
+from verl.trainer.ppo.dynamic_sampling import DataStream, DynamicSampler, attach_reward, attached_reward
 from verl.trainer.ppo.generations import decode_generations, dump_generations, sample_generations
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
@@ -60,6 +61,9 @@ class RayPPOTrainer:
         self.use_critic = alg.adv_estimator == AdvantageEstimator.GAE
         self.use_reference_policy = config.use_reference_policy
         self.kl_ctrl_in_reward = core_algos.get_kl_controller(alg.kl_ctrl) if alg.use_kl_in_reward else None
+        fg = alg.filter_groups
+        self.dynamic_sampler = DynamicSampler(fg.metric, fg.max_num_gen_batches, config.data.train_batch_size,
+                                              config.actor_rollout_ref.rollout.n) if fg.enable else None
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
         self.validator = Validator(config, tokenizer, val_reward_fn, self.val_dataloader)
         self.global_steps = 0
@@ -71,11 +75,11 @@ class RayPPOTrainer:
 
         data = self.config.data
         self.train_dataloader = StatefulDataLoader(
-            train_dataset, batch_size=data.train_batch_size, sampler=train_sampler, collate_fn=collate_fn,
+            train_dataset, batch_size=data.resolved_gen_batch_size, sampler=train_sampler, collate_fn=collate_fn,
             drop_last=True, num_workers=data.dataloader_num_workers)
         if len(self.train_dataloader) == 0:
             raise ValueError(f"data.train_files has {len(train_dataset)} prompts, fewer than one batch of "
-                             f"data.train_batch_size={data.train_batch_size}")
+                             f"data.gen_batch_size (null: data.train_batch_size)={data.resolved_gen_batch_size}")
         self.val_dataloader = None
         if val_dataset is not None and len(val_dataset) > 0:
             # validation runs the whole set as one batch; the worker groups split it across ranks
@@ -129,21 +133,20 @@ class RayPPOTrainer:
                 return
         progress = TrainingProgress(self.total_training_steps, initial=self.global_steps)
         last_val: dict[str, float] = {}
+        self.data_stream = DataStream(self.train_dataloader)  # epochs follow one another; a step may draw several
         while self.global_steps < self.total_training_steps:
-            for batch_dict in self.train_dataloader:
-                self.global_steps += 1
-                metrics = self._train_step_noting_failures(batch_dict)
-                is_last = self.global_steps >= self.total_training_steps
-                if self.validator.enabled and trainer.test_freq > 0 and (
-                        is_last or self.global_steps % trainer.test_freq == 0):
-                    last_val = self._validate()
-                    metrics.update(last_val)
-                self._log(metrics, step=self.global_steps)
-                progress.advance(_summary(metrics))
-                if trainer.save_freq > 0 and (self.global_steps % trainer.save_freq == 0 or is_last):
-                    self._save_checkpoint()
-                if is_last:
-                    break
+            batch_dict = next(self.data_stream)
+            self.global_steps += 1
+            metrics = self._train_step_noting_failures(batch_dict)
+            is_last = self.global_steps >= self.total_training_steps
+            if self.validator.enabled and trainer.test_freq > 0 and (
+                    is_last or self.global_steps % trainer.test_freq == 0):
+                last_val = self._validate()
+                metrics.update(last_val)
+            self._log(metrics, step=self.global_steps)
+            progress.advance(_summary(metrics))
+            if trainer.save_freq > 0 and (self.global_steps % trainer.save_freq == 0 or is_last):
+                self._save_checkpoint()
         progress.close()
         self.final_validation_metrics = last_val
 
@@ -163,7 +166,8 @@ class RayPPOTrainer:
         return TrainerState.capture(
             global_steps=self.global_steps, dataloader=self.train_dataloader.state_dict(),
             kl_ctrl={k: float(v) for k, v in vars(kl).items()} if kl is not None else None,
-            train_batch_size=self.config.data.train_batch_size, dataset_len=len(self.train_dataloader.dataset),
+            train_batch_size=self.config.data.train_batch_size, gen_batch_size=self.config.data.resolved_gen_batch_size,
+            dataset_len=len(self.train_dataloader.dataset),
             world_size=self.actor_rollout_wg.world_size, total_training_steps=self.total_training_steps)
 
     def restore_state(self, state: TrainerState) -> None:
@@ -197,10 +201,8 @@ class RayPPOTrainer:
         metrics: dict[str, float] = {}
         timing: dict[str, float] = {}
         with marked_timer("step", timing):
-            batch = self._new_batch(batch_dict)
             with marked_timer("gen", timing):
-                batch = self._generate(batch)
-                metrics.update(pop_agent_metrics(batch))
+                batch = self._rollout(batch_dict, metrics)
             if self.config.algorithm.adv_estimator == AdvantageEstimator.REMAX:
                 with marked_timer("gen_max", timing):
                     self._add_remax_baseline(batch)
@@ -239,9 +241,31 @@ class RayPPOTrainer:
 
     # -- stages ---------------------------------------------------------------------------------------------------
 
+    def _rollout(self, batch_dict: dict, metrics: dict[str, float]) -> DataProto:
+        """The step's responses: one generation round, or with algorithm.filter_groups (DAPO) as many rounds,
+        each scored, as it takes to fill the batch with groups whose responses differ (dynamic_sampling.py)."""
+        if self.dynamic_sampler is not None:
+            batch = self.dynamic_sampler.collect(batch_dict, self.data_stream, self._generate_and_score, metrics)
+        else:
+            batch = self._generate(self._new_batch(batch_dict))
+        metrics.update(pop_agent_metrics(batch))  # of the rows trained on
+        return batch
+
+    def _generate_and_score(self, batch_dict: dict) -> DataProto:
+        """One dynamic-sampling round: its reward is needed now, to filter, and rides on the rows from here on."""
+        batch = self._generate(self._new_batch(batch_dict))
+        reward_tensor, reward_extra = self._finish_reward(self._start_reward(batch))
+        batch.non_tensor_batch.pop("__rm_scored__", None)
+        attach_reward(batch, reward_tensor, reward_extra)
+        return batch
+
     def _start_reward(self, batch: DataProto) -> Any:
         """reward_model.launch_reward_fn_async: score in a Ray task while the log-prob/ref/value passes run;
-        the ObjectRef is collected by _finish_reward before the advantages. Otherwise scored here and now."""
+        the ObjectRef is collected by _finish_reward before the advantages. Otherwise scored here and now.
+        Rows scored during dynamic sampling keep that score."""
+        scored = attached_reward(batch)
+        if scored is not None:
+            return scored
         if self.config.reward_model.launch_reward_fn_async:
             return compute_reward_async(batch, reward_fn=self.reward_fn)
         return compute_reward(batch, self.reward_fn)

@@ -31,6 +31,8 @@ class TrainerState:
     dataset_len: int
     world_size: int
     total_training_steps: int
+    # prompts per dataloader batch (data.gen_batch_size, resolved); None in checkpoints written before it was saved
+    gen_batch_size: int | None = None
 
     @classmethod
     def capture(cls, **fields: Any) -> TrainerState:
