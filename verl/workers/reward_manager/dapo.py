@@ -19,6 +19,39 @@ def overlong_penalty(valid_response_length: int, max_resp_len: int, buffer_len: 
     return min(-exceed_len / buffer_len * penalty_factor, 0.0)
 
 
+OVERLONG_KEYS = ("enable", "len", "penalty_factor", "log")
+
+
+def _as_read(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The buffer settings as DAPORewardManager reads them (its defaults for keys a mapping leaves out)."""
+    return {"enable": bool(cfg.get("enable", False)), "len": cfg.get("len"),
+            "penalty_factor": cfg.get("penalty_factor", 1.0), "log": bool(cfg.get("log", True))}
+
+
+def check_overlong_spellings(typed: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """reward_model.overlong_buffer.* (typed, all keys) vs reward_model.reward_kwargs.overlong_buffer_cfg.*
+    (upstream's recipe spelling): unknown keys, or both spellings set to different buffers, stop the run."""
+    if not isinstance(given, Mapping):
+        raise TypeError("reward_model.reward_kwargs.overlong_buffer_cfg must be a mapping of "
+                        f"{'/'.join(OVERLONG_KEYS)}, got {type(given).__name__}")
+    unknown = sorted(set(given) - set(OVERLONG_KEYS))
+    if unknown:
+        raise ValueError(f"reward_model.reward_kwargs.overlong_buffer_cfg has unknown keys {unknown}; "
+                         f"it takes {', '.join(OVERLONG_KEYS)}")
+    typed_is_set = any(typed[k] != v for k, v in _TYPED_DEFAULTS.items())
+    if typed_is_set and _as_read(typed) != _as_read(given):
+        differ = [f"{k}: {_as_read(typed)[k]} vs {_as_read(given)[k]}" for k in OVERLONG_KEYS
+                  if _as_read(typed)[k] != _as_read(given)[k]]
+        raise ValueError(
+            "the overlong buffer is set twice, differently: reward_model.overlong_buffer.* and "
+            f"reward_model.reward_kwargs.overlong_buffer_cfg.* disagree on {'; '.join(differ)}. Keep one spelling "
+            "(upstream's recipe uses +reward_model.reward_kwargs.overlong_buffer_cfg.*).")
+
+
+# reward_model.overlong_buffer's defaults (ppo_trainer.yaml): a section left alone does not clash
+_TYPED_DEFAULTS = {"enable": False, "len": 0, "penalty_factor": 0.0, "log": False}
+
+
 @register("dapo")
 class DAPORewardManager(NaiveRewardManager):
     """overlong_buffer_cfg: {enable, len, penalty_factor, log (default True)}; max_resp_len: the rollout's
@@ -55,9 +88,14 @@ class DAPORewardManager(NaiveRewardManager):
 
     @classmethod
     def kwargs_from_config(cls, config: Any) -> dict[str, Any]:
-        """DAPO recipes set reward_model.overlong_buffer and data.max_response_length (the typed config)."""
-        return {"overlong_buffer_cfg": dataclasses.asdict(config.reward_model.overlong_buffer),
-                "max_resp_len": config.data.max_response_length}
+        """reward_model.overlong_buffer and data.max_response_length (the typed config). Upstream's DAPO recipe
+        spells the buffer +reward_model.reward_kwargs.overlong_buffer_cfg.* (with reward_kwargs.max_resp_len):
+        the reward kwargs reach the manager after these and win; both spellings at once must agree."""
+        typed = dataclasses.asdict(config.reward_model.overlong_buffer)
+        given = config.reward_model.reward_kwargs.get("overlong_buffer_cfg")
+        if given is not None:
+            check_overlong_spellings(typed, given)
+        return {"overlong_buffer_cfg": typed, "max_resp_len": config.data.max_response_length}
 
     def _penalty_enabled(self) -> bool:
         return bool(self.overlong_buffer_cfg is not None and self.overlong_buffer_cfg.get("enable", False))
