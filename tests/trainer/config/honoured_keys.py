@@ -38,6 +38,7 @@ _DATA = "tests/trainer/config/test_key_effects_data.py"
 _FILES = "test_data_files_and_max_samples_build_the_datasets_the_trainer_gets"
 _TRACKER = "test_logger_and_names_choose_the_trackers_backends"
 _AGENT_E2E = "tests/e2e/test_agent_loop_e2e.py"
+_RC = "tests/trainer/ppo/test_rollout_correction_stage.py"
 _DYN = "tests/trainer/ppo/test_dynamic_sampling.py"  # DAPO's dynamic sampling
 _TOOL_AGENT = "tests/workers/rollout/agent_loop/test_tool_agent.py"
 _AGENT_KEYS = "tests/workers/rollout/agent_loop/test_agent_keys.py"
@@ -252,6 +253,15 @@ HONOURED: dict[str, str] = {
     "algorithm.use_pf_ppo": f"{_ALGOS}::test_pf_ppo_resamples_rows_by_score",
     "algorithm.pf_ppo.reweight_method": f"{_ALGOS}::test_pf_ppo_resamples_rows_by_score",
     "algorithm.pf_ppo.weight_pow": f"{_ALGOS}::test_pf_ppo_resamples_rows_by_score",
+    "algorithm.rollout_correction.rollout_is": f"{_RC}::test_stage_writes_is_weights_and_rejection_before_the_advantages",
+    "algorithm.rollout_correction.rollout_is_threshold": f"{_RC}::test_stage_sequence_is_and_batch_normalize",
+    "algorithm.rollout_correction.rollout_is_batch_normalize": f"{_RC}::test_stage_sequence_is_and_batch_normalize",
+    "algorithm.rollout_correction.rollout_rs": f"{_RC}::test_stage_sequence_and_geometric_rejection",
+    "algorithm.rollout_correction.rollout_rs_threshold": f"{_RC}::test_stage_sequence_and_geometric_rejection",
+    "algorithm.rollout_correction.rollout_rs_threshold_lower": f"{_RC}::test_stage_rejection_lower_bound",
+    "algorithm.rollout_correction.rollout_token_veto_threshold": f"{_RC}::test_stage_veto_rejects_sequences",
+    "algorithm.rollout_correction.bypass_mode": f"{_RC}::test_bypass_mode_skips_the_old_log_prob_pass",
+    "algorithm.rollout_correction.loss_type": f"{_RC}::test_actor_loss_in_bypass_mode_reinforce_with_is_weights",
     "algorithm.filter_groups.enable": f"{_DYN}::test_rounds_continue_until_enough_prompts_then_cut_to_train_batch_times_n",
     "algorithm.filter_groups.metric": f"{_DYN}::test_metric_values_seq_reward_sums_the_scores_acc_comes_from_extra_info",
     "algorithm.filter_groups.max_num_gen_batches": f"{_DYN}::test_max_num_gen_batches_stops_with_what_to_change",

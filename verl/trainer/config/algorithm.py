@@ -38,6 +38,87 @@ class FilterGroupsConfig(BaseConfig):
     max_num_gen_batches: int = at_least(0, 0)  # generation rounds per step before giving up; 0: no limit
 
 
+# the same names as verl.algos.rollout_correction's (a test keeps them equal): checking a config needs no torch
+ROLLOUT_IS_LEVELS = ("token", "sequence")
+ROLLOUT_RS_LEVELS = ("token", "sequence", "geometric")
+ROLLOUT_CORRECTION_LOSS_TYPES = ("ppo_clip", "reinforce")
+RC = "algorithm.rollout_correction"
+
+
+@dataclass
+class RolloutCorrectionConfig(BaseConfig):
+    """Truncated IS and rejection sampling between the rollout engine's policy and the trainer's
+    (verl/algos/rollout_correction.py; docs/rollout_correction.md). Any of rollout_is, rollout_rs, the veto or
+    bypass_mode needs actor_rollout_ref.rollout.calculate_log_probs=true."""
+
+    rollout_is: str | None = choice(None, ROLLOUT_IS_LEVELS)
+    rollout_is_threshold: float = 2.0  # truncation C of the IS weights; also the RS upper bound when that is null
+    rollout_is_batch_normalize: bool = False
+    rollout_rs: str | None = choice(None, ROLLOUT_RS_LEVELS)
+    rollout_rs_threshold: float | None = None  # null: rollout_is_threshold
+    rollout_rs_threshold_lower: float | None = None  # null: 1 / upper
+    rollout_token_veto_threshold: float | None = None  # reject a sequence holding a token with ratio below this
+    bypass_mode: bool = False  # old_log_probs := rollout_log_probs, no actor log-prob pass
+    loss_type: str = choice("ppo_clip", ROLLOUT_CORRECTION_LOSS_TYPES)  # the bypass-mode loss
+
+    @property
+    def enabled(self) -> bool:
+        """Whether anything acts on training (the diagnostics alone only need the engine's log-probs)."""
+        return (self.rollout_is is not None or self.rollout_rs is not None
+                or self.rollout_token_veto_threshold is not None or self.bypass_mode)
+
+
+def rollout_correction_problems(rc: RolloutCorrectionConfig, calculate_log_probs: bool, loss_mode: str) -> list[str]:
+    """The checks that need more than one key; every message names the key and what to do."""
+    problems = []
+    for key in ("rollout_is_threshold", "rollout_rs_threshold", "rollout_rs_threshold_lower",
+                "rollout_token_veto_threshold"):
+        value = getattr(rc, key)
+        if value is not None and not value > 0:
+            problems.append(f"{RC}.{key} must be > 0 (a ratio pi_train/pi_rollout), got {value}.")
+    if problems:
+        return problems
+    if rc.enabled and not calculate_log_probs:
+        problems.append(f"{RC} is on, and it needs the rollout engine's log-probs: set "
+                        "actor_rollout_ref.rollout.calculate_log_probs=true.")
+    veto = rc.rollout_token_veto_threshold
+    if veto is not None and not veto < 1:
+        problems.append(f"{RC}.rollout_token_veto_threshold={veto} would veto ordinary tokens: it rejects a sequence "
+                        "holding any token with pi_train/pi_rollout below it; use a small value such as 1e-4.")
+    if rc.rollout_rs is not None:
+        upper = rc.rollout_is_threshold if rc.rollout_rs_threshold is None else rc.rollout_rs_threshold
+        lower = 1.0 / upper if rc.rollout_rs_threshold_lower is None else rc.rollout_rs_threshold_lower
+        if not lower < upper:
+            problems.append(f"{RC}: the rejection bounds need lower < upper, got lower={lower:g} "
+                            f"(rollout_rs_threshold_lower, null: 1/upper) and upper={upper:g} (rollout_rs_threshold, "
+                            "null: rollout_is_threshold); an upper bound must be > 1 when the lower one is derived.")
+    else:
+        for key in ("rollout_rs_threshold", "rollout_rs_threshold_lower"):
+            if getattr(rc, key) is not None:
+                problems.append(f"{RC}.{key} is set but {RC}.rollout_rs is null, so nothing would use it: set "
+                                "rollout_rs=token|sequence|geometric, or remove it.")
+    if rc.rollout_is is None and rc.rollout_is_batch_normalize:
+        problems.append(f"{RC}.rollout_is_batch_normalize=true normalises IS weights, but rollout_is is null: set "
+                        "rollout_is=token|sequence, or remove it.")
+    if rc.rollout_is is None and rc.rollout_is_threshold != 2.0 and (
+            rc.rollout_rs is None or rc.rollout_rs_threshold is not None):
+        problems.append(f"{RC}.rollout_is_threshold={rc.rollout_is_threshold:g} is set, but neither IS "
+                        "(rollout_is is null) nor rejection (rollout_rs, whose null threshold follows it) uses it.")
+    if not rc.bypass_mode and rc.loss_type != "ppo_clip":
+        problems.append(f"{RC}.loss_type={rc.loss_type} chooses the bypass-mode loss, as upstream: set "
+                        f"{RC}.bypass_mode=true, or actor_rollout_ref.actor.policy_loss.loss_mode=reinforce for "
+                        "REINFORCE against pi_old.")
+    if rc.bypass_mode and rc.loss_type == "ppo_clip" and rc.rollout_is is not None:
+        problems.append(f"{RC}.rollout_is={rc.rollout_is} with bypass_mode=true and loss_type=ppo_clip: the PPO ratio "
+                        "already is pi_theta/pi_rollout, the importance weight; set rollout_is=null, or "
+                        "loss_type=reinforce for explicit IS weights.")
+    if rc.bypass_mode and rc.loss_type == "reinforce" and loss_mode not in ("vanilla", "reinforce"):
+        problems.append(f"{RC}.loss_type=reinforce replaces the actor's loss, but "
+                        f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}; set loss_mode=vanilla, or "
+                        "loss_type=ppo_clip to keep that loss against the rollout policy.")
+    return problems
+
+
 @dataclass
 class AlgoConfig(BaseConfig):
     gamma: float = 1.0
@@ -50,3 +131,4 @@ class AlgoConfig(BaseConfig):
     use_pf_ppo: bool = False
     pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
+from verl.trainer.config.algorithm import rollout_correction_problems
 from verl.trainer.config.base import Refusal
 from verl.trainer.config.errors import ConfigWarning
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
@@ -294,6 +295,9 @@ def check_algorithm(cfg: PPOTrainerConfig) -> list[str]:
             ConfigWarning,
             stacklevel=2,
         )
+    arr = cfg.actor_rollout_ref
+    problems += rollout_correction_problems(cfg.algorithm.rollout_correction, arr.rollout.calculate_log_probs,
+                                            arr.actor.policy_loss.loss_mode)
     return problems
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.algos.rollout_correction import apply_bypass_mode, apply_rollout_correction
 from verl.protocol import DataProto
 from verl.single_controller.ray import (
     RayClassWithInitArgs,
@@ -331,6 +332,11 @@ class RayPPOTrainer:
         metrics["perf/balance_max_over_min_tokens"] = max(per_rank) / max(1, min(per_rank))
 
     def _add_old_log_prob(self, batch: DataProto, metrics: dict[str, float]) -> None:
+        """old_log_probs from the actor, then rollout correction (IS weights, rejection) before the advantages."""
+        correction = self.config.algorithm.rollout_correction
+        if correction.bypass_mode:  # pi_old := pi_rollout: no actor pass; IS/RS happen in the actor's loss
+            apply_bypass_mode(batch, correction)
+            return
         out = self.actor_rollout_wg.compute_log_prob(batch)
         entropys = out.batch.pop("entropys", None) if out.batch is not None else None
         if entropys is not None:
@@ -340,6 +346,7 @@ class RayPPOTrainer:
         if "rollout_log_probs" in batch.batch.keys():  # rollout.calculate_log_probs: is the engine on the actor's weights?
             metrics.update(rollout_probs_diff_metrics(batch.batch["rollout_log_probs"], batch.batch["old_log_probs"],
                                                       batch.batch["response_mask"]))
+            metrics.update(apply_rollout_correction(batch, correction))
 
     def _compute_advantage(self, batch: DataProto, reward_tensor: torch.Tensor, reward_extra: dict,
                            metrics: dict[str, float]) -> DataProto:

@@ -28,6 +28,7 @@ import torch
 from tensordict import TensorDict
 
 from verl import algos as core_algos
+from verl.algos.rollout_correction import ROLLOUT_CORRECTION_META_KEY, bypass_mode_policy_loss
 from verl.models.packing import accepts_logits_to_keep, logits_at, pack_sequences, scatter_to_padded
 from verl.models.varlen_attention import enable_varlen_attention, packed_forward
 from verl.protocol import DataProto
@@ -153,7 +154,8 @@ class DataParallelPPOActor(BasePPOActor):
                                       advantages=micro_batch["advantages"], response_mask=response_mask,
                                       loss_agg_mode=loss_agg_mode, config=self.config, **loss_kwargs)
         metrics = {"actor/pg_loss": pg_loss.detach().item()}
-        metrics.update({k if k.startswith("actor/") else f"actor/{k}": _as_float(v) for k, v in pg_metrics.items()})
+        metrics.update({k if k.startswith(("actor/", "rollout_corr/")) else f"actor/{k}": _as_float(v)
+                        for k, v in pg_metrics.items()})
         policy_loss = pg_loss
         if entropy is not None:
             entropy_loss = core_algos.agg_loss(entropy, response_mask, loss_agg_mode)
@@ -181,6 +183,9 @@ class DataParallelPPOActor(BasePPOActor):
         temperature = _check_temperature(require_meta(data, "temperature", "update_policy"))
         loss_agg_mode = self.config.loss_agg_mode
         loss_fn = core_algos.get_policy_loss_fn(self.config.policy_loss.loss_mode)
+        correction = data.meta_info.get(ROLLOUT_CORRECTION_META_KEY)
+        if correction is not None:  # bypass mode: old_log_probs are pi_rollout; IS/RS against pi_theta in the loss
+            loss_fn = bypass_mode_policy_loss(loss_fn, correction)
         select_keys = _FORWARD_KEYS + ["response_mask", "old_log_probs", "advantages"]
         if self.config.use_kl_loss:
             select_keys.append("ref_log_prob")
