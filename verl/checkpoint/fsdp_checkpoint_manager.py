@@ -6,17 +6,24 @@ One role's folder (`global_step_N/actor`, `.../critic`):
     optimizer/                               DCP: the optimizer state, sharded the same way
     extra_state_world_size_W_rank_R.pt       LR scheduler + that rank's RNG states (torch, numpy, random)
     huggingface/                             config.json, generation_config.json, tokenizer (+ weights with hf_model)
+    lora_adapter/                            LoRA roles: the peft adapter (adapter_config.json + safetensors)
     manifest.json                            every file above with size and sha256; written last
 
 DCP stores global shapes, so a checkpoint loads into any world size (resharding); the RNG streams are restored
 only when the world size is unchanged. Every rank calls `save_checkpoint`/`load_checkpoint` together.
+
+A LoRA (peft) role keeps its whole module in `model/` (frozen base and adapter: resuming needs nothing else),
+adds the adapter alone as a peft folder that `lora_adapter_path` and `PeftModel.from_pretrained` load, and writes
+merged weights (W + scaling * B @ A) under the base model's names in `huggingface/`. The peft specifics come from
+the worker as an `AdapterIO` (verl.models.lora.PeftAdapterIO): this layer does not import the models layer.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -51,6 +58,18 @@ logger = logging.getLogger(__name__)
 
 MODEL_DIR = "model"
 OPTIMIZER_DIR = "optimizer"
+ADAPTER_DIR = "lora_adapter"  # the same name as verl.models.lora.ADAPTER_DIR (the SFT trainer's too)
+
+
+class AdapterIO(Protocol):
+    """A trained adapter's view of the module, given by the worker for peft modules."""
+
+    @property
+    def hf_model(self) -> torch.nn.Module: ...  # the HF model inside the wrapper: its class and config
+
+    def merged_state(self, full_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
+
+    def save_adapter(self, folder: str, full_state: Mapping[str, torch.Tensor]) -> None: ...
 
 
 def extra_state_name(world_size: int, rank: int) -> str:
@@ -62,6 +81,16 @@ def _has_state(optimizer: torch.optim.Optimizer | None) -> bool:
 
 
 class FSDPCheckpointManager(BaseCheckpointManager):
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, lr_scheduler: Any = None,
+                 processing_class: Any = None, checkpoint_config: Any = None, adapter: AdapterIO | None = None) -> None:
+        super().__init__(model, optimizer, lr_scheduler, processing_class, checkpoint_config)
+        self.adapter = adapter
+
+    @property
+    def hf_model(self) -> torch.nn.Module:
+        """The module whose class and config the HF folder records (inside a peft wrapper for LoRA roles)."""
+        return self.adapter.hf_model if self.adapter is not None else self.model
+
     # -- save -----------------------------------------------------------------------------------------------------
 
     def save_checkpoint(self, local_path: str, hdfs_path: str | None = None, global_step: int = 0,
@@ -87,6 +116,8 @@ class FSDPCheckpointManager(BaseCheckpointManager):
         if self.should_save_extra:
             atomic_torch_save(self._extra_state(), os.path.join(local_path, extra_state_name(self.world_size, self.rank)))
         self._save_hf(os.path.join(local_path, HF_SUBDIR))
+        if self.adapter is not None and self.should_save_model:
+            self._save_adapter(os.path.join(local_path, ADAPTER_DIR))
         self.barrier()
         self._write_manifest(local_path, global_step, optimizer_state)
 
@@ -95,14 +126,28 @@ class FSDPCheckpointManager(BaseCheckpointManager):
         return {"lr_scheduler": scheduler, "rng": get_rng_state(), "world_size": self.world_size, "rank": self.rank}
 
     def _save_hf(self, hf_dir: str) -> None:
+        hf_model = self.hf_model
         if self.rank == 0:
-            save_hf_metadata(self.model, self.processing_class, hf_dir)
+            save_hf_metadata(hf_model, self.processing_class, hf_dir)
         if self.should_save_hf_model:
             # a collective: every rank sends its shards, only rank 0 keeps the (CPU) full copy
             full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
             if self.rank == 0:
-                save_hf_weights(unwrapped_model_class(self.model), hf_config_of(self.model), full, hf_dir)
+                if self.adapter is not None:
+                    full = self.adapter.merged_state(full)
+                save_hf_weights(unwrapped_model_class(hf_model), hf_config_of(hf_model), full, hf_dir)
             del full
+
+    def _save_adapter(self, adapter_dir: str) -> None:
+        """The trainable tensors only (adapter matrices, modules_to_save), gathered one by one in parameter order
+        on every rank (collectives), written by rank 0 as a peft folder."""
+        trained = {}
+        for name, param in self.model.named_parameters():
+            if param.requires_grad:
+                full = param.detach().full_tensor() if hasattr(param, "full_tensor") else param.detach()
+                trained[name] = full.cpu()
+        if self.rank == 0:
+            self.adapter.save_adapter(adapter_dir, trained)
 
     def _write_manifest(self, local_path: str, global_step: int, optimizer_state: bool) -> None:
         files = list_files(local_path)  # every rank sees the same list: all writes finished at the barrier
@@ -113,7 +158,7 @@ class FSDPCheckpointManager(BaseCheckpointManager):
             contents = [c for c in self.save_contents if c != "optimizer" or optimizer_state]
             write_manifest(local_path, described, {
                 "global_step": int(global_step), "world_size": self.world_size, "contents": contents,
-                "model_class": unwrapped_model_class(self.model).__name__,
+                "model_class": unwrapped_model_class(self.hf_model).__name__,
                 "optimizer_requested": self.should_save_optimizer})
         self.barrier()
 
@@ -162,7 +207,7 @@ class FSDPCheckpointManager(BaseCheckpointManager):
         try:
             dcp.load(state, checkpoint_id=path)
         except Exception as err:  # noqa: BLE001 - re-raised with the folder that failed to load
-            raise RuntimeError(f"could not load the checkpoint in {path} into {unwrapped_model_class(self.model).__name__}"
+            raise RuntimeError(f"could not load the checkpoint in {path} into {unwrapped_model_class(self.hf_model).__name__}"
                                f": {err}. Was it saved from a different model (actor vs critic, other config)?") from err
 
     def _load_extra(self, local_path: str, saved_world: int, optimizer_loaded: bool) -> None:

@@ -3,6 +3,10 @@
 DCP records every tensor's global shape and which byte range of which shard file holds each piece, so one process
 can read the full tensors without knowing how many ranks wrote them. The model is built on the meta device from
 the saved config, materialised empty, filled from the shards, and saved with `save_pretrained`.
+
+A LoRA role (its folder has `lora_adapter/`) saved the peft module: its shards hold the frozen base weights and
+the adapter under peft's names. They are read as they are and merged (W + scaling * B @ A, the scaling from
+`lora_adapter/adapter_config.json`) into the plain model, so the merged folder loads without peft.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ import warnings
 import torch
 import torch.distributed.checkpoint as dcp
 
-from verl.checkpoint.fsdp_checkpoint_manager import MODEL_DIR
+from verl.checkpoint.fsdp_checkpoint_manager import ADAPTER_DIR, MODEL_DIR
 from verl.checkpoint.hf_export import HF_SUBDIR
 from verl.checkpoint.manifest import check_file, raise_if_problems, read_manifest
 from verl.model_merger.base_model_merger import BaseModelMerger
+from verl.models.lora import merge_lora_weights, read_adapter_config, scaling_from_adapter_config
 
 logger = logging.getLogger(__name__)
 
@@ -82,16 +87,39 @@ class FSDPModelMerger(BaseModelMerger):
                 config, dtype=_checkpoint_dtype(model_dir))
         model = model.to_empty(device="cpu")
         model.tie_weights()  # to_empty gives tied parameters separate storage; tie them back before filling
+        if os.path.isdir(os.path.join(self.role_dir, ADAPTER_DIR)):
+            self._load_lora_merged(model, model_dir)
+            return model.eval()
         state = model.state_dict()
+        self._dcp_read({"model": state}, model_dir, model)
+        model.load_state_dict(state)
+        return model.eval()
+
+    def _dcp_read(self, state: dict, model_dir: str, model: torch.nn.Module) -> None:
         try:
             with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
                 warnings.simplefilter("ignore", UserWarning)
-                dcp.load({"model": state}, checkpoint_id=model_dir, no_dist=True)
+                dcp.load(state, checkpoint_id=model_dir, no_dist=True)
         except Exception as err:  # noqa: BLE001 - re-raised naming the folder and the config used
             raise RuntimeError(f"could not read the shards in {model_dir} into {type(model).__name__} built from "
                                f"{self.hf_dir}/config.json: {err}") from err
-        model.load_state_dict(state)
-        return model.eval()
+
+    def _load_lora_merged(self, model: torch.nn.Module, model_dir: str) -> None:
+        """Fill ``model`` from a peft module's shards, merging the adapter into the base weights."""
+        metadata = dcp.FileSystemReader(model_dir).read_metadata()
+        peft_state = {key[len("model."):]: torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
+                      for key, meta in metadata.state_dict_metadata.items()
+                      if key.startswith("model.") and hasattr(meta, "size")}
+        self._dcp_read({"model": peft_state}, model_dir, model)
+        scaling = scaling_from_adapter_config(read_adapter_config(os.path.join(self.role_dir, ADAPTER_DIR)))
+        merged = merge_lora_weights(peft_state, scaling)
+        result = model.load_state_dict(merged, strict=False)
+        tied = set(getattr(model, "_tied_weights_keys", None) or [])
+        missing = [k for k in result.missing_keys if k not in tied]
+        if missing or result.unexpected_keys:
+            raise ValueError(f"the LoRA shards in {model_dir} do not fit {type(model).__name__}: missing "
+                             f"{missing[:5]}, unexpected {result.unexpected_keys[:5]}")
+        model.tie_weights()
 
     def _verify_shards(self) -> None:
         if not os.path.isdir(self.role_dir):

@@ -9,13 +9,15 @@ Shapes use four symbols: ``batch`` (rows: prompts x rollout.n), ``prompt_length`
 
 Keys that are not known ahead:
 - the reward function's extra fields: every key of a dict returned by compute_score (``score``, ``acc``, ...)
-  becomes a non-tensor key of its own, written by ``RayPPOTrainer._compute_advantage``;
+  becomes a non-tensor key of its own, written by ``RayPPOTrainer._compute_advantage`` (with
+  algorithm.filter_groups already when each generation round is scored: verl.trainer.ppo.dynamic_sampling);
 - dataset columns beyond verl's parquet format are carried along untouched.
 Pass such names to ``check_batch(..., allow=...)``.
 
 ``meta_info`` (not per row) is not in this table: ``temperature``, ``micro_batch_size``, ``use_dynamic_bsz``,
 ``max_token_len``, ``eos_token_id``, ``pad_token_id``, ``do_sample``, ``validate``, ``global_steps`` are set by
-the caller of the call that reads them; workers return ``metrics`` and ``timing``.
+the caller of the call that reads them; workers return ``metrics`` and ``timing``; ``reward_extra_keys`` names
+the extra fields a dynamic-sampling round attached (verl.trainer.ppo.dynamic_sampling.attach_reward).
 """
 
 from __future__ import annotations

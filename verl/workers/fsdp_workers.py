@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from verl.models.lora import adapter_io, lora_from_model_config
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, Worker, register
 from verl.utils.device import get_default_device
@@ -107,6 +108,8 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
         self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
         self._is_ref = role in ("ref", "actor_rollout_ref")
+        # LoRA: the reference policy is this worker's own module with the adapter disabled, not a second copy
+        self._ref_in_actor = self._is_actor and config.model.lora_rank > 0
 
     # -- building -------------------------------------------------------------------------------------------------
 
@@ -126,12 +129,13 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
             self.tokenizer = load_tokenizer(path, "actor_rollout_ref.model.path",
                                             trust_remote_code=cfg.model.trust_remote_code,
                                             custom_chat_template=cfg.model.custom_chat_template)
+            module = lora_from_model_config(module, cfg.model, "actor_rollout_ref.model")
             self.actor_module = apply_fsdp2(module, fsdp_cfg, self.device_mesh)
         if self._is_actor:
             self._build_actor()
         if self._is_rollout:
             self._build_rollout()
-        if self._is_ref:
+        if self._is_ref and not self._ref_in_actor:
             self._build_ref()
         self._keep_host_memory_mapped()
 
@@ -249,9 +253,13 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
-        assert self._is_ref, f"compute_ref_log_prob called on a worker with role {self.role!r}"
+        assert self._is_ref or self._ref_in_actor, f"compute_ref_log_prob called on a worker with role {self.role!r}"
         self._log_prob_meta(data, self.config.ref)
-        log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
+        if getattr(self, "ref_policy", None) is None:  # LoRA (_ref_in_actor): no reference module was built
+            with self.actor_module.disable_adapter():  # the base model: the actor's weights without the adapter
+                log_probs, _ = self.actor.compute_log_prob(data, calculate_entropy=False)
+        else:
+            log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -279,7 +287,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         if getattr(self, "_ckpt_manager", None) is None:
             self._ckpt_manager = FSDPCheckpointManager(
                 self.actor_module, getattr(self, "actor_optimizer", None), getattr(self, "actor_lr_scheduler", None),
-                self.tokenizer, self.config.actor.checkpoint)
+                self.tokenizer, self.config.actor.checkpoint, adapter=adapter_io(self.actor_module))
         return self._ckpt_manager
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -313,6 +321,7 @@ class CriticWorker(_FSDPWorkerBase):
         fsdp_cfg = cfg.model.fsdp_config
         module, _ = load_causal_lm(cfg.model, "critic.model", dtype=self._model_dtype(fsdp_cfg, "critic.model"),
                                    value_head=True)
+        module = lora_from_model_config(module, cfg.model, "critic.model", modules_to_save=["score"])
         self.critic_module = apply_fsdp2(module, fsdp_cfg, self.device_mesh)
         self.critic_optimizer = build_optimizer(self.critic_module, cfg.optim, "critic.optim")
         self.critic_lr_scheduler = build_lr_scheduler(self.critic_optimizer, cfg.optim, "critic.optim")
@@ -346,7 +355,7 @@ class CriticWorker(_FSDPWorkerBase):
         if getattr(self, "_ckpt_manager", None) is None:
             self._ckpt_manager = FSDPCheckpointManager(self.critic_module, self.critic_optimizer,
                                                        self.critic_lr_scheduler, self._checkpoint_tokenizer(),
-                                                       self._cfg.checkpoint)
+                                                       self._cfg.checkpoint, adapter=adapter_io(self.critic_module))
         return self._ckpt_manager
 
     def _checkpoint_tokenizer(self):

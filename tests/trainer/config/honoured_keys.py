@@ -29,6 +29,8 @@ _FSDP_CKPT = "tests/checkpoint/test_fsdp_checkpoint_manager.py"
 _REWARD = "tests/workers/reward_manager/test_reward_managers.py"
 _LOAD_REWARD = "tests/workers/reward_manager/test_load_reward_manager.py"
 _FIT = "tests/trainer/ppo/test_fit_loop.py"
+_LORA = "tests/models/test_lora.py"
+_LORA_W = "tests/workers/test_lora_workers.py"
 _TRAINER_KEYS = "tests/trainer/ppo/test_trainer_keys.py"  # helper H1's runtime-key tests
 _BATCHES = "tests/trainer/config/test_config_batch_sizes.py"
 _EFFECTS = "tests/trainer/config/test_honoured_effects.py"
@@ -100,6 +102,11 @@ HONOURED: dict[str, str] = {
     f"{ARR}.model.override_config": f"{_UPDATE}::test_model_override_config_sets_hf_config_attributes",
     f"{ARR}.model.enable_gradient_checkpointing": f"{_KNOBS}::test_gradient_checkpointing_from_model_config",
     f"{ARR}.model.use_remove_padding": f"{_RMPAD}::test_update_matches_padded",
+    f"{ARR}.model.lora_rank": f"{_LORA_W}::test_lora_actor_trains_only_the_adapter_and_its_reference_is_the_base_model",
+    f"{ARR}.model.lora_alpha": f"{_LORA}::test_lora_alpha_scales_the_update_and_the_merge_equals_peft_forward",
+    f"{ARR}.model.target_modules": f"{_LORA}::test_target_and_exclude_modules_pick_the_adapted_layers",
+    f"{ARR}.model.exclude_modules": f"{_LORA}::test_target_and_exclude_modules_pick_the_adapted_layers",
+    f"{ARR}.model.lora_adapter_path": f"{_LORA_W}::test_lora_checkpoint_resumes_exactly_and_its_adapter_starts_a_run",
     f"{ARR}.model.trust_remote_code": f"{_KEYS}::test_model_trust_remote_code_reaches_every_load_of_the_worker",
     # ------------------------------------------------------------ actor
     f"{ARR}.actor.strategy": f"{_KEYS}::{_STRATEGY}",
@@ -209,6 +216,9 @@ HONOURED: dict[str, str] = {
     "critic.model.override_config": f"{_UPDATE}::test_critic_override_config_sets_hf_config_attributes",
     "critic.model.enable_gradient_checkpointing": f"{_KNOBS}::test_gradient_checkpointing_from_model_config",
     "critic.model.use_remove_padding": f"{_RMPAD}::test_critic_values_and_update_match_padded",
+    "critic.model.lora_rank": f"{_LORA_W}::test_lora_critic_trains_adapter_and_value_head_only",
+    "critic.model.lora_alpha": f"{_LORA_W}::test_lora_critic_trains_adapter_and_value_head_only",
+    "critic.model.target_modules": f"{_LORA_W}::test_lora_critic_trains_adapter_and_value_head_only",
     **_fsdp("critic.model.fsdp_config"),
     "critic.model.trust_remote_code": f"{_KEYS}::test_critic_trust_remote_code_reaches_the_value_model_load",
     "critic.ppo_mini_batch_size": f"{_CRITIC}::test_update_reduces_value_error_and_reports_metrics",

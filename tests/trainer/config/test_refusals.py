@@ -7,14 +7,6 @@ from verl.trainer.config import PPOTrainerConfig, validate_config
 from verl.trainer.config.base import iter_refusals, refusal_table
 
 
-def test_lora_in_rl_is_refused_naming_the_key_instead_of_training_the_full_model(cfg):
-    set_keys(cfg, actor_rollout_ref__model__lora_rank=32, critic__model__lora_rank=8)
-    problems = problems_of(cfg)
-    message = next(p for p in problems if p.startswith("actor_rollout_ref.model.lora_rank=32 is refused"))
-    assert "Set lora_rank=0" in message and "(its default, 0, is fine)" in message
-    assert any(p.startswith("critic.model.lora_rank=8 is refused") for p in problems)
-
-
 def test_all_problems_are_reported_at_once(cfg):
     set_keys(
         cfg,

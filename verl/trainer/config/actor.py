@@ -11,12 +11,6 @@ from verl.trainer.config.registries import KL_PENALTIES, LOSS_AGG_MODES, POLICY_
 from verl.trainer.config.rollout import RolloutConfig
 
 # Shared by the model sections of the actor and the critic (critic.py imports them).
-NO_LORA = (
-    "the RL workers train the full model; LoRA is built for the SFT trainer only (verl.trainer.fsdp_sft_trainer)",
-    "Set lora_rank=0, or start RL from an SFT LoRA run's checkpoint (its global_step_N folder already holds the "
-    "merged model).",
-)
-NO_LORA_KEY = ("only used with lora_rank > 0, and LoRA is not built for the RL workers", "Remove it.")
 NO_ACTIVATION_OFFLOAD = (
     "activation offloading is not built; enable_gradient_checkpointing saves activation memory instead",
     "Set enable_gradient_checkpointing=true instead.",
@@ -46,9 +40,13 @@ class ModelConfig(BaseConfig):
     enable_gradient_checkpointing: bool = False  # as in ppo_trainer.yaml: small CPU runs are not memory-bound
     enable_activation_offload: bool = refused(False, *NO_ACTIVATION_OFFLOAD)
     use_remove_padding: bool = False
-    lora_rank: int = refused(at_least(0, 0), *NO_LORA)
-    lora_alpha: int = refused(16, *NO_LORA_KEY)
-    target_modules: str | list[str] = refused("all-linear", *NO_LORA_KEY)
+    # LoRA (peft, verl.models.lora): > 0 trains an adapter of this rank on the actor; the reference policy is
+    # then the same module with the adapter disabled (docs/lora.md)
+    lora_rank: int = at_least(0, 0)
+    lora_alpha: int = 16  # the adapter's output is scaled by lora_alpha / lora_rank
+    target_modules: str | list[str] = "all-linear"  # peft's names: all-linear, or [q_proj, v_proj, ...]
+    exclude_modules: str | list[str] | None = None  # peft's: module names (or a regex) never adapted
+    lora_adapter_path: str | None = None  # a saved peft adapter folder to start from instead of a fresh adapter
     use_shm: bool = refused(
         False,
         "loading the model through /dev/shm is not built; the model loads from model.path",

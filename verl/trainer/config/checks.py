@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from verl.trainer.config.algorithm import rollout_correction_problems
 from verl.trainer.config.base import Refusal
 from verl.trainer.config.errors import ConfigWarning
+from verl.trainer.config.lora_checks import check_lora
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.config.registries import GROUP_ADV_ESTIMATORS
 
@@ -50,6 +51,7 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_trainer(cfg)
     problems += check_multi_turn(cfg)
     problems += check_conditional_refusals(cfg)
+    problems += check_lora(cfg)
     return problems
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.actor import NO_ACTIVATION_OFFLOAD, NO_EXTERNAL_LIB, NO_LORA, NO_LORA_KEY, NO_ULYSSES
+from verl.trainer.config.actor import NO_ACTIVATION_OFFLOAD, NO_EXTERNAL_LIB, NO_ULYSSES
 from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field, refused
 from verl.trainer.config.engine import TRAIN_STRATEGIES, CheckpointConfig, OptimConfig, WorkerFSDPConfig
 from verl.trainer.config.registries import LOSS_AGG_MODES
@@ -25,9 +25,10 @@ class CriticModelConfig(BaseConfig):
     enable_activation_offload: bool = refused(False, *NO_ACTIVATION_OFFLOAD)
     use_remove_padding: bool = False
     fsdp_config: WorkerFSDPConfig = field(default_factory=WorkerFSDPConfig)
-    lora_rank: int = refused(at_least(0, 0), *NO_LORA)
-    lora_alpha: int = refused(16, *NO_LORA_KEY)
-    target_modules: str | list[str] = refused("all-linear", *NO_LORA_KEY)
+    # LoRA on the critic's trunk (peft); the value head (`score`) stays fully trainable as peft's modules_to_save
+    lora_rank: int = at_least(0, 0)
+    lora_alpha: int = 16
+    target_modules: str | list[str] = "all-linear"
     trust_remote_code: bool = False
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from verl.trainer.config.lora_checks import check_lora_files
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 
 
@@ -75,4 +76,5 @@ def check_files(cfg: PPOTrainerConfig) -> list[str]:
                             ("agent.agent_loop_config_path", rollout.agent.agent_loop_config_path,
                              "agent loop config")):
         problems += _local_path(f"actor_rollout_ref.rollout.{key}", path, f"{what} YAML")
+    problems += check_lora_files(cfg)
     return problems

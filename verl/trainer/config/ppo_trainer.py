@@ -34,6 +34,11 @@ class PPOTrainerConfig(BaseConfig):
         return self.algorithm.use_kl_in_reward or self.actor_rollout_ref.actor.use_kl_loss
 
     @property
+    def ref_in_actor(self) -> bool:
+        """With LoRA the reference policy is the actor's own module with the adapter disabled: no ref worker."""
+        return self.actor_rollout_ref.model.lora_rank > 0
+
+    @property
     def world_size(self) -> int:
         """Worker processes in total: GPUs, or CPU worker processes on a machine without one."""
         return self.trainer.nnodes * self.trainer.n_gpus_per_node

@@ -106,7 +106,7 @@ class RayPPOTrainer:
         add(Role.ActorRollout, "actor_rollout", config=self.config.actor_rollout_ref, role="actor_rollout")
         if self.use_critic:
             add(Role.Critic, "critic", config=self.config.critic)
-        if self.use_reference_policy:
+        if self.use_reference_policy and not self.config.ref_in_actor:
             add(Role.RefPolicy, "ref", config=self.config.actor_rollout_ref, role="ref")
         groups: dict[str, RayWorkerGroup] = {}
         for pool, class_dict in by_pool.items():
@@ -119,6 +119,8 @@ class RayPPOTrainer:
         for wg in (self.critic_wg, self.ref_policy_wg, self.actor_rollout_wg):  # the rollout is built last
             if wg is not None:
                 wg.init_model()
+        if self.use_reference_policy and self.config.ref_in_actor:
+            self.ref_policy_wg = self.actor_rollout_wg  # LoRA: the actor with its adapter disabled is the reference
         self.validator.bind(self.actor_rollout_wg)
 
     # -- the loop -------------------------------------------------------------------------------------------------

@@ -28,15 +28,16 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from verl.models.lora import ADAPTER_DIR, ADAPTER_WEIGHTS, merge_lora_weights, save_lora_adapter
+
+__all__ = ["ADAPTER_DIR", "ADAPTER_WEIGHTS", "merge_lora_weights", "SFTCheckpointer"]
+
 if TYPE_CHECKING:
     from verl.trainer.config.sft import SFTTrainerSection
 
 STATE_FILE = "trainer_state.pt"
 LATEST_FILE = "latest_checkpointed_iteration.txt"
-ADAPTER_DIR = "lora_adapter"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
-_PEFT_PREFIX = "base_model.model."
 
 
 def _rank() -> int:
@@ -98,38 +99,6 @@ def gather_full_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-_LORA_WEIGHT = re.compile(r"^(.*)\.lora_([AB])\.[^.]+\.weight$")
-
-
-def merge_lora_weights(state: dict[str, torch.Tensor], scaling: float) -> dict[str, torch.Tensor]:
-    """A peft LoRA model's state -> the plain HF state of the merged model: W + scaling * B @ A, peft's wrapper
-    prefixes and `.base_layer` removed, adapter matrices dropped."""
-    adapters: dict[str, dict[str, torch.Tensor]] = {}
-    for key, value in state.items():
-        if ".lora_" not in key:
-            continue
-        match = _LORA_WEIGHT.match(key)
-        if match is None:
-            raise NotImplementedError(f"cannot merge LoRA parameter {key!r}: only Linear adapters (lora_A/lora_B) are "
-                                      "supported; limit model.target_modules to linear layers")
-        adapters.setdefault(match.group(1), {})[match.group(2)] = value
-    merged: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        if ".lora_" in key:
-            continue
-        name = key[len(_PEFT_PREFIX):] if key.startswith(_PEFT_PREFIX) else key
-        if ".base_layer." in key:
-            layer, _, param = key.rpartition(".base_layer.")
-            if param == "weight":
-                pair = adapters.get(layer, {})
-                if set(pair) != {"A", "B"}:
-                    raise KeyError(f"{key!r} has a base_layer but no lora_A/lora_B weights next to it")
-                value = (value.float() + scaling * (pair["B"].float() @ pair["A"].float())).to(value.dtype)
-            name = name.replace(".base_layer.", ".")
-        merged[name] = value
-    return merged
-
-
 def _write_hf_folder(folder: str, hf_model: torch.nn.Module, state: dict[str, torch.Tensor], tokenizer) -> None:
     # the training copy runs with use_cache off (gradient checkpointing); a saved model is for inference
     config = hf_model.config
@@ -144,14 +113,7 @@ def _write_hf_folder(folder: str, hf_model: torch.nn.Module, state: dict[str, to
 
 
 def _write_adapter(folder: str, module: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    from peft.utils import get_peft_model_state_dict
-    from safetensors.torch import save_file
-
-    adapter_dir = os.path.join(folder, ADAPTER_DIR)
-    os.makedirs(adapter_dir, exist_ok=True)
-    weights = get_peft_model_state_dict(module, state_dict=state)
-    save_file({k: v.contiguous() for k, v in weights.items()}, os.path.join(adapter_dir, ADAPTER_WEIGHTS))
-    module.peft_config["default"].save_pretrained(adapter_dir)
+    save_lora_adapter(os.path.join(folder, ADAPTER_DIR), module, state)
 
 
 # ---- save / load ------------------------------------------------------------------------------------------------

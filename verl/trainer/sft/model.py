@@ -7,10 +7,11 @@ import os
 
 import torch
 
+from verl.models import lora
 from verl.models.loader import load_causal_lm, resolve_model_path
+from verl.models.lora import ADAPTER_DIR, ADAPTER_WEIGHTS
 from verl.trainer.config.actor import ModelConfig
 from verl.trainer.config.sft import SFTModelConfig, SFTTrainerConfig
-from verl.trainer.sft.checkpoint import ADAPTER_DIR, ADAPTER_WEIGHTS
 from verl.workers.fsdp_utils import apply_fsdp2, to_torch_dtype
 
 
@@ -23,19 +24,9 @@ def lora_enabled(config: SFTTrainerConfig) -> bool:
 
 
 def add_lora(module: torch.nn.Module, model_config: SFTModelConfig) -> torch.nn.Module:
-    """Wrap in a peft LoRA model: base weights frozen, only the adapter matrices train."""
-    from peft import LoraConfig, TaskType, get_peft_model
-
-    target = model_config.target_modules
-    lora_config = LoraConfig(
-        task_type=TaskType.CAUSAL_LM,
-        r=model_config.lora_rank,
-        lora_alpha=model_config.lora_alpha,
-        target_modules=list(target) if isinstance(target, list) else target,
-        lora_dropout=0.0,
-        bias="none",
-    )
-    return get_peft_model(module, lora_config)
+    """Wrap in a peft LoRA model (verl.models.lora, shared with the RL workers): base weights frozen."""
+    return lora.add_lora(module, model_config.lora_rank, model_config.lora_alpha, model_config.target_modules,
+                         key="model")
 
 
 def _load_adapter(module: torch.nn.Module, checkpoint_dir: str) -> None:
@@ -75,7 +66,5 @@ def build_sft_module(config: SFTTrainerConfig, device_mesh, resume_dir: str | No
 
 
 def hf_module(module: torch.nn.Module) -> torch.nn.Module:
-    """The transformers model inside a (possibly peft-wrapped) module: the one whose config and save_pretrained
-    describe the checkpoint."""
-    get_base = getattr(module, "get_base_model", None)
-    return get_base() if callable(get_base) and hasattr(module, "peft_config") else module
+    """The transformers model inside a (possibly peft-wrapped) module."""
+    return lora.hf_module(module)

@@ -5,6 +5,10 @@ before the all-gather (a collective every rank runs in the same order; the next 
 loads the current one), and stream each into the engine, which copies it into its own (repacked) layout — so only
 a few full parameters exist outside the engine at a time and nothing touches the disk. Leaving: put the KV cache to sleep so training never holds it.
 
+A LoRA (peft) actor hands over merged weights: each adapted layer's base weight and its lora_A/lora_B are gathered
+at the training dtype, merged as W + scaling * B @ A in fp32, cast to the engine's dtype and streamed under the
+base model's name, so the engine runs the plain model at full speed (docs/lora.md says why not vLLM's LoRA).
+
 With ``tensor_model_parallel_size`` > 1 the ranks of one vLLM tensor-parallel group are one engine: they gather
 their prompt shards before generating and each keeps its own rows afterwards.
 """
@@ -20,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Shard
 
+from verl.models.lora import is_peft_model, lora_scalings, merged_named_weights
 from verl.protocol import DataProto
 
 logger = logging.getLogger(__name__)
@@ -108,6 +113,22 @@ def full_named_weights(module: torch.nn.Module, dtype: torch.dtype | None, tied_
         yield "lm_head.weight", embed
 
 
+def merged_lora_named_weights(module: torch.nn.Module, dtype: torch.dtype | None, tied_lm_head: bool,
+                              scalings: dict[str, float]) -> Iterator[tuple[str, torch.Tensor]]:
+    """The merged plain model's (HF name, full tensor) of a peft ``module``, gathered lazily like
+    ``full_named_weights`` (every rank must consume it), cast to ``dtype`` after merging."""
+    names = set()
+    embed = None
+    stream = full_named_weights(module, None, tied_lm_head=False)
+    for name, tensor in merged_named_weights(((_hf_name(n), t) for n, t in stream), scalings, dtype=dtype):
+        names.add(name)
+        if name == "model.embed_tokens.weight":
+            embed = tensor
+        yield name, tensor
+    if tied_lm_head and "lm_head.weight" not in names and embed is not None:
+        yield "lm_head.weight", embed
+
+
 class FSDPVLLMShardingManager:
     def __init__(self, module: torch.nn.Module, rollout, tp_size: int = 1) -> None:
         self.module = module
@@ -116,6 +137,7 @@ class FSDPVLLMShardingManager:
         dtype = rollout.engine_kwargs.get("dtype", "auto")
         self.engine_dtype = getattr(torch, dtype) if dtype != "auto" else getattr(rollout.model_hf_config, "dtype", None)
         self.tied_lm_head = bool(getattr(rollout, "tied_embeddings", False))
+        self.lora_scalings = lora_scalings(module) if is_peft_model(module) else None
         self.last_sync_s = 0.0
 
     def __enter__(self) -> FSDPVLLMShardingManager:
@@ -132,7 +154,12 @@ class FSDPVLLMShardingManager:
         """Push the actor's current weights into the engine; returns the seconds it took (gather + load)."""
         start = time.perf_counter()
         with torch.no_grad():
-            self.rollout.update_weights(full_named_weights(self.module, self.engine_dtype, self.tied_lm_head))
+            if self.lora_scalings is not None:
+                weights = merged_lora_named_weights(self.module, self.engine_dtype, self.tied_lm_head,
+                                                    self.lora_scalings)
+            else:
+                weights = full_named_weights(self.module, self.engine_dtype, self.tied_lm_head)
+            self.rollout.update_weights(weights)
         self.last_sync_s = time.perf_counter() - start
         logger.debug("weight sync into vLLM took %.3fs", self.last_sync_s)
         return self.last_sync_s

@@ -1,0 +1,153 @@
+"""verl.models.lora: which layers get adapters, the merged weights (against peft's own forward), adapter
+folders, and the config checks of the LoRA keys (before Ray)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from tests.helpers.tiny_model import tiny_llama
+from verl.models import lora
+from verl.trainer.config import ConfigError, load_config, validate_config
+
+ARR = "actor_rollout_ref"
+SMALL = ["trainer.n_gpus_per_node=1", f"{ARR}.actor.ppo_mini_batch_size=1", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=1",
+         "critic.ppo_mini_batch_size=1", "critic.ppo_micro_batch_size_per_gpu=1", "data.train_batch_size=2",
+         "trainer.logger=[]"]
+
+
+def _adapted(module) -> set[str]:
+    """Short names (q_proj, ...) of the layers holding a LoRA adapter."""
+    return {name.split(".lora_A.")[0].rsplit(".", 1)[-1] for name, _ in module.named_parameters()
+            if name.endswith("lora_A.default.weight")}
+
+
+def _randomise_adapter(module, seed: int = 1) -> None:
+    """B starts at zero (an identity update); give every adapter matrix random values to test the merge."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in module.named_parameters():
+            if ".lora_" in name or "modules_to_save" in name:
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.1)
+
+
+def test_target_and_exclude_modules_pick_the_adapted_layers():
+    everything = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert _adapted(lora.add_lora(tiny_llama(), 4, 8, "all-linear")) == everything  # never the tied lm_head
+    assert _adapted(lora.add_lora(tiny_llama(), 4, 8, ["q_proj", "v_proj"])) == {"q_proj", "v_proj"}
+    assert _adapted(lora.add_lora(tiny_llama(), 4, 8, "all-linear", exclude_modules=["gate_proj", "up_proj",
+                                                                                      "down_proj"])) == {
+        "q_proj", "k_proj", "v_proj", "o_proj"}
+    peft_model = lora.add_lora(tiny_llama(), 4, 8, ["q_proj"])
+    assert all(p.requires_grad == (".lora_" in n) for n, p in peft_model.named_parameters())  # base frozen
+
+
+def test_bad_targets_name_the_key():
+    with pytest.raises(ValueError, match=r"actor.target_modules=\['nope'\]"):
+        lora.add_lora(tiny_llama(), 4, 8, ["nope"], key="actor")
+    with pytest.raises(ValueError, match="lm_head, which this model ties"):
+        lora.add_lora(tiny_llama(), 4, 8, ["q_proj", "lm_head"], key="actor")
+
+
+@pytest.mark.parametrize("alpha", [4, 32])
+def test_lora_alpha_scales_the_update_and_the_merge_equals_peft_forward(alpha):
+    model = lora.add_lora(tiny_llama(), 4, alpha, "all-linear")
+    _randomise_adapter(model)
+    assert set(lora.lora_scalings(model).values()) == {alpha / 4}
+    ids = torch.tensor([[5, 9, 17, 33, 4, 71]])
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+        merged_state = lora.merge_lora_weights(model.state_dict(), lora.lora_scalings(model))
+        plain = tiny_llama(seed=7)  # other weights, replaced by the merged ones
+        plain.load_state_dict(merged_state)
+        assert torch.allclose(plain(input_ids=ids).logits, expected, atol=1e-5)
+        with model.disable_adapter():  # the base model: the adapter's share is alpha/r * B @ A, gone
+            base = model(input_ids=ids).logits
+        assert torch.allclose(base, tiny_llama()(input_ids=ids).logits, atol=1e-6)
+    # the hand-computed merge of one layer: W + alpha/r * B @ A
+    q = model.base_model.model.model.layers[0].self_attn.q_proj
+    hand = q.base_layer.weight + alpha / 4 * q.lora_B["default"].weight @ q.lora_A["default"].weight
+    assert torch.allclose(merged_state["model.layers.0.self_attn.q_proj.weight"], hand, atol=1e-6)
+
+
+def test_merged_stream_is_lazy_in_parameter_order_and_drops_saved_module_copies():
+    from transformers import LlamaForTokenClassification
+
+    from tests.helpers.tiny_model import tiny_llama_config
+
+    critic = LlamaForTokenClassification(tiny_llama_config(num_labels=1))
+    model = lora.add_lora(critic, 2, 4, ["q_proj"], modules_to_save=["score"], task_type=None)
+    _randomise_adapter(model)
+    names = [n for n, _ in lora.merged_named_weights(model.named_parameters(), lora.lora_scalings(model))]
+    assert set(names) == set(critic.__class__(tiny_llama_config(num_labels=1)).state_dict())
+    merged = dict(lora.merged_named_weights(model.named_parameters(), 0.0))  # scaling 0: the base weights
+    trained_head = model.base_model.model.score.modules_to_save["default"].weight
+    assert torch.equal(merged["score.weight"], trained_head)  # the trained copy, not the original
+    with pytest.raises(KeyError, match="incomplete"):
+        list(lora.merged_named_weights([("base_model.model.x.base_layer.weight", torch.ones(2, 2))], 1.0))
+    with pytest.raises(NotImplementedError, match="only Linear adapters"):
+        list(lora.merged_named_weights([("base_model.model.e.lora_embedding_A.default", torch.ones(1))], 1.0))
+
+
+def _saved_adapter(tmp_path, rank=4, alpha=8):
+    model = lora.add_lora(tiny_llama(), rank, alpha, ["q_proj", "v_proj"])
+    _randomise_adapter(model)
+    folder = lora.save_lora_adapter(str(tmp_path / "adapter"), model, model.state_dict())
+    return model, folder
+
+
+def test_a_saved_adapter_starts_a_model_with_the_same_outputs(tmp_path):
+    model, folder = _saved_adapter(tmp_path)
+    loaded = lora.load_lora_adapter(tiny_llama(), folder, 4, 8, key="m")
+    ids = torch.tensor([[3, 8, 13, 21]])
+    with torch.no_grad():
+        assert torch.allclose(loaded(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-6)
+    assert any(p.requires_grad for p in loaded.parameters())  # it keeps training
+    with pytest.raises(ValueError, match=r"r=4, lora_alpha=8.*m.lora_rank=8"):
+        lora.load_lora_adapter(tiny_llama(), folder, 8, 8, key="m")
+
+
+def test_bad_adapter_folders_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        lora.check_adapter_folder(str(tmp_path / "missing"), "k")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="lacks"):
+        lora.check_adapter_folder(str(tmp_path / "empty"), "k")
+    _, folder = _saved_adapter(tmp_path)
+    config = json.load(open(os.path.join(folder, lora.ADAPTER_CONFIG)))
+    config["peft_type"] = "IA3"
+    json.dump(config, open(os.path.join(folder, lora.ADAPTER_CONFIG), "w"))
+    with pytest.raises(ValueError, match="only LoRA"):
+        lora.check_adapter_folder(folder, "k")
+
+
+# ---------------------------------------------------------------- config checks (before Ray)
+
+
+def _problems(*overrides: str, check_files: bool = False) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        validate_config(load_config([*SMALL, *overrides]), check_files=check_files)
+    return info.value.problems
+
+
+def test_lora_keys_are_checked_before_ray(tmp_path):
+    assert any("lora_alpha=0 must be > 0" in p for p in _problems(f"{ARR}.model.lora_rank=8", f"{ARR}.model.lora_alpha=0"))
+    assert any(p.startswith(f"{ARR}.model.target_modules=[]") for p in
+               _problems(f"{ARR}.model.lora_rank=8", f"{ARR}.model.target_modules=[]"))
+    assert any(p.startswith(f"{ARR}.model.lora_adapter_path is set but") for p in
+               _problems(f"{ARR}.model.lora_adapter_path={tmp_path}"))
+    missing = _problems(f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8",
+                        f"{ARR}.model.lora_adapter_path={tmp_path}/none", check_files=True)
+    assert any(f"{ARR}.model.lora_adapter_path=" in p and "no such folder" in p for p in missing)
+    _, folder = _saved_adapter(tmp_path)
+    wrong_rank = _problems(f"{ARR}.model.lora_rank=16", f"{ARR}.model.lora_adapter_path={folder}", check_files=True)
+    assert any("holds an adapter with r=4" in p for p in wrong_rank)
+    critic = _problems("algorithm.adv_estimator=gae", "critic.model.lora_rank=4", "critic.model.lora_alpha=-1")
+    assert any(p.startswith("critic.model.lora_alpha=-1") for p in critic)
+    ok = validate_config(load_config([*SMALL, f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8",
+                                      f"{ARR}.model.lora_adapter_path={folder}",
+                                      f"{ARR}.model.exclude_modules=[v_proj]"]), check_files=False)
+    assert ok.ref_in_actor and ok.actor_rollout_ref.model.exclude_modules == ["v_proj"]
