@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForTokenClassification, PretrainedConfig, PreTrainedModel
 
-__all__ = ["build_value_model", "load_value_model", "init_value_head_", "values_from_output",
+__all__ = ["build_value_model", "load_value_model", "load_reward_model", "init_value_head_", "values_from_output",
            "DEFAULT_SCORE_INIT_STD"]
 
 logger = logging.getLogger(__name__)
@@ -83,6 +83,38 @@ def load_value_model(model_path: str | os.PathLike, score_init_std: float = DEFA
     if any(k.startswith("score.") for k in missing):
         logger.info("critic from %s: new value head (score) initialised with std %s", model_path, score_init_std)
         init_value_head_(model, score_init_std)
+    return model
+
+
+def load_reward_model(model_path: str | os.PathLike, key: str, trust_remote_code: bool = False,
+                      **from_pretrained_kwargs) -> PreTrainedModel:
+    """A trained reward model as a one-label token-classification model (as upstream verl loads it).
+
+    A sequence-classification checkpoint of the same architecture loads too: both keep the trunk under the same
+    names and the head in ``score`` (the sequence classifier's has no bias, so a missing ``score.bias`` is zero).
+    Unlike a critic, a missing ``score.weight`` is an error: a fresh head would score every response at random.
+    """
+    hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    labels = getattr(hf_config, "num_labels", 1)
+    if labels != 1:
+        raise ValueError(f"{key}={str(model_path)!r} has num_labels={labels}; a reward model outputs one score "
+                         "(train it with num_labels=1)")
+    config = _value_config(hf_config)
+    try:
+        model, info = AutoModelForTokenClassification.from_pretrained(
+            model_path, config=config, trust_remote_code=trust_remote_code, output_loading_info=True,
+            **from_pretrained_kwargs)
+    except ValueError as err:
+        if "Unrecognized configuration class" not in str(err):
+            raise
+        raise _token_classification_error(config.model_type, str(model_path), err) from err
+    missing = {str(k) for k in info.get("missing_keys", ())}
+    if "score.weight" in missing:
+        raise ValueError(f"{key}={str(model_path)!r} has no trained score head (score.weight is missing): it is not a "
+                         "reward model. Point the key at a token- or sequence-classification checkpoint.")
+    if "score.bias" in missing and model.score.bias is not None:
+        with torch.no_grad():
+            model.score.bias.zero_()
     return model
 
 

@@ -120,7 +120,10 @@ def _specs() -> list[KeySpec]:
                 "the engine's log-prob of each sampled token, 0 beyond response_mask", when=ROLLOUT_LOG_PROBS),
         # -- the agent loop (rollout.mode=async) adds, per row ------------------------------------------------------
         KeySpec("rm_scores", t, f32, _RESP, _AGENT_OUT, "AgentLoopOutput.reward_score on the last model token; "
-                "the reward function is not called for those rows", when=AGENT_LOOP, optional=True),
+                "the reward function is not called for those rows. With reward_model.enable=true the reward-model "
+                "worker (verl.workers.reward_model_worker:RewardModelWorker.compute_rm_score) scores the rows the "
+                "agent loop did not, merged by verl.trainer.ppo.reward_model_stage:add_rm_scores",
+                when=AGENT_LOOP, optional=True),
         KeySpec("__rm_scored__", o, _OBJECT, _ROWS, _AGENT_OUT, "which rows carry an agent-loop score; "
                 "verl.trainer.ppo.reward.compute_reward pops it", when=AGENT_LOOP, final=False),
         KeySpec("__num_turns__", o, _OBJECT, _ROWS, _AGENT_OUT, "turns per sample; popped into agent/num_turns",

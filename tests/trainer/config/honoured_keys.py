@@ -46,6 +46,9 @@ _TOOL_AGENT = "tests/workers/rollout/agent_loop/test_tool_agent.py"
 _AGENT_KEYS = "tests/workers/rollout/agent_loop/test_agent_keys.py"
 _AGENT_HF = "tests/workers/rollout/agent_loop/test_single_turn_hf.py"
 _SANDBOX = "tests/trainer/ppo/test_sandbox_service.py"
+_RM = "tests/workers/reward_model/test_reward_model_worker.py"
+_RM_CFG = "tests/workers/reward_model/test_reward_model_config.py"
+_RM_E2E = "tests/workers/reward_model/test_reward_model_e2e.py"
 _LOAD_CONTENTS = "test_checkpoint_load_contents_picks_what_a_resume_restores"
 _DTYPE_RESHARD = "test_model_dtype_and_reshard_after_forward_shape_each_workers_module"
 _KL_LOSS = "test_use_kl_loss_adds_kl_loss_coef_times_the_kl_to_the_ref_policy"
@@ -236,6 +239,22 @@ HONOURED: dict[str, str] = {
     "critic.checkpoint.save_contents": f"{_FSDP_CKPT}::test_critic_checkpoint_merges_to_a_token_classification_model",
     "critic.checkpoint.load_contents": f"{_DATA}::{_LOAD_CONTENTS}",
     # ------------------------------------------------------------ rewards
+    "reward_model.enable": f"{_RM_E2E}::test_grpo_reward_comes_from_the_colocated_reward_model",
+    "reward_model.enable_resource_pool": f"{_RM_E2E}::test_grpo_with_the_reward_model_in_its_own_resource_pool",
+    "reward_model.n_gpus_per_node": f"{_RM_CFG}::test_resource_pool_places_the_reward_model",
+    "reward_model.nnodes": f"{_RM_CFG}::test_resource_pool_places_the_reward_model",
+    "reward_model.strategy": f"{_RM}::test_model_keys_reach_the_worker",
+    "reward_model.model.path": f"{_RM}::test_score_is_the_output_at_the_last_valid_token",
+    "reward_model.model.input_tokenizer": f"{_RM}::test_retemplating_renders_the_chat_in_the_reward_models_template",
+    "reward_model.model.external_lib": f"{_RM}::test_model_keys_reach_the_worker",
+    "reward_model.model.use_remove_padding": f"{_RM}::test_model_keys_reach_the_worker",
+    "reward_model.model.trust_remote_code": f"{_RM}::test_model_keys_reach_the_worker",
+    **_fsdp("reward_model.model.fsdp_config"),
+    "reward_model.micro_batch_size": f"{_RM}::test_micro_batch_dynamic_bsz_and_whole_batch_agree",
+    "reward_model.micro_batch_size_per_gpu": f"{_RM}::test_micro_batch_dynamic_bsz_and_whole_batch_agree",
+    "reward_model.use_dynamic_bsz": f"{_RM}::test_micro_batch_dynamic_bsz_and_whole_batch_agree",
+    "reward_model.forward_max_token_len_per_gpu": f"{_RM}::test_micro_batch_dynamic_bsz_and_whole_batch_agree",
+    "reward_model.max_length": f"{_RM}::test_retemplating_renders_the_chat_in_the_reward_models_template",
     "reward_model.reward_manager": f"{_LOAD_REWARD}::test_batch_manager_expects_plural_arguments",
     "reward_model.reward_kwargs": f"{_LOAD_REWARD}::test_dapo_reads_overlong_buffer_from_config",
     "reward_model.launch_reward_fn_async": f"{_TRAINER_KEYS}::test_launch_reward_fn_async_matches_sync",

@@ -20,6 +20,7 @@ from verl.trainer.config.errors import ConfigWarning
 from verl.trainer.config.lora_checks import check_lora
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.config.registries import GROUP_ADV_ESTIMATORS
+from verl.trainer.config.reward import check_reward_model
 
 N = "actor_rollout_ref.rollout.n"
 
@@ -51,6 +52,7 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_trainer(cfg)
     problems += check_multi_turn(cfg)
     problems += check_conditional_refusals(cfg)
+    problems += check_reward_model(cfg)
     problems += check_lora(cfg)
     return problems
 

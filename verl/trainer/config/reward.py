@@ -6,27 +6,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field, refused
-from verl.trainer.config.engine import TRAIN_STRATEGIES, FSDPConfig
+from verl.trainer.config.engine import TRAIN_STRATEGIES, WorkerFSDPConfig
 from verl.trainer.config.registries import REWARD_MANAGERS, reward_manager_registered
 
-NO_REWARD_MODEL = (
-    "model-based reward is not built yet; rewards come from rules (custom_reward_function, or the built-in score "
-    "chosen by data_source)",
-    "Remove reward_model.enable and the reward model's keys; for your own scoring set custom_reward_function.path.",
+NO_RM_FUSED_KERNELS = (
+    "the fused GPU kernels are not built (on CPU the fused RMSNorm/rotary are on already; VERL_FUSED_NORM_ROPE=0 "
+    "turns them off)",
+    "Set it to false.",
 )
-def _no_rm(spec, follows: str | None = None):
-    return refused(spec, *NO_REWARD_MODEL, follows=follows)
+NO_RM_ULYSSES = (
+    "Ulysses sequence parallelism is not built; every reward-model rank scores whole sequences",
+    "Set it to 1; use reward_model.model.use_remove_padding=true and smaller micro-batches for long sequences.",
+)
 
 
 @dataclass
 class RewardModelModelConfig(BaseConfig):
-    input_tokenizer: str | None = _no_rm(None, follows="actor_rollout_ref.model.path")
-    path: str | None = _no_rm(None)
-    external_lib: str | None = _no_rm(None, follows="actor_rollout_ref.model.external_lib")
-    use_remove_padding: bool = _no_rm(False)
-    use_fused_kernels: bool = _no_rm(False, follows="actor_rollout_ref.model.use_fused_kernels")
-    trust_remote_code: bool = _no_rm(False)
-    fsdp_config: FSDPConfig = _no_rm(field(default_factory=FSDPConfig))
+    """The reward model (verl.workers.reward_model_worker): an HF token-classification model with one label, or a
+    sequence-classification checkpoint of the same architecture."""
+
+    # the policy's tokenizer; when it differs from the reward model's, prompt and response are re-templated
+    input_tokenizer: str | None = None
+    path: str | None = None
+    external_lib: str | None = None  # a module imported in the reward-model worker before loading (custom classes)
+    use_remove_padding: bool = False
+    use_fused_kernels: bool = refused(False, *NO_RM_FUSED_KERNELS, follows="actor_rollout_ref.model.use_fused_kernels")
+    trust_remote_code: bool = False
+    fsdp_config: WorkerFSDPConfig = field(default_factory=WorkerFSDPConfig)
 
 
 @dataclass
@@ -52,15 +58,19 @@ class OverlongBufferConfig(BaseConfig):
 
 @dataclass
 class RewardModelConfig(BaseConfig):
-    enable: bool = _no_rm(False)
-    strategy: str = _no_rm(choice("fsdp", TRAIN_STRATEGIES))
+    enable: bool = False  # true: a reward-model worker scores every response (rm_scores), see docs/reward_model.md
+    # its own resource pool (reward_pool) instead of sharing the actor's processes; on CPU a "gpu" is a worker rank
+    enable_resource_pool: bool = False
+    n_gpus_per_node: int = at_least(0, 0)
+    nnodes: int = at_least(0, 0)
+    strategy: str = choice("fsdp", TRAIN_STRATEGIES)
     model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
-    micro_batch_size: int | None = _no_rm(None)
-    micro_batch_size_per_gpu: int | None = _no_rm(at_least(2, 1))
-    max_length: int | None = _no_rm(None)
-    ulysses_sequence_parallel_size: int = _no_rm(at_least(1, 1))
-    use_dynamic_bsz: bool = _no_rm(False, follows="critic.use_dynamic_bsz")
-    forward_max_token_len_per_gpu: int = _no_rm(at_least(32768, 1), follows="critic.forward_max_token_len_per_gpu")
+    micro_batch_size: int | None = None  # deprecated global size: divided by the reward model's ranks, and wins
+    micro_batch_size_per_gpu: int | None = at_least(2, 1)
+    max_length: int | None = None  # re-templated sequences are cut (right) to this many tokens; None: no limit
+    ulysses_sequence_parallel_size: int = refused(at_least(1, 1), *NO_RM_ULYSSES)
+    use_dynamic_bsz: bool = False
+    forward_max_token_len_per_gpu: int = at_least(32768, 1)
     reward_manager: str = choice("naive", REWARD_MANAGERS, reward_manager_registered)
     reward_kwargs: dict[str, Any] = dict_field()
     launch_reward_fn_async: bool = False
@@ -73,3 +83,36 @@ class CustomRewardFunctionConfig(BaseConfig):
     path: str | None = None  # a python file; None uses the built-in scores chosen by data_source
     name: str = "compute_score"
     reward_kwargs: dict[str, Any] = dict_field()
+
+
+def check_reward_model(cfg: Any) -> list[str]:
+    """reward_model's rules that need more than one key (cfg: the PPOTrainerConfig)."""
+    rm = cfg.reward_model
+    if not rm.enable:
+        return []
+    problems: list[str] = []
+    if not rm.model.path:
+        problems.append("reward_model.enable=true needs reward_model.model.path: an HF folder holding a token- or "
+                        "sequence-classification model with one label (examples/reward_model/ builds one).")
+    if rm.enable_resource_pool and (rm.n_gpus_per_node <= 0 or rm.nnodes <= 0):
+        problems.append(f"reward_model.enable_resource_pool=true needs reward_model.n_gpus_per_node and "
+                        f"reward_model.nnodes above 0 (got {rm.n_gpus_per_node} and {rm.nnodes}): the size of the "
+                        "reward model's own pool (on CPU, worker ranks).")
+    if rm.micro_batch_size is not None and rm.micro_batch_size < 1:
+        problems.append(f"reward_model.micro_batch_size must be >= 1 or null, got {rm.micro_batch_size}.")
+    if not rm.use_dynamic_bsz and not (rm.micro_batch_size or rm.micro_batch_size_per_gpu):
+        problems.append("reward_model needs reward_model.micro_batch_size_per_gpu (or use_dynamic_bsz=true with "
+                        "forward_max_token_len_per_gpu).")
+    if rm.max_length is not None and rm.max_length < 2:
+        problems.append(f"reward_model.max_length must be >= 2 or null, got {rm.max_length}.")
+    if rm.model.external_lib:
+        import importlib.util
+
+        try:
+            found = importlib.util.find_spec(rm.model.external_lib) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            problems.append(f"reward_model.model.external_lib={rm.model.external_lib!r} is not an importable module "
+                            "here; install it (the reward-model worker imports it before loading the model).")
+    return problems

@@ -42,10 +42,19 @@ def role_worker_mapping(config: PPOTrainerConfig):
     mapping = {Role.ActorRollout: ActorRolloutRefWorker, Role.Critic: CriticWorker, Role.RefPolicy: ActorRolloutRefWorker}
     pool = "global_pool"
     spec = {pool: [config.trainer.n_gpus_per_node] * config.trainer.nnodes}
+    pools = {role: pool for role in mapping}
+    rm = config.reward_model
+    if rm.enable:  # the actor's pool (colocated: same processes) unless it asks for its own, as upstream
+        from verl.workers.reward_model_worker import RewardModelWorker
+
+        mapping[Role.RewardModel] = RewardModelWorker
+        pools[Role.RewardModel] = pool
+        if rm.enable_resource_pool:
+            spec["reward_pool"] = [rm.n_gpus_per_node] * rm.nnodes
+            pools[Role.RewardModel] = "reward_pool"
     # trainer.device=cpu: the workers must not reserve the cluster's GPUs either
     pool_kwargs = {"use_gpu": False} if config.trainer.device == "cpu" else {}
-    manager = ResourcePoolManager(resource_pool_spec=spec, mapping={role: pool for role in mapping},
-                                  pool_kwargs=pool_kwargs)
+    manager = ResourcePoolManager(resource_pool_spec=spec, mapping=pools, pool_kwargs=pool_kwargs)
     return mapping, manager
 
 
@@ -84,6 +93,8 @@ def build_trainer(config: PPOTrainerConfig | Any):
         reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **reward_kwargs)
         val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **reward_kwargs)
         workers = config.trainer.n_gpus_per_node * config.trainer.nnodes
+        if config.reward_model.enable and config.reward_model.enable_resource_pool:
+            workers += config.reward_model.n_gpus_per_node * config.reward_model.nnodes
         init_ray(dataclasses.asdict(config.ray_kwargs), run_dir=run_dir, num_cpus=max(workers + 1, os.cpu_count() or 1))
         mapping, pools = role_worker_mapping(config)
         tracker = Tracking(project_name=config.trainer.project_name, experiment_name=config.trainer.experiment_name,

@@ -35,6 +35,7 @@ from verl.trainer.ppo.metric_utils import (
     compute_timing_metrics,
 )
 from verl.trainer.ppo.reward import compute_reward, compute_reward_async
+from verl.trainer.ppo.reward_model_stage import add_rm_scores
 from verl.trainer.ppo.state import TrainerState
 from verl.trainer.ppo.typed import as_typed
 from verl.trainer.ppo.validation import Validator
@@ -61,6 +62,8 @@ class RayPPOTrainer:
         alg = config.algorithm
         self.use_critic = alg.adv_estimator == AdvantageEstimator.GAE
         self.use_reference_policy = config.use_reference_policy
+        self.use_rm = config.reward_model.enable
+        self.rm_wg = None  # the reward model's worker group, built by init_workers
         self.kl_ctrl_in_reward = core_algos.get_kl_controller(alg.kl_ctrl) if alg.use_kl_in_reward else None
         fg = alg.filter_groups
         self.dynamic_sampler = DynamicSampler(fg.metric, fg.max_num_gen_batches, config.data.train_batch_size,
@@ -108,6 +111,8 @@ class RayPPOTrainer:
             add(Role.Critic, "critic", config=self.config.critic)
         if self.use_reference_policy and not self.config.ref_in_actor:
             add(Role.RefPolicy, "ref", config=self.config.actor_rollout_ref, role="ref")
+        if self.use_rm:  # colocated with the actor unless reward_model.enable_resource_pool (launcher's pools)
+            add(Role.RewardModel, "rm", config=self.config.reward_model)
         groups: dict[str, RayWorkerGroup] = {}
         for pool, class_dict in by_pool.items():
             wg = self.ray_worker_group_cls(resource_pool=pool, ray_cls_with_init=create_colocated_worker_cls(class_dict),
@@ -115,8 +120,9 @@ class RayPPOTrainer:
             groups.update(wg.spawn(prefix_set=class_dict.keys()))
         self.critic_wg = groups.get("critic")  # worker groups by role, not config
         self.ref_policy_wg = groups.get("ref")
+        self.rm_wg = groups.get("rm")
         self.actor_rollout_wg = groups["actor_rollout"]
-        for wg in (self.critic_wg, self.ref_policy_wg, self.actor_rollout_wg):  # the rollout is built last
+        for wg in (self.critic_wg, self.ref_policy_wg, self.rm_wg, self.actor_rollout_wg):  # the rollout is built last
             if wg is not None:
                 wg.init_model()
         if self.use_reference_policy and self.config.ref_in_actor:
@@ -269,6 +275,8 @@ class RayPPOTrainer:
         scored = attached_reward(batch)
         if scored is not None:
             return scored
+        if self.rm_wg is not None:  # reward_model.enable: rm_scores replace the rule score (reward_model_stage.py)
+            add_rm_scores(batch, self.rm_wg)
         if self.config.reward_model.launch_reward_fn_async:
             return compute_reward_async(batch, reward_fn=self.reward_fn)
         return compute_reward(batch, self.reward_fn)
@@ -313,6 +321,8 @@ class RayPPOTrainer:
             meta_info=self._gen_meta(do_sample=False))
         greedy = self.actor_rollout_wg.generate_sequences(gen)
         scored = DataProto(batch=greedy.batch, non_tensor_batch=dict(batch.non_tensor_batch))
+        if self.rm_wg is not None:  # the baseline on the samples' scale
+            add_rm_scores(scored, self.rm_wg)
         baseline, _ = compute_reward(scored, self.reward_fn)
         batch.batch["reward_baselines"] = baseline.sum(dim=-1)
 
