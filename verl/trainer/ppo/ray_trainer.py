@@ -81,6 +81,8 @@ class RayPPOTrainer:
         self.train_dataloader = StatefulDataLoader(
             train_dataset, batch_size=data.resolved_gen_batch_size, sampler=train_sampler, collate_fn=collate_fn,
             drop_last=True, num_workers=data.dataloader_num_workers)
+        # epochs follow one another; iterated only from fit(), after a checkpoint's data position is loaded
+        self.data_stream = DataStream(self.train_dataloader)
         if len(self.train_dataloader) == 0:
             raise ValueError(f"data.train_files has {len(train_dataset)} prompts, fewer than one batch of "
                              f"data.gen_batch_size (null: data.train_batch_size)={data.resolved_gen_batch_size}")
@@ -142,9 +144,8 @@ class RayPPOTrainer:
                 return
         progress = TrainingProgress(self.total_training_steps, initial=self.global_steps)
         last_val: dict[str, float] = {}
-        self.data_stream = DataStream(self.train_dataloader)  # epochs follow one another; a step may draw several
         while self.global_steps < self.total_training_steps:
-            batch_dict = next(self.data_stream)
+            batch_dict = next(self.data_stream)  # a step may draw more (dynamic sampling)
             self.global_steps += 1
             metrics = self._train_step_noting_failures(batch_dict)
             is_last = self.global_steps >= self.total_training_steps
