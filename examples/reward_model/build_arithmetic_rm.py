@@ -162,7 +162,7 @@ def freeze_below(model, top_layers: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="the reward model's HF folder")
+    parser.add_argument("--out", default=None, help="the reward model's HF folder (required unless --eval_only)")
     parser.add_argument("--data_dir", default="/tmp/rm_demo/data", help="arithmetic parquet (made when missing)")
     parser.add_argument("--level", type=int, default=1)
     parser.add_argument("--model", default=None, help="the trunk; default: the bundled SmolLM2-135M-Instruct")
@@ -176,7 +176,11 @@ def main() -> None:
     parser.add_argument("--max_seconds", type=float, default=300.0, help="stop training after this long")
     parser.add_argument("--precision", default=None, help="bf16 | fp32 (default: what the CPU runs fast)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval_only", action="store_true",
+                        help="only print the held-out accuracy of --model (a saved reward model) and exit")
     args = parser.parse_args()
+    if not args.out and not args.eval_only:
+        parser.error("--out is required to save the reward model")
 
     from verl.models.loader import load_tokenizer, resolve_model_path
     from verl.models.value_head import load_value_model
@@ -205,6 +209,9 @@ def main() -> None:
 
     pad = tokenizer.pad_token_id
     before = accuracy(model, test_enc, pad, 16, autocast)
+    if args.eval_only:
+        print(json.dumps({"model": path, "held_out_accuracy": before, "test_pairs": len(test_enc)}))
+        return
     print(f"held-out pair accuracy before training: {before} ({len(test_enc)} pairs)", flush=True)
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=args.lr, weight_decay=0.0)

@@ -100,7 +100,8 @@ def rm_dirs(tmp_path_factory) -> dict:
             "other_template": str(make_tiny_rm_dir(root / "other", "token", chat_template=OTHER_TEMPLATE, seed=2))}
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["1rank", "2ranks"])
+# two ranks run in the default suite (the data-parallel split and lockstep token budgets); one rank in the slow one
+@pytest.fixture(scope="module", params=[pytest.param(1, marks=pytest.mark.slow), 2], ids=["1rank", "2ranks"])
 def scored(request, rm_dirs) -> tuple[int, dict]:
     from tests.helpers.e2e import default_tokenizer_dir
     from tests.helpers.ranks import free_port, run_ranks
