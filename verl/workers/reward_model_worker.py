@@ -24,8 +24,8 @@ from tensordict import TensorDict
 
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, register
-from verl.workers.fsdp_workers import MODEL_INIT_SEED, _FSDPWorkerBase
 from verl.workers.fsdp_utils import apply_fsdp2
+from verl.workers.fsdp_workers import MODEL_INIT_SEED, _FSDPWorkerBase
 from verl.workers.micro_batching import forwards_context, make_micro_batches, module_device, restore_order
 from verl.workers.reward_model_inputs import last_token_index, response_score_index, retemplate, same_tokenizer
 

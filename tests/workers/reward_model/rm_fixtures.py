@@ -21,8 +21,7 @@ QUESTIONS = ["What is 2 + 3?", "Tom has 4 apples. He buys 5 more. How many apple
 
 def make_tiny_rm_dir(out: Path, kind: str = "token", chat_template: str | None = None, seed: int = 0) -> Path:
     """A 2-layer random Llama reward model saved as an HF folder; kind "token" or "sequence" classification."""
-    from transformers import (AutoTokenizer, LlamaConfig, LlamaForSequenceClassification,
-                              LlamaForTokenClassification)
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification, LlamaForTokenClassification
 
     tokenizer = AutoTokenizer.from_pretrained(default_tokenizer_dir())
     if chat_template is not None:

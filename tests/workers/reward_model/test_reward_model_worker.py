@@ -50,7 +50,6 @@ def _config(rm_dir: str, input_tokenizer: str, extra: dict):
 
 def _score_on_ranks(rank: int, world: int, port: int, dirs: dict, tokenizer_dir: str, results) -> None:
     import torch.distributed as dist
-
     import transformers
     from torch.distributed.fsdp import FSDPModule
 
@@ -78,7 +77,7 @@ def _score_on_ranks(rank: int, world: int, port: int, dirs: dict, tokenizer_dir:
             worker.init_model()
             forwards = []
             real_forward = worker._forward
-            worker._forward = lambda micro, _f=real_forward: forwards.append(len(micro)) or _f(micro)
+            worker._forward = lambda micro, _f=real_forward, _seen=forwards: _seen.append(len(micro)) or _f(micro)
             batch = make_batch(raw_chat=raw_chat)
             shard = batch.chunk(world)[rank]  # what DP_COMPUTE_PROTO hands this rank
             out = worker.compute_rm_score(shard)
