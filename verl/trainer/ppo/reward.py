@@ -153,7 +153,11 @@ def compute_reward(data: DataProto, reward_fn: Any) -> tuple[torch.Tensor, dict[
     """(reward_tensor (bs, response_len), reward_extra_infos_dict {name: list per sample}).
 
     Rows an agent loop already scored (``reward_score`` -> ``rm_scores``, marked in ``__rm_scored__``) keep that
-    score; the reward function scores the others (all of them, when no row was scored)."""
+    score; the reward function scores the others (all of them, when no row was scored).
+
+    With ``reward_model.enable`` the reward-model worker has put ``rm_scores`` on every row first
+    (verl.trainer.ppo.reward_model_stage): every reward manager returns them instead of calling compute_score, so
+    the model score replaces the rule score (upstream's behaviour; they are not added)."""
     scored = data.non_tensor_batch.pop("__rm_scored__", None)
     if scored is not None and not np.asarray(scored, dtype=bool).all():
         return _merge_agent_scores(data, np.asarray(scored, dtype=bool), reward_fn)
