@@ -24,7 +24,8 @@ def _overrides(model_dir: str, *extra: str) -> list[str]:
             f"{ARR}.actor.ppo_mini_batch_size=2", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=2",
             f"{ARR}.actor.use_kl_loss=true", f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8",
             f"{ARR}.model.use_remove_padding=true", f"{ARR}.model.enable_gradient_checkpointing=true",
-            f"{ARR}.actor.optim.lr=0.05", f"{ARR}.actor.grad_clip=1e6", *extra]
+            f"{ARR}.actor.optim.lr=0.05", f"{ARR}.actor.grad_clip=1e6", f"{ARR}.rollout.calculate_log_probs=true",
+            "data.max_prompt_length=6", "data.max_response_length=5", *extra]
 
 
 def _batch(seed: int = 0):
@@ -96,6 +97,20 @@ def _lora_actor(rank: int, port: int, model_dir: str, ckpt: str, results) -> Non
         ref_after = worker.compute_ref_log_prob(probe).batch["ref_log_prob"]
         out["ref_vs_base_after"] = (ref_after - _base_log_probs(model_dir, probe)).abs().max().item()
         out["actor_moved"] = (after - ref_after).abs().max().item()
+        # the HF rollout samples the peft module itself: its log-probs are the adapted actor's, not the base's
+        from verl.protocol import DataProto
+
+        prompt_len = probe.batch["prompts"].size(1)
+        prompts = DataProto.from_dict(tensors={k: probe.batch[k][:, :prompt_len] for k in
+                                               ("input_ids", "attention_mask", "position_ids")},
+                                      meta_info={"do_sample": True})
+        generated = worker.generate_sequences(prompts)
+        mask = generated.batch["response_mask"]
+        sampled = generated.batch["rollout_log_probs"] * mask
+        out["hf_rollout_vs_actor"] = (sampled - worker.compute_log_prob(generated).batch["old_log_probs"] * mask
+                                      ).abs().max().item()
+        out["hf_rollout_vs_ref"] = (sampled - worker.compute_ref_log_prob(generated).batch["ref_log_prob"] * mask
+                                    ).abs().max().item()
 
         worker.save_checkpoint(ckpt, None, 1, None)
         resumed = fsdp_workers.ActorRolloutRefWorker(config.actor_rollout_ref, "actor_rollout_ref")
@@ -189,6 +204,7 @@ def test_lora_actor_trains_only_the_adapter_and_its_reference_is_the_base_model(
     assert out["finite_loss"] and out["base_unchanged"]
     assert out["actor_moved"] > 1e-3  # the adapter learned something ...
     assert out["ref_vs_base_after"] < 1e-4  # ... and disabling it still gives the base model
+    assert out["hf_rollout_vs_actor"] < 1e-4 < 1e-2 < out["hf_rollout_vs_ref"]  # HF generate runs the adapter
 
 
 @pytest.mark.timeout(240)
