@@ -147,7 +147,9 @@ def _lora_critic(rank: int, port: int, model_dir: str, results) -> None:
         config = typed(*_overrides(model_dir, "algorithm.adv_estimator=gae", "critic.model.lora_rank=4",
                                    "critic.model.lora_alpha=8", "critic.ppo_mini_batch_size=2",
                                    "critic.ppo_micro_batch_size_per_gpu=2", "critic.optim.lr=0.05",
-                                   "critic.model.use_remove_padding=true"))
+                                   "critic.model.use_remove_padding=true",
+                                   # bf16 compute over fp32 master weights: FSDP2's mixed precision on the peft module
+                                   "critic.model.fsdp_config.mixed_precision.param_dtype=bf16"))
         critic = fsdp_workers.CriticWorker(config.critic)
         critic.init_model()
         module = critic.critic_module
