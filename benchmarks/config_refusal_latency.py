@@ -17,6 +17,8 @@ import tempfile
 import time
 
 FORMERLY_SILENT = [
+    # issue 19 built these three; alone they are still incomplete and exit 2 through the cross-key checks
+    # (filter_groups.metric unset, gen_batch_size without dynamic sampling, reward_model.model.path unset)
     "algorithm.filter_groups.enable=true",
     "data.gen_batch_size=16",
     "reward_model.enable=true",

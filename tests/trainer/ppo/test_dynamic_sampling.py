@@ -127,6 +127,8 @@ def test_filter_groups_config_checks():
     assert "3 * 2 = 6 responses per generation round cannot be split evenly over 4 workers" in problems(
         *DAPO, "data.gen_batch_size=3", "trainer.n_gpus_per_node=4", "data.train_batch_size=4",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2")
+    assert "metric=acc with reward_model.enable=true" in problems(
+        *DAPO[:1], "algorithm.filter_groups.metric=acc", "reward_model.enable=true", "reward_model.model.path=/tmp")
     config = typed(*DAPO, "data.train_batch_size=2", "algorithm.filter_groups.max_num_gen_batches=3")
     assert config.data.gen_batch_size is None and config.data.resolved_gen_batch_size == 2  # null: train_batch_size
     assert typed(*DAPO, "data.train_batch_size=2", "data.gen_batch_size=6").data.resolved_gen_batch_size == 6

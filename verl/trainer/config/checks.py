@@ -330,6 +330,10 @@ def check_dynamic_sampling(cfg: PPOTrainerConfig) -> list[str]:
             f"{key}.metric=seq_final_reward with algorithm.use_kl_in_reward=true would need the reference and "
             f"old log-probs of every generated response before filtering; use {key}.metric=seq_reward (the score "
             "before the KL penalty) or acc.")
+    if fg.metric == "acc" and cfg.reward_model.enable:
+        problems.append(
+            f"{key}.metric=acc with reward_model.enable=true: the reward model's scores replace the rule reward and "
+            f"carry no acc field; use {key}.metric=score or seq_reward.")
     responses = data.resolved_gen_batch_size * n
     if responses % cfg.world_size != 0:
         problems.append(
