@@ -60,6 +60,20 @@ def build_value_model(config: PretrainedConfig, score_init_std: float = DEFAULT_
     return model
 
 
+def _load_token_classifier(model_path: str | os.PathLike, config: Any, trust_remote_code: bool,
+                           **from_pretrained_kwargs) -> tuple[PreTrainedModel, set[str]]:
+    """The folder as a token-classification model, and the parameter names it did not hold (a new head's)."""
+    try:
+        model, info = AutoModelForTokenClassification.from_pretrained(
+            model_path, config=config, trust_remote_code=trust_remote_code, output_loading_info=True,
+            **from_pretrained_kwargs)
+    except ValueError as err:
+        if "Unrecognized configuration class" not in str(err):
+            raise
+        raise _token_classification_error(config.model_type, str(model_path), err) from err
+    return model, {str(k) for k in info.get("missing_keys", ())}
+
+
 def load_value_model(model_path: str | os.PathLike, score_init_std: float = DEFAULT_SCORE_INIT_STD,
                      trust_remote_code: bool = False, hf_config: Any = None,
                      **from_pretrained_kwargs) -> PreTrainedModel:
@@ -71,15 +85,7 @@ def load_value_model(model_path: str | os.PathLike, score_init_std: float = DEFA
     if hf_config is None:
         hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
     config = _value_config(hf_config)
-    try:
-        model, info = AutoModelForTokenClassification.from_pretrained(
-            model_path, config=config, trust_remote_code=trust_remote_code, output_loading_info=True,
-            **from_pretrained_kwargs)
-    except ValueError as err:
-        if "Unrecognized configuration class" not in str(err):
-            raise
-        raise _token_classification_error(config.model_type, str(model_path), err) from err
-    missing = {str(k) for k in info.get("missing_keys", ())}
+    model, missing = _load_token_classifier(model_path, config, trust_remote_code, **from_pretrained_kwargs)
     if any(k.startswith("score.") for k in missing):
         logger.info("critic from %s: new value head (score) initialised with std %s", model_path, score_init_std)
         init_value_head_(model, score_init_std)
@@ -100,15 +106,7 @@ def load_reward_model(model_path: str | os.PathLike, key: str, trust_remote_code
         raise ValueError(f"{key}={str(model_path)!r} has num_labels={labels}; a reward model outputs one score "
                          "(train it with num_labels=1)")
     config = _value_config(hf_config)
-    try:
-        model, info = AutoModelForTokenClassification.from_pretrained(
-            model_path, config=config, trust_remote_code=trust_remote_code, output_loading_info=True,
-            **from_pretrained_kwargs)
-    except ValueError as err:
-        if "Unrecognized configuration class" not in str(err):
-            raise
-        raise _token_classification_error(config.model_type, str(model_path), err) from err
-    missing = {str(k) for k in info.get("missing_keys", ())}
+    model, missing = _load_token_classifier(model_path, config, trust_remote_code, **from_pretrained_kwargs)
     if "score.weight" in missing:
         raise ValueError(f"{key}={str(model_path)!r} has no trained score head (score.weight is missing): it is not a "
                          "reward model. Point the key at a token- or sequence-classification checkpoint.")
