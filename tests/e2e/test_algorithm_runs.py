@@ -5,14 +5,13 @@ the reward under the adaptive controller. Each asserts what the stage must do, n
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers.e2e import REPO, make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides
+from tests.helpers.e2e import REPO, make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides, train_step_rows
 from verl.protocol import DataProto
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -39,8 +38,7 @@ def _run(tmp_path: Path, adv_estimator: str, extra: list[str], body) -> list[dic
     finally:
         tracker.finish()
         ray.shutdown()
-    rows = [json.loads(line) for line in (Path(report_dir) / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in rows if "actor/pg_loss" in r]
+    steps = train_step_rows(report_dir)
     assert [r["step"] for r in steps] == [1, 2]
     return steps
 
@@ -193,8 +191,7 @@ def test_dynamic_sampling_run_resumes_at_the_exact_data_position(tmp_path: Path)
         finally:
             tracker.finish()
             ray.shutdown()
-        rows = [json.loads(line) for line in (Path(report_dir) / "metrics.jsonl").read_text().splitlines()]
-        return rounds, [r for r in rows if "actor/pg_loss" in r]
+        return rounds, train_step_rows(report_dir)
 
     full_rounds, full_steps = run(tmp_path / "full", 3)
     assert [r["step"] for r in full_steps] == [1, 2, 3]

@@ -8,7 +8,6 @@ so "equal" means float precision. Needs vLLM (skipped without it).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from tests.e2e.test_vllm_sync import (  # noqa: E402
     _synced_engine_log_probs,
     _tiny_vllm_model_dir,
 )
-from tests.helpers.e2e import REPO, make_arithmetic_data, tiny_run_overrides  # noqa: E402
+from tests.helpers.e2e import REPO, make_arithmetic_data, tiny_run_overrides, train_step_rows  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -74,8 +73,7 @@ def test_lora_run_syncs_merged_weights_and_uses_the_base_model_as_reference(tmp_
         tracker.finish()
         ray.shutdown()
 
-    rows = [json.loads(line) for line in (Path(report_dir) / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in rows if "actor/pg_loss" in r]
+    steps = train_step_rows(report_dir)
     assert [r["step"] for r in steps] == [1, 2]
     assert steps[-1]["actor/kl_loss"] > 0  # the second step's policy differs from the base model
     assert all(r["training/rollout_probs_diff_max"] < TOL for r in steps)  # vLLM samples the merged weights

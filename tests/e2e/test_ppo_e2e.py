@@ -6,14 +6,13 @@ rollout after an update samples from the updated weights (its own log-probs matc
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers.e2e import REPO, make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides
+from tests.helpers.e2e import REPO, make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides, train_step_rows
 from verl.protocol import DataProto
 
 pytestmark = pytest.mark.e2e
@@ -70,8 +69,7 @@ def test_two_rank_run_updates_weights_and_rollout_follows(tmp_path: Path, adv_es
         tracker.finish()
         ray.shutdown()
 
-    rows = [json.loads(line) for line in (Path(report_dir) / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in rows if "actor/pg_loss" in r]
+    steps = train_step_rows(report_dir)
     assert [r["step"] for r in steps] == [1, 2]
     for row in steps:
         assert math.isfinite(row["actor/pg_loss"]) and math.isfinite(row["actor/grad_norm"])

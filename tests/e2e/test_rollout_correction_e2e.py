@@ -3,13 +3,12 @@ with token rejection, and bypass mode with the REINFORCE loss. The metrics show 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.e2e import REPO, make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides
+from tests.helpers.e2e import REPO, make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides, train_step_rows
 
 pytestmark = pytest.mark.e2e  # both runs take ~36 s together
 
@@ -35,8 +34,7 @@ def _run(tmp_path: Path, *extra: str) -> list[dict]:
     finally:
         tracker.finish()
         ray.shutdown()
-    rows = [json.loads(line) for line in (Path(report_dir) / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in rows if "actor/pg_loss" in r]
+    return train_step_rows(report_dir)
 
 
 def test_decoupled_token_tis_and_rejection_run(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ runs in fp32 so "agree" means float precision, not bf16 noise. Needs vLLM (skipp
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,13 @@ import torch
 
 pytest.importorskip("vllm")
 
-from tests.helpers.e2e import REPO, default_tokenizer_dir, make_arithmetic_data, tiny_run_overrides  # noqa: E402
+from tests.helpers.e2e import (  # noqa: E402
+    REPO,
+    default_tokenizer_dir,
+    make_arithmetic_data,
+    tiny_run_overrides,
+    train_step_rows,
+)
 from verl.protocol import DataProto  # noqa: E402
 
 pytestmark = pytest.mark.e2e  # ~70 s on 2 busy cores
@@ -113,8 +118,7 @@ def test_engines_follow_the_actor_only_through_the_sync(tmp_path: Path) -> None:
         tracker.finish()
         ray.shutdown()
 
-    rows = [json.loads(line) for line in (Path(report_dir) / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in rows if "actor/pg_loss" in r]
+    steps = train_step_rows(report_dir)
     assert [r["step"] for r in steps] == [1, 2]
     print(f"gaps: sampled {sampled_gap:.2e} scored {scored_gap:.2e} stale {stale_gap:.3f} synced {synced_gap:.2e}; "
           f"actor moved {moved:.3f}; sync {sync_s:.3f}s")

@@ -3,6 +3,7 @@ arithmetic parquet data, and a composed trainer config."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,9 @@ def tiny_run_overrides(model_dir: Path, data_dir: Path, run_dir: Path, adv_estim
         "trainer.val_before_train=false", "trainer.logger=[console]", f"trainer.default_local_dir={run_dir}",
         "ray_kwargs.ray_init.num_cpus=4",
     ]
+
+
+def train_step_rows(report_dir: str | Path) -> list[dict]:
+    """The rows of a run's metrics.jsonl that a training step wrote (validation-only rows have no actor loss)."""
+    rows = [json.loads(line) for line in (Path(report_dir) / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if "actor/pg_loss" in r]
