@@ -58,6 +58,10 @@ ROLLOUT_LOG_PROBS = Condition("actor_rollout_ref.rollout.calculate_log_probs=tru
 RAW_CHAT = Condition("data.return_raw_chat=true", lambda c: c.data.return_raw_chat)
 FULL_PROMPT = Condition("data.return_full_prompt=true", lambda c: c.data.return_full_prompt)
 AGENT_LOOP = Condition("actor_rollout_ref.rollout.mode=async", lambda c: c.actor_rollout_ref.rollout.mode == "async")
+# verl.trainer.config.old_log_prob_reuse decides it: one epoch and one mini-batch, nothing reads them before the update
+OLD_LOG_PROB_PASS = Condition("the actor's old-log-prob pass runs, or rollout_correction.bypass_mode: not when the "
+                              "update's first forward stands in for it (config.old_log_prob_reuse)",
+                              lambda c: not c.old_log_prob_reuse.reuse)
 TOOL_AGENT = Condition("actor_rollout_ref.rollout.multi_turn.enable=true (rows of the tool agent)",
                        lambda c: c.actor_rollout_ref.rollout.multi_turn.enable)
 
@@ -140,7 +144,7 @@ def _specs() -> list[KeySpec]:
                 when=TOOL_AGENT, optional=True),
         # -- log-probs and values ---------------------------------------------------------------------------------
         KeySpec("old_log_probs", t, f32, _RESP, "verl.workers.fsdp_workers:ActorRolloutRefWorker.compute_log_prob",
-                "log-prob of each response token under the policy before this step's update"),
+                "log-prob of each response token under the policy before this step's update", when=OLD_LOG_PROB_PASS),
         KeySpec("entropys", t, f32, _RESP, "verl.workers.fsdp_workers:ActorRolloutRefWorker.compute_log_prob",
                 "per-token entropy; RayPPOTrainer._add_old_log_prob pops it into actor/entropy", final=False),
         KeySpec("ref_log_prob", t, f32, _RESP, "verl.workers.fsdp_workers:ActorRolloutRefWorker.compute_ref_log_prob",

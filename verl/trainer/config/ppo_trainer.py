@@ -9,6 +9,7 @@ from verl.trainer.config.algorithm import AlgoConfig
 from verl.trainer.config.base import BaseConfig
 from verl.trainer.config.critic import CriticConfig
 from verl.trainer.config.data import DataConfig
+from verl.trainer.config.old_log_prob_reuse import OldLogProbReuse, decide_old_log_prob_reuse
 from verl.trainer.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from verl.trainer.config.trainer import RayKwargsConfig, TrainerConfig
 
@@ -37,6 +38,11 @@ class PPOTrainerConfig(BaseConfig):
     def ref_in_actor(self) -> bool:
         """With LoRA the reference policy is the actor's own module with the adapter disabled: no ref worker."""
         return self.actor_rollout_ref.model.lora_rank > 0
+
+    @property
+    def old_log_prob_reuse(self) -> OldLogProbReuse:
+        """Whether steps skip the actor's old-log-prob pass and use the update's first forward instead."""
+        return decide_old_log_prob_reuse(self)
 
     @property
     def world_size(self) -> int:

@@ -34,6 +34,7 @@ from verl.trainer.ppo.metric_utils import (
     compute_throughout_metrics,
     compute_timing_metrics,
 )
+from verl.trainer.ppo.old_log_prob_reuse import announce, skip_old_log_prob_pass
 from verl.trainer.ppo.reward import compute_reward, compute_reward_async
 from verl.trainer.ppo.reward_model_stage import add_rm_scores
 from verl.trainer.ppo.state import TrainerState
@@ -65,6 +66,7 @@ class RayPPOTrainer:
         self.use_rm = config.reward_model.enable
         self.rm_wg = None  # the reward model's worker group, built by init_workers
         self.kl_ctrl_in_reward = core_algos.get_kl_controller(alg.kl_ctrl) if alg.use_kl_in_reward else None
+        self.old_log_prob_reuse = announce(config.old_log_prob_reuse)  # whether steps skip the old-log-prob pass
         fg = alg.filter_groups
         self.dynamic_sampler = DynamicSampler(fg.metric, fg.max_num_gen_batches, config.data.train_batch_size,
                                               config.actor_rollout_ref.rollout.n) if fg.enable else None
@@ -350,6 +352,8 @@ class RayPPOTrainer:
         if correction.bypass_mode:  # pi_old := pi_rollout: no actor pass; IS/RS happen in the actor's loss
             apply_bypass_mode(batch, correction)
             return
+        if skip_old_log_prob_pass(self.old_log_prob_reuse, batch, metrics, self.global_steps):
+            return  # one epoch, one mini-batch: the actor's first update forward is pi_old (and gives actor/entropy)
         out = self.actor_rollout_wg.compute_log_prob(batch)
         entropys = out.batch.pop("entropys", None) if out.batch is not None else None
         if entropys is not None:

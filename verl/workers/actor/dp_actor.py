@@ -34,6 +34,7 @@ from verl.models.varlen_attention import enable_varlen_attention, packed_forward
 from verl.protocol import DataProto
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from verl.workers.actor.base import BasePPOActor
+from verl.workers.actor.on_policy import EntropyTally, check_single_step, wants_on_policy
 from verl.workers.micro_batching import (
     NonFiniteLossError,
     forwards_context,
@@ -141,16 +142,25 @@ class DataParallelPPOActor(BasePPOActor):
 
     # -- update --------------------------------------------------------------------------------------------------
 
-    def _micro_loss(self, micro_batch: TensorDict, temperature: float, loss_fn, loss_agg_mode: str
-                    ) -> tuple[torch.Tensor, dict]:
-        """The micro-batch's policy loss (before its share weighting) and its metrics."""
+    def _micro_loss(self, micro_batch: TensorDict, temperature: float, loss_fn, loss_agg_mode: str,
+                    on_policy: EntropyTally | None = None) -> tuple[torch.Tensor, dict]:
+        """The micro-batch's policy loss (before its share weighting) and its metrics. ``on_policy``: the
+        old-log-prob pass was skipped, so this forward is pi_old's; its entropy goes to the tally."""
         entropy_coeff = self.config.entropy_coeff
         response_mask = micro_batch["response_mask"]
-        log_prob, entropy = self._forward_micro_batch(micro_batch, temperature, calculate_entropy=entropy_coeff != 0)
+        log_prob, entropy = self._forward_micro_batch(micro_batch, temperature,
+                                                      calculate_entropy=entropy_coeff != 0 or on_policy is not None)
+        if on_policy is not None:
+            old_log_prob = log_prob.detach()  # one optimizer step after all forwards: ratio 1 here, as in the pass
+            on_policy.add(entropy.detach(), response_mask)
+            if entropy_coeff == 0:
+                entropy = None  # only the metric wanted it: drop its graph now
+        else:
+            old_log_prob = micro_batch["old_log_probs"]
         loss_kwargs = {}
         if "rollout_is_weights" in micro_batch.keys():
             loss_kwargs["rollout_is_weights"] = micro_batch["rollout_is_weights"]
-        pg_loss, pg_metrics = loss_fn(old_log_prob=micro_batch["old_log_probs"], log_prob=log_prob,
+        pg_loss, pg_metrics = loss_fn(old_log_prob=old_log_prob, log_prob=log_prob,
                                       advantages=micro_batch["advantages"], response_mask=response_mask,
                                       loss_agg_mode=loss_agg_mode, config=self.config, **loss_kwargs)
         metrics = {"actor/pg_loss": pg_loss.detach().item()}
@@ -186,7 +196,13 @@ class DataParallelPPOActor(BasePPOActor):
         correction = data.meta_info.get(ROLLOUT_CORRECTION_META_KEY)
         if correction is not None:  # bypass mode: old_log_probs are pi_rollout; IS/RS against pi_theta in the loss
             loss_fn = bypass_mode_policy_loss(loss_fn, correction)
-        select_keys = _FORWARD_KEYS + ["response_mask", "old_log_probs", "advantages"]
+        # on_policy: the trainer skipped the old-log-prob pass (verl.trainer.config.old_log_prob_reuse)
+        tally = EntropyTally(loss_agg_mode) if wants_on_policy(data) else None
+        if tally is not None:
+            check_single_step(self.config, len(data))
+        select_keys = _FORWARD_KEYS + ["response_mask", "advantages"]
+        if tally is None:
+            select_keys.append("old_log_probs")
         if self.config.use_kl_loss:
             select_keys.append("ref_log_prob")
         for optional in ("rollout_log_probs", "rollout_is_weights"):
@@ -194,9 +210,15 @@ class DataParallelPPOActor(BasePPOActor):
                 select_keys.append(optional)
         seed = self._update_calls
         self._update_calls += 1
-        return ppo_update(self.config, "actor", self.actor_module, self.actor_optimizer,
-                          data.select(batch_keys=select_keys),
-                          lambda micro_batch: self._micro_loss(micro_batch, temperature, loss_fn, loss_agg_mode), seed)
+        metrics = ppo_update(self.config, "actor", self.actor_module, self.actor_optimizer,
+                             data.select(batch_keys=select_keys),
+                             lambda micro_batch: self._micro_loss(micro_batch, temperature, loss_fn, loss_agg_mode,
+                                                                  tally), seed)
+        if tally is not None:  # what the pass reported: the whole batch's entropy, replacing per-micro-batch values
+            entropy = tally.value(module_device(self.actor_module))
+            if entropy is not None:
+                metrics["actor/entropy"] = entropy
+        return metrics
 
 
 def _check_temperature(temperature) -> float:
