@@ -2,7 +2,8 @@
 
 On a step that skips it, the batch goes to the actor without ``old_log_probs`` and with the ``on_policy`` flag in
 its meta_info; the actor uses its first forward's detached log-probs instead and reports ``actor/entropy`` from
-it. Every step logs ``perf/old_log_prob_skipped`` (1 or 0); a skipped step's ``timing_s/old_log_prob`` is ~0.
+it. Every step logs ``perf/old_log_prob_skipped`` (1 or 0); a skipped step has no ``timing_s/old_log_prob`` (nor
+``perf/tokens_per_s/old_log_prob``): the stage did not run.
 """
 
 from __future__ import annotations

@@ -223,8 +223,9 @@ class RayPPOTrainer:
             with marked_timer("reward", timing):
                 reward = self._start_reward(batch)
                 batch.non_tensor_batch.pop("__rm_scored__", None)  # read by the reward (a Ray task holds a copy)
-            with marked_timer("old_log_prob", timing):
-                self._add_old_log_prob(batch, metrics)
+            if not skip_old_log_prob_pass(self.old_log_prob_reuse, batch, metrics, self.global_steps):
+                with marked_timer("old_log_prob", timing):  # skipped: the update's first forward is pi_old
+                    self._add_old_log_prob(batch, metrics)
             if self.use_reference_policy:
                 with marked_timer("ref", timing):
                     batch = batch.union(self.ref_policy_wg.compute_ref_log_prob(batch))
@@ -352,8 +353,6 @@ class RayPPOTrainer:
         if correction.bypass_mode:  # pi_old := pi_rollout: no actor pass; IS/RS happen in the actor's loss
             apply_bypass_mode(batch, correction)
             return
-        if skip_old_log_prob_pass(self.old_log_prob_reuse, batch, metrics, self.global_steps):
-            return  # one epoch, one mini-batch: the actor's first update forward is pi_old (and gives actor/entropy)
         out = self.actor_rollout_wg.compute_log_prob(batch)
         entropys = out.batch.pop("entropys", None) if out.batch is not None else None
         if entropys is not None:
