@@ -142,9 +142,11 @@ def run_generation(config: GenerationConfig) -> str:
     import torch.distributed as dist
 
     from verl.models.loader import load_tokenizer
+    from verl.trainer.resolved_defaults import log_defaults, resolve_generation_defaults
     from verl.utils.device import set_device_preference
 
     set_device_preference(config.trainer.device)
+    log_defaults(resolve_generation_defaults(config))  # before any worker starts, so they all get the same dtype
     if config.model.external_lib:
         importlib.import_module(config.model.external_lib)  # registers custom model classes before loading
     model_path = _absolute_model_path(config)

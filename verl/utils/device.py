@@ -86,7 +86,27 @@ def has_fast_bf16() -> bool:
 
 def preferred_low_precision() -> str:
     """"bf16" where it is native, else "fp32": what examples and benchmarks pass as param_dtype."""
-    return "bf16" if has_fast_bf16() else "fp32"
+    return hardware_compute_dtype()[0]
+
+
+# The CPU features that make bf16 matmuls native, in the order they are named in the reason.
+_NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
+
+
+def hardware_compute_dtype() -> tuple[str, str]:
+    """("bf16" | "fp32", why) for a compute dtype the user left unset (mixed_precision.param_dtype,
+    rollout.dtype). Upstream computes in bf16 unconditionally; here bf16 only where it is native, because an
+    emulated bf16 matmul is ~100x slower than fp32 (has_fast_bf16). The reason is what the driver logs."""
+    if is_cuda_available():
+        if has_fast_bf16():
+            return "bf16", "CUDA GPU with bf16 support"
+        return "fp32", "CUDA GPU without bf16 support (pre-Ampere)"
+    native = [flag for flag in _NATIVE_BF16_FLAGS if flag in _cpu_flags()]
+    if has_fast_bf16() and native:
+        return "bf16", f"CPU has {native[0]}: native bf16 matmuls"
+    if has_fast_bf16():  # a test or a caller stood in for the flags
+        return "bf16", "native bf16 matmuls on this device"
+    return "fp32", "CPU has no AVX512-BF16/AMX: bf16 matmuls would be emulated, ~100x slower than fp32"
 
 
 if __name__ == "__main__":  # `python -m verl.utils.device`: the dtype scripts should compute in

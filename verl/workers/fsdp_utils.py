@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from verl.utils.device import get_device_name, has_fast_bf16
+from verl.utils.device import get_device_name, has_fast_bf16, hardware_compute_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +64,14 @@ def decoder_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def mixed_precision_policy(fsdp_config: Any, warn: bool = True) -> MixedPrecisionPolicy:
-    """FSDP2's policy from an FSDPConfig's `mixed_precision`; `warn` once per module (apply_fsdp2), not per lookup."""
+    """FSDP2's policy from an FSDPConfig's `mixed_precision`; `warn` once per module (apply_fsdp2), not per lookup.
+
+    `param_dtype: null` (unset) computes in the hardware's dtype (verl.utils.device.hardware_compute_dtype): the
+    driver resolves it the same way before Ray and logs the choice, so a worker built directly (tests, SFT ranks)
+    lands on the same dtype. The master weights stay in model_dtype and gradients reduce in reduce_dtype."""
     mp = fsdp_config.mixed_precision
-    param_dtype = to_torch_dtype(mp.param_dtype, "fsdp_config.mixed_precision.param_dtype")
+    asked = mp.param_dtype if mp.param_dtype is not None else hardware_compute_dtype()[0]
+    param_dtype = to_torch_dtype(asked, "fsdp_config.mixed_precision.param_dtype")
     if warn and param_dtype in (torch.bfloat16, torch.float16) and get_device_name() == "cpu" and not has_fast_bf16():
         logger.warning("fsdp_config.mixed_precision.param_dtype=%s on a CPU without native bf16 (no AVX512-BF16/AMX): "
                        "its matmuls are emulated, ~100x slower than fp32; set param_dtype=fp32 here", param_dtype)

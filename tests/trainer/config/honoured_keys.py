@@ -160,7 +160,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.rollout.do_sample": f"{_HF}::test_sampling_uses_the_seed_and_differs_from_greedy",
     f"{ARR}.rollout.prompt_length": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.response_length": f"{_HF}::test_output_keys_shapes_and_layout",
-    f"{ARR}.rollout.dtype": f"{_VLLM}::test_cpu_without_native_bf16_runs_the_engine_in_fp32",
+    f"{ARR}.rollout.dtype": f"{_VLLM}::test_explicit_bf16_on_a_cpu_without_it_is_kept_and_flagged",
     f"{ARR}.rollout.gpu_memory_utilization": f"{_VLLM}::test_cpu_kv_cache_is_the_smaller_of_budget_and_need",
     f"{ARR}.rollout.ignore_eos": f"{_VLLM}::test_log_probs_eos_lists_and_ignore_eos",
     f"{ARR}.rollout.enforce_eager": f"{_VLLM}::test_engine_kwargs_map_verl_keys",

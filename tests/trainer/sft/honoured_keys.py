@@ -119,7 +119,7 @@ HONOURED_GENERATION = {
     "ray_init": _KEYS + "test_generation_ray_init_reaches_ray",
     # engine keys: GenRolloutConfig.to_rollout carries them (test_generation_engine_keys_reach_the_rollout) into
     # the RolloutConfig that build_rollout reads, as main_ppo's rollout does
-    "rollout.dtype": _VLLM + "test_cpu_without_native_bf16_runs_the_engine_in_fp32",
+    "rollout.dtype": _VLLM + "test_explicit_bf16_on_a_cpu_without_it_is_kept_and_flagged",
     "rollout.gpu_memory_utilization": _VLLM + "test_cpu_kv_cache_is_the_smaller_of_budget_and_need",
     "rollout.enforce_eager": _VLLM + "test_engine_kwargs_map_verl_keys",
     "rollout.free_cache_engine": _VLLM + "test_cpu_sleep_resets_the_prefix_cache_and_releases_the_one_buffer",

@@ -45,6 +45,9 @@ def compose_sft(model_dir, files, out_dir, *overrides):
     base = [f"model.partial_pretrain={model_dir}", f"data.train_files={train}", f"data.val_files={test}",
             "data.max_length=192", "data.train_batch_size=4", "data.micro_batch_size_per_gpu=2",
             "model.enable_gradient_checkpointing=false", "optim.lr=1e-3", "optim.warmup_steps_ratio=0",
+            # fp32 and padded: the SFT tests compare losses and gradients to 1e-5 across micro-batchings; the
+            # defaults (the hardware's dtype, packed) are compared with these in tests/workers/actor/test_memory_knobs
+            "model.fsdp_config.mixed_precision.param_dtype=fp32", "use_remove_padding=false",
             f"trainer.default_local_dir={out_dir}", "trainer.logger=[]", "trainer.total_epochs=1"]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         return compose(config_name="sft_trainer", overrides=base + list(overrides))

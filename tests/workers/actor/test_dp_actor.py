@@ -20,6 +20,7 @@ def actor_config(**overrides) -> ActorConfig:
         "clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0,
         "loss_agg_mode": "token-mean", "entropy_coeff": 0.0, "use_kl_loss": False, "kl_loss_coef": 0.1,
         "kl_loss_type": "low_var_kl", "policy_loss.loss_mode": "vanilla",
+        "use_remove_padding": False,  # the padded path is the reference the packed one is compared against
     }, **overrides)
 
 

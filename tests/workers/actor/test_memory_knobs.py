@@ -73,13 +73,112 @@ def test_bf16_mixed_precision_is_close_to_fp32():
         assert dtypes == {"torch.float32"}  # master weights stay fp32; only the compute copies are bf16
 
 
+def _relative_grad_error(grad: dict, ref: dict) -> float:
+    num = torch.sqrt(sum(((grad[k] - ref[k]) ** 2).sum() for k in grad))
+    return (num / torch.sqrt(sum((ref[k] ** 2).sum() for k in grad))).item()
+
+
+def _defaults_worker(rank: int, port: int, folder: str, results) -> None:
+    """The yaml's defaults (unset param_dtype -> the hardware's dtype, remove padding, gradient checkpointing)
+    against the explicit slow settings (fp32, padded, no checkpointing), for the actor and the critic."""
+    import dataclasses
+
+    import torch.distributed as dist
+
+    from tests.workers.critic.test_dp_critic import _training_data, critic_config, tiny_critic
+    from verl.models.loader import load_causal_lm
+    from verl.trainer.config import load_config, validate_config
+    from verl.utils.device import hardware_compute_dtype
+    from verl.workers.critic import DataParallelPPOCritic
+    from verl.workers.fsdp_utils import apply_fsdp2, create_device_mesh
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        yaml = validate_config(load_config([]), check_files=False)
+        arr, critic_yaml = yaml.actor_rollout_ref, yaml.critic
+        explicit_fsdp = FSDPConfig(mixed_precision=MixedPrecisionConfig(param_dtype="fp32", reduce_dtype="fp32"))
+        out = {"dtype": hardware_compute_dtype()[0]}
+        runs = {}
+        for name, model_cfg, fsdp_cfg, rmpad in (
+                ("explicit", ModelConfig(path=f"{folder}/actor", enable_gradient_checkpointing=False,
+                                         use_remove_padding=False), explicit_fsdp, False),
+                ("defaults", dataclasses.replace(arr.model, path=f"{folder}/actor"), arr.actor.fsdp_config,
+                 arr.actor.use_remove_padding)):
+            module, _ = load_causal_lm(model_cfg, "actor_rollout_ref.model")
+            module = apply_fsdp2(module, fsdp_cfg, create_device_mesh(1))
+            data = training_batch(tiny_llama())  # old log-probs from the plain fp32 model: the same for both runs
+            actor = DataParallelPPOActor(actor_config(use_remove_padding=rmpad), module,
+                                         torch.optim.SGD(module.parameters(), lr=LR))
+            log_probs, _ = actor.compute_log_prob(data)
+            start = {k: _full(v).clone() for k, v in module.state_dict().items()}
+            metrics = actor.update_policy(data)
+            grad = {k: (start[k] - _full(v)) / LR for k, v in module.state_dict().items()}
+            runs[name] = (log_probs, grad, metrics["actor/pg_loss"], module.is_gradient_checkpointing,
+                          str(module.model.layers[0].self_attn.q_proj.weight.dtype))
+        (lp_e, grad_e, loss_e, ckpt_e, _), (lp_d, grad_d, loss_d, ckpt_d, master_d) = runs["explicit"], runs["defaults"]
+        mask = data.batch["response_mask"].bool()
+        out["actor"] = {"lp": (lp_d - lp_e)[mask].abs().max().item(), "grad": _relative_grad_error(grad_d, grad_e),
+                        "loss": max(abs(a - b) for a, b in zip(loss_d, loss_e)), "ckpt": (ckpt_e, ckpt_d),
+                        "master": master_d}
+        runs = {}
+        for name, model_cfg, fsdp_cfg in (
+                ("explicit", dataclasses.replace(critic_yaml.model, path=f"{folder}/critic", use_remove_padding=False,
+                                                 enable_gradient_checkpointing=False, fsdp_config=explicit_fsdp),
+                 explicit_fsdp),
+                ("defaults", dataclasses.replace(critic_yaml.model, path=f"{folder}/critic"),
+                 critic_yaml.model.fsdp_config)):
+            module, _ = load_causal_lm(model_cfg, "critic.model", value_head=True)
+            module = apply_fsdp2(module, fsdp_cfg, create_device_mesh(1))
+            data = _training_data(tiny_critic())  # old values from the plain fp32 critic: the same for both runs
+            critic = DataParallelPPOCritic(critic_config(**{"model.use_remove_padding": model_cfg.use_remove_padding}),
+                                           module, torch.optim.SGD(module.parameters(), lr=LR))
+            values = critic.compute_values(data)
+            start = {k: _full(v).clone() for k, v in module.state_dict().items()}
+            metrics = critic.update_critic(data)
+            grad = {k: (start[k] - _full(v)) / LR for k, v in module.state_dict().items()}
+            runs[name] = (values, grad, metrics["critic/vf_loss"], module.is_gradient_checkpointing)
+        (v_e, grad_e, loss_e, ckpt_e), (v_d, grad_d, loss_d, ckpt_d) = runs["explicit"], runs["defaults"]
+        out["critic"] = {"values": (v_d - v_e).abs().max().item(), "grad": _relative_grad_error(grad_d, grad_e),
+                         "loss": max(abs(a - b) for a, b in zip(loss_d, loss_e)), "ckpt": (ckpt_e, ckpt_d)}
+        results[0] = out
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(150)
+def test_the_default_keys_match_the_explicit_fp32_padded_settings(tmp_path):
+    """On this machine's default dtype (bf16 where native): log-probs, losses and gradients within bf16's rounding
+    of fp32's; where the default is fp32 (bf16 emulated) they must agree to fp32 rounding. Packing and
+    checkpointing change nothing on their own (test_remove_padding.py, test above)."""
+    from tests.helpers.ranks import free_port, run_ranks
+    from tests.workers.critic.test_dp_critic import tiny_critic
+
+    tiny_llama().save_pretrained(tmp_path / "actor")
+    tiny_critic().save_pretrained(tmp_path / "critic")
+    out = run_ranks(_defaults_worker, free_port(), str(tmp_path), nprocs=1, timeout_s=130)[0]
+    actor, critic = out["actor"], out["critic"]
+    assert actor["ckpt"] == (False, True) and critic["ckpt"] == (False, True)  # the defaults really checkpoint
+    assert actor["master"] == "torch.float32"  # fp32 master weights under either compute dtype
+    if out["dtype"] == "bf16":
+        # bf16 rounds at 2^-9 relative: log-probs near -4.9 move by ~1e-3, gradients by under 1% in norm
+        # (measured on AVX512-BF16: actor 1.3e-3 / 0.56%, pg_loss 1e-4; critic values 1.1e-3 / 0.60%, vf_loss 8e-5)
+        assert 1e-5 < actor["lp"] < 0.02 and actor["grad"] < 0.03 and actor["loss"] < 2e-3, actor
+        assert critic["values"] < 0.02 and critic["grad"] < 0.03 and critic["loss"] < 2e-3, critic
+    else:
+        assert actor["lp"] < 1e-5 and actor["grad"] < 1e-4 and actor["loss"] < 1e-5, actor
+        assert critic["values"] < 1e-5 and critic["grad"] < 1e-4 and critic["loss"] < 1e-5, critic
+
+
 def test_gradient_checkpointing_from_model_config(tmp_path):
     from verl.models.loader import load_causal_lm
 
     tiny_llama().save_pretrained(tmp_path)
     on, _ = load_causal_lm(ModelConfig(path=str(tmp_path), enable_gradient_checkpointing=True),
                            "actor_rollout_ref.model")
-    off, _ = load_causal_lm(ModelConfig(path=str(tmp_path)), "actor_rollout_ref.model")
+    off, _ = load_causal_lm(ModelConfig(path=str(tmp_path), enable_gradient_checkpointing=False),
+                            "actor_rollout_ref.model")
+    assert ModelConfig().enable_gradient_checkpointing  # upstream's default
     assert on.is_gradient_checkpointing and not off.is_gradient_checkpointing
     data = training_batch(off)
     for rmpad in (False, True):

@@ -19,6 +19,7 @@ def critic_config(**overrides) -> CriticConfig:
         "ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 2, "forward_micro_batch_size_per_gpu": 2,
         "use_dynamic_bsz": False, "ppo_max_token_len_per_gpu": 64, "forward_max_token_len_per_gpu": 64,
         "ppo_epochs": 1, "shuffle": False, "grad_clip": 1.0, "cliprange_value": 0.5, "loss_agg_mode": "token-mean",
+        "model.use_remove_padding": False,  # the padded path is the reference the packed one is compared against
     }, **overrides)
 
 

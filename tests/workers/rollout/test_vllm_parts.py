@@ -146,16 +146,21 @@ def test_engine_kwargs_map_verl_keys(monkeypatch):
 
 
 @pytest.mark.parametrize("asked", ["bfloat16", "bf16", "fp16"])
-def test_cpu_without_native_bf16_runs_the_engine_in_fp32(monkeypatch, caplog, asked):
+def test_explicit_bf16_on_a_cpu_without_it_is_kept_and_flagged(monkeypatch, caplog, asked):
+    """An explicit rollout.dtype wins, as an explicit param_dtype does; only unset (null) follows the hardware
+    (tests/trainer/test_resolved_defaults.py)."""
     monkeypatch.setattr(engine_mod, "_total_memory_bytes", lambda: 16 * 2**30)
     monkeypatch.setattr(engine_mod, "get_device_name", lambda: "cpu")
     monkeypatch.setattr(engine_mod, "has_fast_bf16", lambda: False)
     with caplog.at_level("WARNING"):
         kw = engine_mod.engine_kwargs(cfg(dtype=asked), "/m", SMOL, 0, 1)
-    assert kw["dtype"] == "float32"
-    assert f"rollout.dtype={asked}" in caplog.text and "float32" in caplog.text
+    assert kw["dtype"] in ("bfloat16", "float16")
+    assert f"rollout.dtype={asked}" in caplog.text and "emulated" in caplog.text
     monkeypatch.setattr(engine_mod, "has_fast_bf16", lambda: True)
-    assert engine_mod.engine_kwargs(cfg(dtype=asked), "/m", SMOL, 0, 1)["dtype"] in ("bfloat16", "float16")
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert engine_mod.engine_kwargs(cfg(dtype=asked), "/m", SMOL, 0, 1)["dtype"] in ("bfloat16", "float16")
+    assert caplog.text == ""
 
 
 def test_rollout_core_gives_each_local_rank_its_own(monkeypatch):

@@ -37,9 +37,9 @@ class ModelConfig(BaseConfig):
     custom_chat_template: str | None = None
     external_lib: str | None = refused(None, *NO_EXTERNAL_LIB)
     override_config: dict[str, Any] = dict_field()
-    enable_gradient_checkpointing: bool = False  # as in ppo_trainer.yaml: small CPU runs are not memory-bound
+    enable_gradient_checkpointing: bool = True  # upstream's default; docs/performance.md#defaults has its cost here
     enable_activation_offload: bool = refused(False, *NO_ACTIVATION_OFFLOAD)
-    use_remove_padding: bool = False
+    use_remove_padding: bool = True  # upstream's default: pack the real tokens, no padding in the forward
     # LoRA (peft, verl.models.lora): > 0 trains an adapter of this rank on the actor; the reference policy is
     # then the same module with the adapter disabled (docs/lora.md)
     lora_rank: int = at_least(0, 0)
@@ -81,7 +81,7 @@ class PolicyLossConfig(BaseConfig):
 class ActorConfig(BaseConfig):
     strategy: str = choice("fsdp", TRAIN_STRATEGIES)
     rollout_n: int = at_least(1, 1)  # ${actor_rollout_ref.rollout.n} in the yaml
-    use_remove_padding: bool = False  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
+    use_remove_padding: bool = True  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
     ppo_mini_batch_size: int = at_least(4, 1)  # in prompts; the workers multiply by rollout.n
     ppo_micro_batch_size: int | None = None  # deprecated: global; use ppo_micro_batch_size_per_gpu
     ppo_micro_batch_size_per_gpu: int | None = at_least(2, 1)
@@ -110,7 +110,7 @@ class ActorConfig(BaseConfig):
 @dataclass
 class RefConfig(BaseConfig):
     strategy: str = choice("fsdp", TRAIN_STRATEGIES)
-    use_remove_padding: bool = False  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
+    use_remove_padding: bool = True  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
     fsdp_config: WorkerFSDPConfig = field(default_factory=WorkerFSDPConfig)
     use_torch_compile: bool = refused(False, *NO_TORCH_COMPILE)  # ${actor_rollout_ref.actor.use_torch_compile}
     log_prob_micro_batch_size: int | None = refused(None, *NO_DEPRECATED_LOG_PROB_MICRO)

@@ -21,9 +21,9 @@ class CriticModelConfig(BaseConfig):
     tokenizer_path: str | None = None
     override_config: dict[str, Any] = dict_field()
     external_lib: str | None = refused(None, *NO_EXTERNAL_LIB, follows="actor_rollout_ref.model.external_lib")
-    enable_gradient_checkpointing: bool = False  # as in ppo_trainer.yaml: small CPU runs are not memory-bound
+    enable_gradient_checkpointing: bool = True  # upstream's default, as the actor's
     enable_activation_offload: bool = refused(False, *NO_ACTIVATION_OFFLOAD)
-    use_remove_padding: bool = False
+    use_remove_padding: bool = True  # upstream's default, as the actor's
     fsdp_config: WorkerFSDPConfig = field(default_factory=WorkerFSDPConfig)
     # LoRA on the critic's trunk (peft); the value head (`score`) stays fully trainable as peft's modules_to_save
     lora_rank: int = at_least(0, 0)

@@ -24,7 +24,9 @@ class WrapPolicyConfig(BaseConfig):
 
 @dataclass
 class MixedPrecisionConfig(BaseConfig):
-    param_dtype: str = choice("fp32", DTYPES)
+    # null: compute in the hardware's dtype (bf16 where native: CUDA, AVX512-BF16, AMX; fp32 where bf16 would be
+    # emulated), resolved once on the driver and logged; upstream's unset mixed_precision computes in bf16.
+    param_dtype: str | None = choice(None, DTYPES)
     reduce_dtype: str = choice("fp32", DTYPES)
     buffer_dtype: str = refused(
         choice("fp32", DTYPES),

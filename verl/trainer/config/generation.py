@@ -58,7 +58,7 @@ class GenRolloutConfig(BaseConfig):
     do_sample: bool = True
     prompt_length: int = at_least(512, 1)
     response_length: int = at_least(256, 1)
-    dtype: str = choice("bfloat16", ROLLOUT_DTYPES)
+    dtype: str | None = choice(None, ROLLOUT_DTYPES)  # vllm's; null: the hardware's, as in ppo_trainer.yaml
     gpu_memory_utilization: float = 0.5
     ignore_eos: bool = False
     enforce_eager: bool = True
@@ -90,7 +90,7 @@ class GenRolloutConfig(BaseConfig):
 
 @dataclass
 class GenMixedPrecisionConfig(BaseConfig):
-    param_dtype: str = choice("fp32", DTYPES)  # the hf rollout's compute dtype
+    param_dtype: str | None = choice(None, DTYPES)  # the hf rollout's compute dtype; null: the hardware's
     # A rollout-only worker runs no backward, so there are no gradients to reduce.
     reduce_dtype: str = refused(choice("fp32", DTYPES), "main_generation runs no backward, so FSDP reduces no "
                                 "gradients", "Remove actor.fsdp_config.mixed_precision.reduce_dtype.")

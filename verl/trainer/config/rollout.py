@@ -97,7 +97,9 @@ class RolloutConfig(BaseConfig):
     do_sample: bool = True
     prompt_length: int = at_least(512, 1)
     response_length: int = at_least(512, 1)
-    dtype: str = choice("bfloat16", ROLLOUT_DTYPES)
+    # engine dtype (vllm); null: the hardware's (bfloat16 where native, float32 where bf16 would be emulated),
+    # resolved on the driver and logged. Upstream's default is bfloat16.
+    dtype: str | None = choice(None, ROLLOUT_DTYPES)
     gpu_memory_utilization: float = 0.5
     ignore_eos: bool = False
     enforce_eager: bool = True

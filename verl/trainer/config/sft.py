@@ -180,7 +180,7 @@ class SFTTrainerConfig(BaseConfig):
     optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
     ulysses_sequence_parallel_size: int = refused(
         1, "Ulysses sequence parallelism is not built", "Set it to 1; use_remove_padding=true packs sequences instead.")
-    use_remove_padding: bool = False
+    use_remove_padding: bool = True  # upstream's default (its hf_model.yaml); false pads every row
     trainer: SFTTrainerSection = field(default_factory=SFTTrainerSection)
     ray_kwargs: SFTRayKwargsConfig = field(default_factory=SFTRayKwargsConfig)
 

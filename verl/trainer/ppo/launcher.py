@@ -67,6 +67,7 @@ def build_trainer(config: PPOTrainerConfig | Any):
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import load_reward_manager
     from verl.trainer.ppo.sandbox_service import start_run_sandbox
+    from verl.trainer.resolved_defaults import log_defaults, resolve_ppo_defaults
     from verl.trainer.tracking import Tracking
     from verl.utils.device import set_device_preference
     from verl.utils.ray_utils import init_ray
@@ -75,6 +76,7 @@ def build_trainer(config: PPOTrainerConfig | Any):
     # before Ray starts, so every worker process it launches inherits the choice
     set_device_preference(config.trainer.device)
     resolve_model_paths(config)
+    log_defaults(resolve_ppo_defaults(config))  # the hardware's dtypes in place of null, logged once
     run_dir = _run_dir(config)
     report_dir = _report_dir(config)
     os.makedirs(report_dir, exist_ok=True)

@@ -254,9 +254,13 @@ def _tracker(config: SFTTrainerConfig, report_dir: str):
 def create_trainer(config: SFTTrainerConfig) -> FSDPSFTTrainer:
     """Join (or make) the process group, load tokenizer and data, and build the trainer for this rank."""
     from verl.models.loader import load_tokenizer
+    from verl.trainer.resolved_defaults import log_defaults, resolve_sft_defaults
 
     set_device_preference(config.trainer.device)
-    _, world = init_distributed()
+    rank, world = init_distributed()
+    defaults = resolve_sft_defaults(config)  # every rank fills in the same dtype; one logs it
+    if rank == 0:
+        log_defaults(defaults)
     torch.manual_seed(config.trainer.seed)
     mesh = create_device_mesh(world, config.model.fsdp_config.fsdp_size)
     tokenizer = load_tokenizer(base_model_path(config), "model.partial_pretrain",

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from verl.utils.device import get_device_name, has_fast_bf16
+from verl.utils.device import get_device_name, hardware_compute_dtype, has_fast_bf16
 
 logger = logging.getLogger(__name__)
 
@@ -105,14 +105,16 @@ def engine_kwargs(config: Any, model_path: str, hf_config, seed: int, engines_pe
     """``vllm.LLM(**kwargs)`` for the rollout section ``config`` (a RolloutConfig); ``engine_kwargs.vllm`` is passed
     through last. ``trust_remote_code`` is ``actor_rollout_ref.model.trust_remote_code``: the engine loads the same
     model class the actor does (the rollout section has no key of its own)."""
-    dtype_name = config.dtype.lower()
+    # null (unset): the hardware's dtype, as the driver resolved and logged it (verl.trainer.resolved_defaults)
+    dtype_name = (config.dtype or hardware_compute_dtype()[0]).lower()
     if dtype_name not in _DTYPES:
         raise ValueError(f"actor_rollout_ref.rollout.dtype={dtype_name!r}: use one of {sorted(_DTYPES)}")
     if get_device_name() == "cpu" and _DTYPES[dtype_name] in ("bfloat16", "float16") and not has_fast_bf16():
-        # the CPU backend computes fp16 as bf16, and this CPU only emulates bf16 (~100x slower than fp32)
-        logger.warning("actor_rollout_ref.rollout.dtype=%s: this CPU has no native bf16 (no AVX512-BF16/AMX); the "
-                       "vLLM engine runs in float32 instead", dtype_name)
-        dtype_name = "float32"
+        # the CPU backend computes fp16 as bf16, and this CPU only emulates bf16 (~100x slower than fp32); the
+        # user's explicit choice stands, as an explicit param_dtype does in FSDP
+        logger.warning("actor_rollout_ref.rollout.dtype=%s: this CPU has no native bf16 (no AVX512-BF16/AMX), so "
+                       "the vLLM engine's matmuls are emulated, ~100x slower; leave rollout.dtype unset (null) or "
+                       "set float32", dtype_name)
     max_model_len = _max_model_len(config)
     max_num_batched_tokens = config.max_num_batched_tokens
     chunked_prefill = config.enable_chunked_prefill
