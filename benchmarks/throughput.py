@@ -2,23 +2,23 @@
 
     python benchmarks/throughput.py                   # 32 responses of 8-256 tokens after 16-64 token prompts
 
-Prints `name: value` lines:
-    update_padded_s / update_rmpad_dynbsz_s       update_policy on the same batch: padded fixed micro-batches of
-                                                  --micro rows vs remove padding + dynamic bsz (--token-budget)
-    update_rmpad_dynbsz_over_padded: R            the speed-up (target >= 1.5)
-    update_bf16_s, update_bf16_over_fp32: R       remove padding + dynamic bsz with FSDP2 mixed precision
-                                                  param_dtype bf16 vs fp32; where bf16 is emulated (no AVX512-BF16
-                                                  / AMX) both are timed on the --bf16-slice-rows shortest rows, since the
-                                                  whole batch in emulated bf16 takes hours
-    matmul_peak_gflops: X                         best (2048 x 2048) fp32 matmul of 10, same threads, measured
-                                                  right before and right after the timed fp32 update (the higher:
+Prints `name: value` lines, the target last:
+    update_s                                      update_policy with the trainer's defaults: the run's dtype (bf16
+                                                  mixed precision where native, fp32 where emulated), remove padding
+                                                  + dynamic bsz (--token-budget), gradient checkpointing
+    update_no_checkpointing_s, checkpointing_cost the same without checkpointing, and the ratio (time and peak RSS)
+    update_padded_s, update_rmpad_over_padded     padded fixed micro-batches of --micro rows (no checkpointing)
+    update_fp32_no_checkpointing_s,               the other dtype: fp32 where bf16 is native; where bf16 is emulated
+    update_bf16_over_fp32                         (no AVX512-BF16 / AMX) both on the --bf16-slice-rows shortest rows
+    matmul_peak_gflops                            best (2048 x 2048) matmul of 10 in the run's dtype, same threads,
+                                                  measured right before and right after the timed update (the higher:
                                                   this machine's speed drifts by 10-20% over minutes)
-    update_achieved_gflops: Y, update_mfu: Y/X    model FLOPs of the real tokens (verl/utils/flops_counter.py)
-                                                  over the fp32 remove-padding update time (optimizer included)
-    update_fwd_bwd_mfu                            the same without the optimizer step's time
-    peak_rss_gb_{rmpad,padded,bf16}               this process during each configuration (VmHWM, reset between)
+    update_no_checkpointing_mfu, update_hfu,      model FLOPs of the real tokens (verl/utils/flops_counter.py) over
+    update_mfu                                    the update time (optimizer included) and that peak; HFU also counts
+                                                  the forward that checkpointing runs again
+    peak_rss_gb_*                                 this process during each configuration (VmHWM, reset between)
 Host memory: glibc is told to keep freed blocks (verl/utils/malloc_tuning.py); --no-malloc-tuning measures without.
-All three updates run the actor as the trainer does: DataParallelPPOActor on an FSDP2 module (gloo, world size 1),
+All updates run the actor as the trainer does: DataParallelPPOActor on an FSDP2 module (gloo, world size 1),
 fused AdamW, token-mean loss, one optimizer step over the whole batch. Each configuration warms up on 2 x --micro
 rows, then runs --repeats times on the whole batch; the best time counts (other load only ever slows a run down).
 """
@@ -100,22 +100,22 @@ def _batch(args, vocab_size: int, eos_id: int, pad_id: int):
     return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
 
 
-def _actor(path: str, param_dtype: str, actor_overrides: dict):
-    from omegaconf import OmegaConf
-
+def _actor(path: str, param_dtype: str, actor_overrides: dict, checkpointing: bool = False):
+    """The actor as the trainer builds it, from the typed config sections (ModelConfig, FSDPConfig, ActorConfig)."""
     from verl.models.loader import load_causal_lm
+    from verl.trainer.config.actor import ActorConfig, ModelConfig
+    from verl.trainer.config.engine import FSDPConfig, MixedPrecisionConfig, OptimConfig
     from verl.workers.actor import DataParallelPPOActor
     from verl.workers.fsdp_utils import apply_fsdp2, build_optimizer, create_device_mesh
 
-    module, _ = load_causal_lm({"path": path}, "model")
-    fsdp_cfg = OmegaConf.create({"mixed_precision": {"param_dtype": param_dtype, "reduce_dtype": "fp32"}})
+    module, _ = load_causal_lm(ModelConfig(path=path, enable_gradient_checkpointing=checkpointing), "model")
+    fsdp_cfg = FSDPConfig(mixed_precision=MixedPrecisionConfig(param_dtype=param_dtype, reduce_dtype="fp32"))
     module = apply_fsdp2(module, fsdp_cfg, create_device_mesh(1))
-    cfg = OmegaConf.create({
-        "ppo_mini_batch_size": 1, "ppo_micro_batch_size_per_gpu": 8, "use_dynamic_bsz": False,
-        "ppo_max_token_len_per_gpu": 16384, "ppo_epochs": 1, "shuffle": False, "grad_clip": 1.0,
-        "clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0,
-        "loss_agg_mode": "token-mean", "entropy_coeff": 0.0, "use_kl_loss": False, "policy_loss": {"loss_mode": "vanilla"},
-        "optim": {"lr": 1e-7, "weight_decay": 0.0}, **actor_overrides})
+    fields = {"ppo_mini_batch_size": 1, "ppo_micro_batch_size_per_gpu": 8, "use_dynamic_bsz": False,
+              "ppo_max_token_len_per_gpu": 16384, "ppo_epochs": 1, "shuffle": False, "grad_clip": 1.0,
+              "clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0,
+              "loss_agg_mode": "token-mean", "entropy_coeff": 0.0, "use_kl_loss": False, **actor_overrides}
+    cfg = ActorConfig(**fields, optim=OptimConfig(lr=1e-7, weight_decay=0.0))
     optimizer = build_optimizer(module, cfg.optim, "actor.optim")
     return DataParallelPPOActor(cfg, module, optimizer), module, optimizer
 
@@ -162,7 +162,7 @@ class _Timed:
 
 
 def _run_configuration(path: str, dtype: str, actor_cfg: dict, data, repeats: int, warmup_rows: int,
-                       peak_dtype=None) -> _Timed:
+                       peak_dtype=None, checkpointing: bool = False) -> _Timed:
     """Build an actor, time its update, free it (and the heap's free blocks, so the next peak RSS is its own).
 
     With ``peak_dtype`` the matmul peak is measured right before and right after the timed updates and the higher
@@ -176,7 +176,7 @@ def _run_configuration(path: str, dtype: str, actor_cfg: dict, data, repeats: in
     gc.collect()
     release_free_memory()
     reset_peak_rss()
-    actor, _, optimizer = _actor(path, dtype, actor_cfg)
+    actor, _, optimizer = _actor(path, dtype, actor_cfg, checkpointing)
     peaks = []
     if peak_dtype is not None:
         peaks.append(measure_matmul_peak("cpu", peak_dtype, repeats=10, fresh=True))
@@ -219,6 +219,9 @@ def main() -> None:
     path = args.model or default_model_path()
     _init_single_rank()
     print(f"threads: {torch.get_num_threads()}", flush=True)
+    # the run's own dtype, as the trainer's default picks it: bf16 where native, fp32 where emulated
+    run_dtype = "bf16" if has_fast_bf16() else "fp32"
+    run_peak_dtype = torch.bfloat16 if run_dtype == "bf16" else torch.float32
     bf16_mode = {"auto": "yes" if has_fast_bf16() else "slice"}.get(args.bf16, args.bf16)
 
     actor, module, _ = _actor(path, "fp32", {"use_remove_padding": True})
@@ -226,9 +229,13 @@ def main() -> None:
     data = _batch(args, config.vocab_size, int(config.eos_token_id), int(config.pad_token_id or 0))
     lengths = data.batch["attention_mask"].sum(-1)
     response_tokens = int(data.batch["response_mask"].sum())
-    flops = FlopsCounter(module).training_flops(lengths.tolist(), response_tokens)
+    counter = FlopsCounter(module)
+    flops = counter.training_flops(lengths.tolist(), response_tokens)
+    # gradient checkpointing runs every decoder layer's forward again in the backward (the LM head and loss once)
+    head_flops = 6 * response_tokens * config.hidden_size * config.vocab_size
+    recompute_flops = (flops - head_flops) / 3
     print(f"batch: {len(data)} rows, {int(lengths.sum())} real tokens ({response_tokens} response) of "
-          f"{data.batch['attention_mask'].numel()} padded", flush=True)
+          f"{data.batch['attention_mask'].numel()} padded; run dtype {run_dtype}", flush=True)
     _old_log_probs(actor, data, args)
     del actor, module
 
@@ -237,17 +244,23 @@ def main() -> None:
                  "ppo_max_token_len_per_gpu": args.token_budget}
     padded_cfg = {**one_step, "ppo_micro_batch_size_per_gpu": args.micro}
     warmup = min(len(data), 2 * args.micro)
-    rmpad = _run_configuration(path, "fp32", rmpad_cfg, data, args.repeats, warmup, peak_dtype=torch.float32)
-    print(f"update_rmpad_dynbsz_s: {rmpad.seconds:.2f}", flush=True)
-    padded = _run_configuration(path, "fp32", padded_cfg, data, args.repeats, warmup)
+    # the defaults: the run's dtype, remove padding, gradient checkpointing
+    run = _run_configuration(path, run_dtype, rmpad_cfg, data, args.repeats, warmup, peak_dtype=run_peak_dtype,
+                             checkpointing=True)
+    print(f"update_s: {run.seconds:.2f}", flush=True)
+    no_ckpt = _run_configuration(path, run_dtype, rmpad_cfg, data, args.repeats, warmup, peak_dtype=run_peak_dtype)
+    print(f"update_no_checkpointing_s: {no_ckpt.seconds:.2f}", flush=True)
+    padded = _run_configuration(path, run_dtype, padded_cfg, data, args.repeats, warmup)
     print(f"update_padded_s: {padded.seconds:.2f}", flush=True)
-    rss = {"rmpad": rmpad.rss_gb, "padded": padded.rss_gb}
-    if bf16_mode == "yes":
-        bf16 = _run_configuration(path, "bf16", rmpad_cfg, data, args.repeats, warmup, peak_dtype=torch.bfloat16)
-        print(f"update_bf16_s: {bf16.seconds:.2f}", flush=True)
-        rss["bf16"] = bf16.rss_gb
-        bf16_ratio = f"{rmpad.seconds / bf16.seconds:.2f}"
-    elif bf16_mode == "slice":
+    rss = {"default": run.rss_gb, "no_checkpointing": no_ckpt.rss_gb, "padded_no_checkpointing": padded.rss_gb}
+    other_ratio = None
+    if run_dtype == "bf16" and bf16_mode == "yes":
+        fp32 = _run_configuration(path, "fp32", rmpad_cfg, data, args.repeats, warmup, peak_dtype=torch.float32)
+        print(f"update_fp32_no_checkpointing_s: {fp32.seconds:.2f}", flush=True)
+        rss["fp32_no_checkpointing"] = fp32.rss_gb
+        other_ratio = f"{fp32.seconds / no_ckpt.seconds:.2f}"
+        print(f"update_fp32_mfu: {flops / fp32.seconds / fp32.peak:.3f} (of {fp32.peak / 1e9:.1f} GFLOP/s fp32)")
+    elif bf16_mode in ("slice", "yes"):
         # where bf16 is emulated, a few of the shortest rows (the slice's cost is what emulation multiplies)
         rows = data.select_idxs(torch.argsort(lengths)[: args.bf16_slice_rows])
         slice_cfg = {**rmpad_cfg, "ppo_mini_batch_size": len(rows)}
@@ -256,26 +269,23 @@ def main() -> None:
         print(f"update_fp32_slice_s: {fp32_slice.seconds:.2f}", flush=True)
         print(f"update_bf16_slice_s: {bf16_slice.seconds:.2f}", flush=True)
         peak_bf16 = measure_matmul_peak("cpu", torch.bfloat16, repeats=10)
-        bf16_ratio = (f"{fp32_slice.seconds / bf16_slice.seconds:.3f} (on the {args.bf16_slice_rows} shortest rows, "
-                      f"{int(rows.batch['attention_mask'].sum())} tokens; bf16 matmul {peak_bf16 / 1e9:.1f} GFLOP/s "
-                      f"here{'' if has_fast_bf16() else ', emulated'})")
+        other_ratio = (f"{fp32_slice.seconds / bf16_slice.seconds:.3f} (on the {args.bf16_slice_rows} shortest rows, "
+                       f"{int(rows.batch['attention_mask'].sum())} tokens; bf16 matmul {peak_bf16 / 1e9:.1f} GFLOP/s "
+                       f"here{'' if has_fast_bf16() else ', emulated'})")
 
-    peak_fp32 = rmpad.peak
-    print(f"update_rmpad_dynbsz_over_padded: {padded.seconds / rmpad.seconds:.2f}")
-    if bf16_mode != "no":
-        print(f"update_bf16_over_fp32: {bf16_ratio}")
-    print(f"matmul_peak_gflops: {peak_fp32 / 1e9:.1f}")
-    print(f"update_model_gflop: {flops / 1e9:.1f}")
-    print(f"update_achieved_gflops: {flops / rmpad.seconds / 1e9:.1f}")
-    print(f"update_mfu: {flops / rmpad.seconds / peak_fp32:.3f}")
-    print(f"update_optimizer_s: {rmpad.optimizer_s:.2f}")
-    print(f"update_fwd_bwd_mfu: {flops / (rmpad.seconds - rmpad.optimizer_s) / peak_fp32:.3f}")
-    print(f"update_padded_useful_gflops: {flops / padded.seconds / 1e9:.1f}")
-    if bf16_mode == "yes":
-        print(f"matmul_peak_bf16_gflops: {bf16.peak / 1e9:.1f}")
-        print(f"update_bf16_mfu: {flops / bf16.seconds / bf16.peak:.3f}")
+    print(f"update_rmpad_over_padded: {padded.seconds / no_ckpt.seconds:.2f} (both without checkpointing)")
+    print(f"checkpointing_cost: {run.seconds / no_ckpt.seconds:.2f} (update time with / without; peak RSS "
+          f"{run.rss_gb:.2f} vs {no_ckpt.rss_gb:.2f} GB)")
+    if other_ratio is not None:
+        print(f"update_bf16_over_fp32: {other_ratio}")
+    print(f"update_model_gflop: {flops / 1e9:.1f} (+{recompute_flops / 1e9:.1f} recomputed under checkpointing)")
+    print(f"update_optimizer_s: {run.optimizer_s:.2f}")
     for name, gb in rss.items():
         print(f"peak_rss_gb_{name}: {gb:.2f}")
+    print(f"matmul_peak_gflops: {run.peak / 1e9:.1f} ({run_dtype})")
+    print(f"update_no_checkpointing_mfu: {flops / no_ckpt.seconds / no_ckpt.peak:.3f}")
+    print(f"update_hfu: {(flops + recompute_flops) / run.seconds / run.peak:.3f} (counting the recomputed forward)")
+    print(f"update_mfu: {flops / run.seconds / run.peak:.3f} (the defaults, {run_dtype}, model FLOPs; target >= 0.6)")
 
 
 if __name__ == "__main__":

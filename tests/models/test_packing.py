@@ -103,6 +103,40 @@ def test_varlen_attention_equals_separate_sequences():
         start += n
 
 
+def test_varlen_attention_in_bf16_training_runs_its_core_in_fp32():
+    """A bf16 training forward gets fp32 attention (the CPU kernel's bf16 backward is slow): its output and
+    gradients are the fp32 computation's rounded once to bf16; a no-grad forward stays in bf16 throughout."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from verl.models.varlen_attention import _upcast_for_backward
+
+    torch.manual_seed(0)
+    cu = torch.tensor([0, 5, 7, 12], dtype=torch.int32)
+    q32, k32, v32 = (torch.randn(1, h, 12, 8) for h in (4, 2, 2))
+    module = tiny_llama().model.layers[0].self_attn
+    attention = ALL_ATTENTION_FUNCTIONS[enable_varlen_attention(tiny_llama())]
+
+    def run(dtype):
+        q, k, v = (t.to(dtype).requires_grad_() for t in (q32, k32, v32))
+        out, _ = attention(module, q, k, v, None, scaling=0.3, cu_seq_lens_q=cu)
+        out.float().pow(2).sum().backward()
+        return out, [t.grad for t in (q, k, v)]
+
+    out16, grads16 = run(torch.bfloat16)
+    assert out16.dtype == torch.bfloat16 and all(g.dtype == torch.bfloat16 for g in grads16)
+    assert _upcast_for_backward(q32.to(torch.bfloat16).requires_grad_())
+    # the same inputs (bf16 values) in fp32 end to end: the bf16 run differs only by the final rounding
+    q, k, v = (t.to(torch.bfloat16).float().requires_grad_() for t in (q32, k32, v32))
+    out, _ = attention(module, q, k, v, None, scaling=0.3, cu_seq_lens_q=cu)
+    torch.testing.assert_close(out16.float(), out, rtol=1e-2, atol=1e-2)
+    with torch.no_grad():
+        assert not _upcast_for_backward(q32.to(torch.bfloat16))
+        out_nograd, _ = attention(module, *(t.to(torch.bfloat16) for t in (q32, k32, v32)), None, scaling=0.3,
+                                  cu_seq_lens_q=cu)
+    assert out_nograd.dtype == torch.bfloat16
+    assert not _upcast_for_backward(q32)  # fp32 already
+
+
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_enable_varlen_keeps_padded_forward_and_isolates_samples(attn):
     model = tiny_llama(seed=1)
