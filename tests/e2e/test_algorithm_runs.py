@@ -43,6 +43,18 @@ def _run(tmp_path: Path, adv_estimator: str, extra: list[str], body) -> list[dic
     return steps
 
 
+def _count_calls(worker_group, method: str) -> list[int]:
+    """Wrap ``worker_group.method`` so the returned one-item list counts its calls from now on."""
+    calls, original = [0], getattr(worker_group, method)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    setattr(worker_group, method, counted)
+    return calls
+
+
 def _probe_sequences(trainer) -> DataProto:
     """Sampled responses to the validation prompts, from the weights the run starts with."""
     batch = DataProto.from_single_dict(next(iter(trainer.val_dataloader)))
@@ -110,7 +122,10 @@ def test_grpo_kl_loss_against_a_frozen_reference(tmp_path: Path) -> None:
         ref_before = trainer.ref_policy_wg.compute_ref_log_prob(probe).batch["ref_log_prob"]
         actor_before = trainer.actor_rollout_wg.compute_log_prob(probe).batch["old_log_probs"]
         torch.testing.assert_close(ref_before[mask], actor_before[mask])  # both start from the same weights
+        passes = _count_calls(trainer.actor_rollout_wg, "compute_log_prob")
         trainer.fit()
+        result["old_log_prob_passes"] = passes[0]
+        result["vocab"] = len(trainer.tokenizer)
         result.update(mask=mask, ref_before=ref_before,
                       ref_after=trainer.ref_policy_wg.compute_ref_log_prob(probe).batch["ref_log_prob"],
                       actor_before=actor_before,
@@ -127,6 +142,13 @@ def test_grpo_kl_loss_against_a_frozen_reference(tmp_path: Path) -> None:
     assert steps[0]["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)
     assert math.isfinite(steps[1]["actor/kl_loss"]) and steps[1]["actor/kl_loss"] > 1e-6
     assert steps[1]["actor/kl_coef"] == pytest.approx(0.1)
+    # one epoch, one mini-batch (4 prompts per step and per optimizer step): no old-log-prob pass ran; the
+    # update's first forward was pi_old (ratio 1) and gave actor/entropy, all-reduced over the 2 ranks
+    assert result["old_log_prob_passes"] == 0
+    for step in steps:
+        assert step["perf/old_log_prob_skipped"] == 1.0 and "timing_s/old_log_prob" not in step
+        assert step["actor/ppo_kl"] == 0.0 and step["actor/pg_clipfrac"] == 0.0
+        assert 0 < step["actor/entropy"] <= math.log(result["vocab"]) + 1e-4  # at most uniform's
 
 
 def test_ppo_kl_in_reward_with_the_adaptive_controller(tmp_path: Path) -> None:
@@ -135,8 +157,10 @@ def test_ppo_kl_in_reward_with_the_adaptive_controller(tmp_path: Path) -> None:
 
     def body(trainer) -> None:
         assert trainer.use_reference_policy and trainer.use_critic
+        passes = _count_calls(trainer.actor_rollout_wg, "compute_log_prob")
         trainer.fit()
         final["value"] = trainer.kl_ctrl_in_reward.value
+        final["old_log_prob_passes"] = passes[0]
 
     steps = _run(tmp_path, "gae", ["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
                                    f"algorithm.kl_ctrl.kl_coef={init}", f"algorithm.kl_ctrl.horizon={horizon}",
@@ -155,6 +179,8 @@ def test_ppo_kl_in_reward_with_the_adaptive_controller(tmp_path: Path) -> None:
     assert coef[1] != pytest.approx(init) and final["value"] != pytest.approx(coef[1])  # the coefficient moves
     # the penalty reached the rewards the critic and advantages saw: scores and rewards differ by beta * kl
     assert steps[1]["critic/rewards/mean"] != pytest.approx(steps[1]["critic/score/mean"])
+    # the KL penalty needs old_log_probs before the advantages: the pass ran every step
+    assert final["old_log_prob_passes"] == 2 and all(s["perf/old_log_prob_skipped"] == 0.0 for s in steps)
 
 
 @pytest.mark.slow
