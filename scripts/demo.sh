@@ -17,9 +17,12 @@ if [ "$ROLLOUT" = vllm ] && ! "$PY" -c "import vllm" >/dev/null 2>&1; then
   ROLLOUT=hf
 fi
 ROLLOUT_ARGS=(actor_rollout_ref.rollout.name="$ROLLOUT")
-# bf16 compute where the CPU has it natively (AVX512-BF16/AMX), fp32 where bf16 would be emulated (~100x slower)
-PRECISION=${DEMO_PRECISION:-$("$PY" -m verl.utils.device)}
-ROLLOUT_ARGS+=(actor_rollout_ref.rollout.dtype="$PRECISION")  # the engine takes verl's short names too
+# No precision, padding or checkpointing keys: the defaults compute in bf16 where the CPU has it natively
+# (AVX512-BF16/AMX) and fp32 where it would be emulated, pack the real tokens (remove padding) and checkpoint
+# activations, as upstream does; the run logs each choice at start ("[defaults] ..."). DEMO_PRECISION=fp32|bf16
+# still forces one.
+[ -n "${DEMO_PRECISION:-}" ] && ROLLOUT_ARGS+=(actor_rollout_ref.rollout.dtype="$DEMO_PRECISION"
+  actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype="$DEMO_PRECISION")
 # The KV cache is sized for max_num_seqs full-length sequences: 64 holds a validation pass (64 prompts) at once.
 [ "$ROLLOUT" = vllm ] && ROLLOUT_ARGS+=(actor_rollout_ref.rollout.max_num_seqs=64)
 
@@ -28,9 +31,10 @@ if [ ! -f "$DATA/train.parquet" ] || [ ! -f "$DATA/test.parquet" ] || [ "$(cat "
     --train_size 2048 --test_size 64 --seed 0
   echo "$LEVEL" > "$DATA/.level"
 fi
-# Remove padding + dynamic batch size (upstream's usual settings): prompts are ~130 tokens left-padded to 256, so
-# packing the real tokens halves the actor's work. The token budgets hold what 8 (update) and 32 (log-prob) padded
-# rows of 256 + 48 would: the same memory. Measured on an AVX2 EPYC: 72-83 s per step instead of 121-132 s.
+# Remove padding is on by default: prompts are ~130 tokens left-padded to 256, so packing the real tokens halves
+# the actor's work (AVX2 EPYC: 72-83 s per step instead of 121-132 s padded). No dynamic batch size: with packed
+# micro-batches of 8 it changed nothing measurable (AVX512-BF16 EPYC, 3 steps each, back to back: update_actor
+# 19.1 s with it vs 19.2 s without, demo 114 vs 113 s; docs/performance.md#defaults).
 rm -rf "$OUT/run"
 start=$(date +%s)
 "$PY" -m verl.trainer.main_ppo \
@@ -41,11 +45,7 @@ start=$(date +%s)
   actor_rollout_ref.rollout.n=4 actor_rollout_ref.rollout.temperature=1.0 "${ROLLOUT_ARGS[@]}" \
   actor_rollout_ref.actor.ppo_mini_batch_size=8 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8 \
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32 \
-  actor_rollout_ref.model.use_remove_padding=true \
-  actor_rollout_ref.actor.use_dynamic_bsz=true actor_rollout_ref.actor.ppo_max_token_len_per_gpu=2432 \
-  actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=9728 \
   actor_rollout_ref.actor.optim.lr=1e-5 \
-  actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype="$PRECISION" \
   trainer.n_gpus_per_node=1 trainer.total_training_steps="$STEPS" trainer.test_freq="$STEPS" \
   trainer.logger=[console] trainer.project_name=demo trainer.experiment_name=grpo_arithmetic \
   trainer.default_local_dir="$OUT/run" "$@"
