@@ -12,7 +12,10 @@ import torch.distributed as dist
 from tests.helpers.ranks import free_port, run_ranks
 from tests.helpers.tiny_model import tiny_llama
 from tests.workers.actor.test_dp_actor import actor_config, training_batch
-from verl.trainer.config import FSDPConfig
+from verl.trainer.config import FSDPConfig, MixedPrecisionConfig
+
+# fp32 compute: the sharded updates are compared with the plain fp32 module to 1e-5
+FP32 = FSDPConfig(mixed_precision=MixedPrecisionConfig(param_dtype="fp32"))
 from verl.workers.actor import DataParallelPPOActor, NonFiniteLossError
 
 WORLD = 2
@@ -22,7 +25,7 @@ LR = 0.5
 def _sharded(plain):
     from verl.workers.fsdp_utils import apply_fsdp2, create_device_mesh
 
-    return apply_fsdp2(copy.deepcopy(plain), FSDPConfig(), create_device_mesh(WORLD))
+    return apply_fsdp2(copy.deepcopy(plain), FP32, create_device_mesh(WORLD))
 
 
 def _actor(model):

@@ -25,7 +25,10 @@ def _overrides(model_dir: str, *extra: str) -> list[str]:
             f"{ARR}.actor.use_kl_loss=true", f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8",
             f"{ARR}.model.use_remove_padding=true", f"{ARR}.model.enable_gradient_checkpointing=true",
             f"{ARR}.actor.optim.lr=0.05", f"{ARR}.actor.grad_clip=1e6", f"{ARR}.rollout.calculate_log_probs=true",
-            "data.max_prompt_length=6", "data.max_response_length=5", *extra]
+            "data.max_prompt_length=6", "data.max_response_length=5",
+            # fp32 compute: log-probs are compared with the plain fp32 HF model (the default is the hardware's dtype)
+            f"{ARR}.actor.fsdp_config.mixed_precision.param_dtype=fp32",
+            f"{ARR}.ref.fsdp_config.mixed_precision.param_dtype=fp32", *extra]
 
 
 def _batch(seed: int = 0):

@@ -44,7 +44,9 @@ def _config(rm_dir: str, input_tokenizer: str, extra: dict):
     from tests.helpers.typed_config import typed_section
     from verl.trainer.config.reward import RewardModelConfig
 
-    values = {"enable": True, "model.path": rm_dir, "model.input_tokenizer": input_tokenizer}
+    # fp32 compute: the scores are compared with the plain fp32 HF model to 1e-4 (the default is the hardware's dtype)
+    values = {"enable": True, "model.path": rm_dir, "model.input_tokenizer": input_tokenizer,
+              "model.fsdp_config.mixed_precision.param_dtype": "fp32"}
     return typed_section(RewardModelConfig, values, **extra)
 
 

@@ -18,7 +18,10 @@ pytest.importorskip("vllm")
 from tests.helpers.ranks import free_port, run_ranks  # noqa: E402
 from tests.helpers.tiny_model import PAD_ID, left_padded_prompts, tiny_llama  # noqa: E402
 from verl.protocol import DataProto  # noqa: E402
-from verl.trainer.config import FSDPConfig, RolloutConfig  # noqa: E402
+from verl.trainer.config import FSDPConfig, MixedPrecisionConfig, RolloutConfig  # noqa: E402
+
+# fp32 compute for the actor: its log-probs are compared with the fp32 engine's to 1e-4
+FP32 = FSDPConfig(mixed_precision=MixedPrecisionConfig(param_dtype="fp32"))
 
 pytestmark = pytest.mark.e2e
 
@@ -67,7 +70,7 @@ def _scenario(rank: int, port: int, tmp: str, results) -> None:
                        initializer_range=0.2)  # larger than the default 0.02: greedy then varies, not echoes
     model.save_pretrained(tmp)
     mesh = create_device_mesh(1)
-    module = apply_fsdp2(model, FSDPConfig(), mesh)
+    module = apply_fsdp2(model, FP32, mesh)
     cfg = _config(tmp)
     rollout, manager = build_rollout(cfg, module, None, tmp, mesh)
     hf_rollout, hf_manager = build_rollout(dataclasses.replace(cfg, name="hf"), module, None, tmp, mesh)
@@ -166,7 +169,7 @@ def _tensor_parallel_scenario(rank: int, port: int, tmp: str, results) -> None:
         model.save_pretrained(tmp)
     dist.barrier()
     mesh = create_device_mesh(2)
-    module = apply_fsdp2(model, FSDPConfig(), mesh)
+    module = apply_fsdp2(model, FP32, mesh)
     rollout, manager = build_rollout(dataclasses.replace(_config(tmp), tensor_model_parallel_size=2), module, None,
                                      tmp, mesh)
     mine = _prompts(2, do_sample=False).slice(2 * rank, 2 * rank + 2)  # each rank brings its own two prompts
