@@ -8,7 +8,6 @@ it. Every step logs ``perf/old_log_prob_skipped`` (1 or 0); a skipped step has n
 
 from __future__ import annotations
 
-import logging
 import sys
 
 from verl.protocol import DataProto
@@ -17,17 +16,13 @@ from verl.workers.actor.on_policy import ON_POLICY_META_KEY
 
 __all__ = ["SKIPPED_METRIC", "announce", "skip_old_log_prob_pass"]
 
-logger = logging.getLogger(__name__)
-
 SKIPPED_METRIC = "perf/old_log_prob_skipped"
 
 
 def announce(decision: OldLogProbReuse) -> OldLogProbReuse:
-    """Say once, at start, whether steps skip the pass and, when they do not, why (stderr, like the other
-    start-of-run notes, and the module's logger at INFO)."""
-    line = f"[old_log_prob] {decision.describe()}"
-    logger.info(line)
-    print(line, file=sys.stderr, flush=True)
+    """Say once, at start, whether steps skip the pass and, when they do not, why: on stderr, like the other
+    start-of-run notes (``[defaults]``, ``[checkpoint]``); a logger line as well printed it twice under Hydra."""
+    print(f"[old_log_prob] {decision.describe()}", file=sys.stderr, flush=True)
     return decision
 
 
