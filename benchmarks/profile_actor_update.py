@@ -151,6 +151,8 @@ def main() -> None:
     print(f"update_model_gflop: {flops / 1e9:.1f}")
     print(f"update_mfu: {flops / best / peak:.3f}")
     print(f"update_hfu: {(flops + recompute) / best / peak:.3f}  (counts the recomputed forward)", flush=True)
+    print(f"lm_head_logprob_s: {_time_lm_head(module, response_tokens, peak_dtype):.2f}  (the update's LM head matmul, "
+          f"log-softmax and entropy on its {response_tokens} response positions, forward + backward)", flush=True)
 
     with profile(activities=[ProfilerActivity.CPU], record_shapes=False) as prof:
         start = time.perf_counter()
@@ -163,6 +165,33 @@ def main() -> None:
         print(f"  {category:28s} {seconds:7.2f} s  {seconds / total:6.1%}")
     if args.table:
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.table))
+
+
+def _time_lm_head(module, positions: int, dtype, repeats: int = 3) -> float:
+    """Seconds of the LM head's share of one update, timed on its own: the (positions x hidden) @ (hidden x vocab)
+    matmul, log-probs of the labels and the entropy metric, forward and backward. The profile cannot tell these
+    apart from the layers' matmuls and elementwise ops, so they are timed here."""
+    import torch
+
+    from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+
+    cfg = module.config
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(cfg.vocab_size, cfg.hidden_size, generator=gen).to(dtype) * 0.02
+    hidden = torch.randn(positions, cfg.hidden_size, generator=gen).to(dtype).requires_grad_()
+    weight.requires_grad_()
+    labels = torch.randint(0, cfg.vocab_size, (positions,), generator=gen)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        logits = hidden @ weight.t()
+        log_probs = logprobs_from_logits(logits, labels)
+        with torch.no_grad():
+            entropy_from_logits(logits.detach())
+        log_probs.sum().backward()
+        best = min(best, time.perf_counter() - start)
+        hidden.grad = weight.grad = None
+    return best
 
 
 def _lm_head_share(module, lengths: list[int], response_tokens: int) -> float:
