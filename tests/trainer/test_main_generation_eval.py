@@ -50,7 +50,9 @@ def test_greedy_generation_matches_hf_generate(setup):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     root, model_dir, data = setup
-    out = generate(model_dir, data, root / "greedy.parquet", "rollout.do_sample=false", "rollout.temperature=0")
+    # fp32 compute: compared token for token with HF's fp32 generate (the default is the hardware's dtype)
+    out = generate(model_dir, data, root / "greedy.parquet", "rollout.do_sample=false", "rollout.temperature=0",
+                   "actor.fsdp_config.mixed_precision.param_dtype=fp32")
     rows = pq.read_table(out).to_pylist()
     source = pq.read_table(data).to_pylist()
     assert len(rows) == 6 and all(len(r["responses"]) == 1 for r in rows)
