@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from verl.utils.device import get_device_name, has_fast_bf16, hardware_compute_dtype
+from verl.utils.device import get_device_name, hardware_compute_dtype, has_fast_bf16
 
 logger = logging.getLogger(__name__)
 
