@@ -40,6 +40,8 @@ def test_lora_run_syncs_merged_weights_and_uses_the_base_model_as_reference(tmp_
     overrides = tiny_run_overrides(model_dir, data_dir, run_dir, adv_estimator="grpo") + [
         f"custom_reward_function.path={REPO / 'tests/e2e/hash_reward.py'}",
         "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.dtype=float32",
+        # the actor in fp32 as well: engine and actor are compared to 1e-3 (the default is the hardware's dtype)
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
         "actor_rollout_ref.rollout.calculate_log_probs=true", "actor_rollout_ref.rollout.max_num_seqs=16",
         "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
         "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.01",

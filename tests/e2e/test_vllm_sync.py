@@ -80,6 +80,8 @@ def test_engines_follow_the_actor_only_through_the_sync(tmp_path: Path) -> None:
     overrides = tiny_run_overrides(model_dir, data_dir, tmp_path / "run", adv_estimator="grpo") + [
         f"custom_reward_function.path={REPO / 'tests/e2e/hash_reward.py'}",
         "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.dtype=float32",
+        # the actor in fp32 as well: engine and actor are compared to 1e-3 (the default is the hardware's dtype)
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
         "actor_rollout_ref.rollout.calculate_log_probs=true", "actor_rollout_ref.rollout.max_num_seqs=16",
     ]
     trainer, tracker, report_dir = build_trainer(validate_config(load_config(overrides)))
