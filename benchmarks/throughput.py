@@ -79,8 +79,10 @@ def _batch(args, vocab_size: int, eos_id: int, pad_id: int):
     from verl.utils.torch_functional import compute_position_id_with_mask, get_response_mask
 
     gen = torch.Generator().manual_seed(args.seed)
-    n, p_len, r_len = args.responses, args.max_prompt_length, args.max_response_length
-    prompt_lengths = torch.randint(args.min_prompt_length, p_len + 1, (n,), generator=gen)
+    # prompts left-padded to max_prompt_length, or to a longer prompt_pad_length (the demo's 256)
+    n, r_len = args.responses, args.max_response_length
+    p_len = getattr(args, "prompt_pad_length", None) or args.max_prompt_length
+    prompt_lengths = torch.randint(args.min_prompt_length, args.max_prompt_length + 1, (n,), generator=gen)
     response_lengths = torch.linspace(args.min_response_length, r_len, n).round().long()[torch.randperm(n, generator=gen)]
     ids = torch.randint(3, vocab_size, (n, p_len + r_len), generator=gen)
     ids[ids == eos_id] = eos_id + 1
