@@ -419,7 +419,6 @@ def test_info_and_size_strings(capsys):
 
 @pytest.fixture(scope="module")
 def local_ray(tmp_path_factory):
-    os.environ["RAY_AUTH_MODE"] = "disabled"
     import ray
 
     ray.init(

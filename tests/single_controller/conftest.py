@@ -17,6 +17,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _prepare_env() -> None:
+    # Test clusters of raylets on this one machine turn Ray's token authentication off explicitly (verl leaves
+    # Ray's default alone: tests/single_controller/test_ray_local_security.py).
     os.environ["RAY_AUTH_MODE"] = "disabled"
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if HERE not in paths:

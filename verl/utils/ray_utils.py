@@ -1,14 +1,18 @@
 """Starting (or joining) Ray the way every verl entry point needs it.
 
-A local start gets a bounded object store, no dashboard, authentication off, and its temp dir (logs, sockets)
-under the run's output folder so a run's Ray logs sit next to its checkpoints. Setting RAY_ADDRESS (or
+A local start gets a bounded object store, no dashboard, servers bound to loopback only (nothing on the network can
+reach the instance: Ray runs whatever code a client sends it), Ray's own default authentication (token mode since
+Ray 2.5x; RAY_AUTH_MODE=disabled is the user's explicit choice, never ours), and its temp dir (logs, sockets) under
+the run's output folder so a run's Ray logs sit next to its checkpoints. Setting RAY_ADDRESS (or
 `ray_kwargs.ray_init.address`) joins an existing cluster instead; then the cluster's own settings apply.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+from collections.abc import Iterator
 from typing import Any, Mapping
 
 DEFAULT_OBJECT_STORE_BYTES = 1 << 30
@@ -97,15 +101,57 @@ def init_ray(
 
     if ray.is_initialized():
         return None
-    # Ray 2.5x+ may require token auth; a single-user run on its own machine or cluster does not.
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     kwargs = build_ray_init_kwargs(ray_kwargs, run_dir=run_dir, num_cpus=num_cpus)
-    if "address" not in kwargs:
+    local_start = "address" not in kwargs
+    loopback = local_start and "_node_ip_address" not in kwargs
+    if local_start:
         # Ray starts its workers at nice 15, fit for background tasks beside a busy driver. Here the workers are the
         # training itself: at 15 anything else on the machine starves them (steps 3-6x slower beside one other job).
         # The local raylet and its workers inherit this; RAY_worker_niceness=15 restores Ray's default.
         os.environ.setdefault("RAY_worker_niceness", "0")
     if "_temp_dir" in kwargs:
         os.makedirs(kwargs["_temp_dir"], exist_ok=True)
-    ray.init(**kwargs)
+    if loopback:
+        with _loopback_node_ip():
+            ray.init(**kwargs)
+        _warn_unless_loopback(ray.get_runtime_context().gcs_address)
+    else:
+        ray.init(**kwargs)
     return kwargs
+
+
+@contextlib.contextmanager
+def _loopback_node_ip() -> Iterator[None]:
+    """While Ray starts: make the instance advertise, and so bind every server to, the loopback address.
+
+    ray.init turns an explicit `_node_ip_address="127.0.0.1"` into the machine's routable IP, and its servers then
+    listen on every interface. Ray's own switch for a local-only instance is RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+    (the default on macOS/Windows): the node IP becomes loopback, and the GCS, raylet, object manager and worker
+    servers bind to it. Ray reads it once at import, so an already-imported Ray gets the value set directly. Both are
+    restored afterwards: left set, a later `ray start --address=...` from this environment would refuse to join.
+    """
+    from ray._private import ray_constants
+
+    name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
+    env_before, constant_before = os.environ.get(name), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[name] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = constant_before
+        if env_before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = env_before
+
+
+def _warn_unless_loopback(gcs_address: str) -> None:
+    host = gcs_address.rsplit(":", 1)[0].strip("[]")
+    if host not in ("127.0.0.1", "::1", "localhost"):
+        import warnings
+
+        warnings.warn(f"the local Ray instance advertises {gcs_address}, not loopback: its servers may be reachable "
+                      "from the network. Check that nothing else sets Ray's node IP (RAY_NODE_IP_ADDRESS, "
+                      "ray_kwargs.ray_init._node_ip_address), or firewall the machine.",
+                      RuntimeWarning, stacklevel=3)
