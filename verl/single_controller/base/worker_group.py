@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from verl.single_controller.base.deadlines import WorkerDeadlines, count_samples
 from verl.single_controller.base.decorator import Execute, registered_methods
 from verl.single_controller.base.dispatch import PAD_SIZE_KWARG, get_predefined_dispatch_fn, unpad_result
 
@@ -79,6 +80,8 @@ class WorkerGroup:
         # Shown in error messages: which job this group does.
         self.roles: list[str] = []
         self.name_prefix: str = kwargs.get("name_prefix") or "worker_group"
+        # How long each blocking call may take (None: no deadline); see deadlines.py.
+        self.deadlines: WorkerDeadlines | None = kwargs.get("deadlines")
 
     @property
     def world_size(self) -> int:
@@ -99,21 +102,25 @@ class WorkerGroup:
     def execute_rank_zero_async(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
 
-    def wait_for_results(self, handles: list[Any], ranks: list[int], method_name: str) -> list[Any]:
-        """Block until every handle has a value; raise the first failure with the rank that produced it."""
+    def wait_for_results(self, handles: list[Any], ranks: list[int], method_name: str,
+                         samples: int = 0) -> list[Any]:
+        """Block until every handle has a value; raise the first failure with the rank that produced it.
+        `samples` (rows of the call's batch) scales the call's deadline (``self.deadlines``)."""
         raise NotImplementedError
 
     # ---- generic call path -------------------------------------------------------------------------------------
     def execute_all_sync(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        samples = count_samples(args, kwargs)
         handles = self.execute_all_async(method_name, *args, **kwargs)
-        return self.wait_for_results(handles, list(range(self.world_size)), method_name)
+        return self.wait_for_results(handles, list(range(self.world_size)), method_name, samples)
 
     def execute_all(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
         return self.execute_all_async(method_name, *args, **kwargs)
 
     def execute_rank_zero_sync(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
+        samples = count_samples(args, kwargs)
         handle = self.execute_rank_zero_async(method_name, *args, **kwargs)
-        return self.wait_for_results([handle], [0], method_name)[0]
+        return self.wait_for_results([handle], [0], method_name, samples)[0]
 
     def execute_rank_zero(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
         return self.execute_rank_zero_async(method_name, *args, **kwargs)
@@ -126,12 +133,13 @@ class WorkerGroup:
             return self.execute_rank_zero_async(method_name, *args, **kwargs)
 
         fns = get_predefined_dispatch_fn(attrs["dispatch_mode"])
+        samples = count_samples(args, kwargs)  # before dispatch splits (and pads) the batch
         args, kwargs = fns["dispatch_fn"](self, *args, **kwargs)
         kwargs = dict(kwargs)
         pad_size = kwargs.pop(PAD_SIZE_KWARG, 0)
         handles = self.execute_all_async(method_name, *args, **kwargs)
         if blocking:
-            handles = self.wait_for_results(handles, list(range(self.world_size)), method_name)
+            handles = self.wait_for_results(handles, list(range(self.world_size)), method_name, samples)
         return unpad_result(fns["collect_fn"](self, handles), pad_size)
 
     def _make_group_method(self, method_name: str, attrs: dict, doc: str | None) -> Callable:

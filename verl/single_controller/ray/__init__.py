@@ -5,6 +5,8 @@ from verl.single_controller.ray.base import (
     RayResourcePool,
     RayWorkerGroup,
     ResourcePoolManager,
+    WorkerDeadlineError,
+    WorkerDeadlines,
     WorkerGroupError,
     create_colocated_worker_cls,
 )
@@ -14,6 +16,8 @@ __all__ = [
     "RayResourcePool",
     "RayWorkerGroup",
     "ResourcePoolManager",
+    "WorkerDeadlineError",
+    "WorkerDeadlines",
     "WorkerGroupError",
     "create_colocated_worker_cls",
 ]

@@ -11,16 +11,24 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from verl.single_controller.base.deadlines import WorkerDeadlines, stage_of
 from verl.single_controller.base.worker import TORCH_THREADS_ENV, Worker
 from verl.single_controller.base.worker_group import WorkerGroup
 from verl.single_controller.ray.class_with_args import RayClassWithInitArgs
 from verl.single_controller.ray.colocate import create_colocated_worker_cls
-from verl.single_controller.ray.errors import CallSite, WorkerGroupError, translate_error
+from verl.single_controller.ray.errors import (
+    CallSite,
+    WorkerDeadlineError,
+    WorkerGroupError,
+    deadline_error,
+    translate_error,
+)
 from verl.single_controller.ray.resource_pool import RayResourcePool, ResourcePoolManager
 from verl.utils.device import DEVICE_ENV
 
@@ -29,6 +37,8 @@ __all__ = [
     "RayResourcePool",
     "RayWorkerGroup",
     "ResourcePoolManager",
+    "WorkerDeadlineError",
+    "WorkerDeadlines",
     "WorkerGroupError",
     "create_colocated_worker_cls",
 ]
@@ -49,9 +59,11 @@ class RayWorkerGroup(WorkerGroup):
         detached: bool = False,
         worker_names: list[str] | None = None,
         worker_handles: list[Any] | None = None,
+        deadlines: WorkerDeadlines | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(resource_pool=resource_pool, name_prefix=name_prefix or secrets.token_hex(3))
+        super().__init__(resource_pool=resource_pool, name_prefix=name_prefix or secrets.token_hex(3),
+                         deadlines=deadlines)
         if ray_cls_with_init is None:
             raise ValueError("RayWorkerGroup needs ray_cls_with_init=RayClassWithInitArgs(WorkerClass, ...)")
         self.ray_cls_with_init = ray_cls_with_init
@@ -150,7 +162,7 @@ class RayWorkerGroup(WorkerGroup):
             view.ray_cls_with_init, view.resource_pool, view._detached = self.ray_cls_with_init, None, self._detached
             view._owns_pool_slot = False
             view._workers, view._worker_names = self._workers, self._worker_names
-            view._worker_info, view.roles = self._worker_info, [role]
+            view._worker_info, view.roles, view.deadlines = self._worker_info, [role], self.deadlines
             view._bind_worker_method(self.ray_cls_with_init.user_class(), method_names=method_names[role])
             views[role] = view
         return views
@@ -176,12 +188,18 @@ class RayWorkerGroup(WorkerGroup):
     def execute_rank_zero_async(self, method_name: str, *args: Any, **kwargs: Any) -> ray.ObjectRef:
         return getattr(self._workers[0], method_name).remote(*args, **kwargs)
 
-    def wait_for_results(self, handles: list[Any], ranks: list[int], method_name: str) -> list[Any]:
+    def wait_for_results(self, handles: list[Any], ranks: list[int], method_name: str,
+                         samples: int = 0) -> list[Any]:
         position = {ref: i for i, ref in enumerate(handles)}
         results: list[Any] = [None] * len(handles)
         pending = list(handles)
+        timeout_s = self.deadlines.for_call(method_name, samples) if self.deadlines is not None else None
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, pending = ray.wait(pending, num_returns=1, timeout=remaining)
+            if not ready:
+                raise self._overrun([ranks[position[ref]] for ref in pending], method_name, samples, timeout_s)
             for ref in ready:
                 i = position[ref]
                 try:
@@ -190,6 +208,14 @@ class RayWorkerGroup(WorkerGroup):
                     site = self._call_site(ranks[i], method_name)
                     raise translate_error(err, site) from None
         return results
+
+    def _overrun(self, pending: list[int], method_name: str, samples: int, timeout_s: float) -> WorkerDeadlineError:
+        """Kill the group (a hung rank may hold the others in a collective) and name what was still running."""
+        names = [self._worker_names[r] if r < len(self._worker_names) else "?" for r in pending]
+        self.shutdown()
+        return deadline_error(self._call_site(pending[0], method_name), stage_of(method_name), pending, names,
+                              timeout_s, self.deadlines.explain(method_name, samples),
+                              self.deadlines.which_key(method_name))
 
     def _call_site(self, rank: int, method_name: str) -> CallSite:
         return CallSite(

@@ -2,7 +2,8 @@
 
 A method that raises comes back as the user's own exception type (so `except ValueError` in the driver works)
 with a note naming the rank, group and method plus the remote traceback. A worker process that died comes back
-as `WorkerGroupError` naming the worker, its rank and its roles.
+as `WorkerGroupError` naming the worker, its rank and its roles. A call whose deadline passes comes back as
+`WorkerDeadlineError` (a WorkerGroupError and a TimeoutError) naming the stage, the method and the ranks still running.
 """
 
 from __future__ import annotations
@@ -14,6 +15,17 @@ import ray
 
 class WorkerGroupError(RuntimeError):
     """A worker of a group is gone (killed, out of memory, node lost); the group cannot continue."""
+
+
+class WorkerDeadlineError(WorkerGroupError, TimeoutError):
+    """A call's deadline passed with ranks still running; the group's workers were killed so the run ends."""
+
+    def __init__(self, message: str, *, stage: str, method: str, pending_ranks: list[int], timeout_s: float) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.method = method
+        self.pending_ranks = list(pending_ranks)
+        self.timeout_s = timeout_s
 
 
 @dataclass(frozen=True)
@@ -81,3 +93,18 @@ def translate_error(err: BaseException, site: CallSite) -> BaseException:
             f"{type(err).__name__}: {err}"
         )
     return err
+
+
+def deadline_error(site: CallSite, stage: str, pending: list[int], pending_names: list[str], timeout_s: float,
+                   explanation: str, key: str) -> WorkerDeadlineError:
+    """The error for a call at `site` (rank: the first still running) that outlived its deadline."""
+    roles = ", ".join(site.roles) or "?"
+    return WorkerDeadlineError(
+        f"deadline overrun: stage {stage}, method {site.method} of worker group '{site.group}' (roles: {roles}) "
+        f"had no result after {timeout_s:g} s ({explanation}); ranks still running: "
+        f"{', '.join(map(str, pending))} of {site.world_size} (workers: {', '.join(pending_names)}). The group's "
+        f"workers were killed so the run ends instead of hanging. If this stage legitimately needs longer, raise "
+        f"{key}; otherwise look for a hang (a deadlocked collective, a stuck file system) in the workers' logs "
+        f"(Ray temp dir, logs/worker-*.err).",
+        stage=stage, method=site.method, pending_ranks=pending, timeout_s=timeout_s,
+    )
