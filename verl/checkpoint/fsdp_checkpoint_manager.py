@@ -4,7 +4,8 @@ One role's folder (`global_step_N/actor`, `.../critic`):
 
     model/                                   DCP: every rank's weight shards + .metadata (global shapes)
     optimizer/                               DCP: the optimizer state, sharded the same way
-    extra_state_world_size_W_rank_R.pt       LR scheduler + that rank's RNG states (torch, numpy, random)
+    extra_state_world_size_W_rank_R.pt       LR scheduler + that rank's RNG states (torch, numpy, random) + the
+                                             role's step state (its update counter: it seeds the mini-batch shuffle)
     huggingface/                             config.json, generation_config.json, tokenizer (+ weights with hf_model)
     lora_adapter/                            LoRA roles: the peft adapter (adapter_config.json + safetensors)
     manifest.json                            every file above with size and sha256; written last
@@ -72,6 +73,15 @@ class AdapterIO(Protocol):
     def save_adapter(self, folder: str, full_state: Mapping[str, torch.Tensor]) -> None: ...
 
 
+class StepState(Protocol):
+    """Counters of a role that shape its next step (the actor's and critic's update counts, which seed the
+    mini-batch shuffle): plain ints, saved in the extra state and restored with it."""
+
+    def step_state(self) -> dict[str, int]: ...
+
+    def load_step_state(self, state: Mapping[str, int]) -> None: ...
+
+
 def extra_state_name(world_size: int, rank: int) -> str:
     return f"extra_state_world_size_{world_size}_rank_{rank}.pt"
 
@@ -82,9 +92,11 @@ def _has_state(optimizer: torch.optim.Optimizer | None) -> bool:
 
 class FSDPCheckpointManager(BaseCheckpointManager):
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, lr_scheduler: Any = None,
-                 processing_class: Any = None, checkpoint_config: Any = None, adapter: AdapterIO | None = None) -> None:
+                 processing_class: Any = None, checkpoint_config: Any = None, adapter: AdapterIO | None = None,
+                 step_state: StepState | None = None) -> None:
         super().__init__(model, optimizer, lr_scheduler, processing_class, checkpoint_config)
         self.adapter = adapter
+        self.step_state = step_state
 
     @property
     def hf_model(self) -> torch.nn.Module:
@@ -123,7 +135,10 @@ class FSDPCheckpointManager(BaseCheckpointManager):
 
     def _extra_state(self) -> dict[str, Any]:
         scheduler = self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None
-        return {"lr_scheduler": scheduler, "rng": get_rng_state(), "world_size": self.world_size, "rank": self.rank}
+        state = {"lr_scheduler": scheduler, "rng": get_rng_state(), "world_size": self.world_size, "rank": self.rank}
+        if self.step_state is not None:
+            state["step_state"] = {k: int(v) for k, v in self.step_state.step_state().items()}
+        return state
 
     def _save_hf(self, hf_dir: str) -> None:
         hf_model = self.hf_model
@@ -219,6 +234,12 @@ class FSDPCheckpointManager(BaseCheckpointManager):
             if not optimizer_loaded and self.optimizer is not None:
                 for group, lr in zip(self.optimizer.param_groups, self.lr_scheduler.get_last_lr()):
                     group["lr"] = lr
+        if self.step_state is not None:
+            if "step_state" in extra:  # the same on every rank, so any rank's file serves a new world size
+                self.step_state.load_step_state(extra["step_state"])
+            elif self.rank == 0:
+                logger.warning("%s predates saved update counters: they restart at 0, so with shuffle=true the "
+                               "mini-batch order differs from an uninterrupted run", local_path)
         if same_world:
             set_rng_state(extra["rng"])  # last, so nothing above draws from the restored streams
         elif self.rank == 0:

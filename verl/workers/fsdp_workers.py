@@ -225,7 +225,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         from verl.workers.rollout.agent_loop.backends import HFBackend, VLLMBackend
 
         if self.config.rollout.name == "vllm":
-            return VLLMBackend(self.rollout)
+            return VLLMBackend(self.rollout, meta)
         return HFBackend(self.rollout, meta, self.config.rollout.prompt_length)
 
     def _eos_token_ids(self) -> list[int]:
@@ -287,7 +287,8 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         if getattr(self, "_ckpt_manager", None) is None:
             self._ckpt_manager = FSDPCheckpointManager(
                 self.actor_module, getattr(self, "actor_optimizer", None), getattr(self, "actor_lr_scheduler", None),
-                self.tokenizer, self.config.actor.checkpoint, adapter=adapter_io(self.actor_module))
+                self.tokenizer, self.config.actor.checkpoint, adapter=adapter_io(self.actor_module),
+                step_state=getattr(self, "actor", None) if self._is_actor else None)
         return self._ckpt_manager
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -355,7 +356,8 @@ class CriticWorker(_FSDPWorkerBase):
         if getattr(self, "_ckpt_manager", None) is None:
             self._ckpt_manager = FSDPCheckpointManager(self.critic_module, self.critic_optimizer,
                                                        self.critic_lr_scheduler, self._checkpoint_tokenizer(),
-                                                       self._cfg.checkpoint, adapter=adapter_io(self.critic_module))
+                                                       self._cfg.checkpoint, adapter=adapter_io(self.critic_module),
+                                                       step_state=self.critic)
         return self._ckpt_manager
 
     def _checkpoint_tokenizer(self):

@@ -22,6 +22,7 @@ response token — the same log-probs as the padded path, without compute on pad
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -63,6 +64,14 @@ class DataParallelPPOActor(BasePPOActor):
         self.use_remove_padding = config.use_remove_padding
         if self.use_remove_padding:
             enable_varlen_attention(actor_module)
+
+    # -- state that shapes the next update (saved with the checkpoint's extra state) -------------------------------
+
+    def step_state(self) -> dict[str, int]:
+        return {"update_calls": self._update_calls}
+
+    def load_step_state(self, state: Mapping[str, int]) -> None:
+        self._update_calls = int(state["update_calls"])
 
     # -- forward -------------------------------------------------------------------------------------------------
 

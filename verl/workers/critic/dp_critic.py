@@ -13,6 +13,7 @@ Micro-batch losses are weighted by their share of the mini-batch (tokens for tok
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -44,6 +45,13 @@ class DataParallelPPOCritic(BasePPOCritic):
         self.use_remove_padding = config.model.use_remove_padding
         if self.use_remove_padding:
             enable_varlen_attention(critic_module)
+
+    def step_state(self) -> dict[str, int]:
+        """What shapes the next update beyond weights and optimizer: the update count seeds the shuffle."""
+        return {"update_calls": self._update_calls}
+
+    def load_step_state(self, state: Mapping[str, int]) -> None:
+        self._update_calls = int(state["update_calls"])
 
     def _forward_micro_batch(self, micro_batch: TensorDict) -> torch.Tensor:
         response_length = micro_batch["responses"].size(-1)

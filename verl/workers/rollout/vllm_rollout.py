@@ -19,6 +19,7 @@ import torch
 from verl.protocol import DataProto
 from verl.utils.device import get_device_name
 from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.seeding import SamplingSeeds, seeded
 from verl.workers.rollout.vllm.batching import prompt_token_lists, response_log_prob_rows, responses_to_batch
 from verl.workers.rollout.vllm.engine import (
     build_llm,
@@ -55,7 +56,8 @@ class _ReloadWarnings(logging.Handler):
 
 class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
     """``config`` is ``actor_rollout_ref.rollout`` (a RolloutConfig). ``local_rank`` / ``local_world_size`` place the engine's
-    threads on a core of its own when the node has one per rank; ``seed`` (+ rank) seeds the engine's sampler;
+    threads on a core of its own when the node has one per rank; ``seed`` (+ rank) seeds the engine, and ``seed`` with
+    the data-parallel rank every sampled request's own generator (verl.workers.rollout.seeding);
     ``trust_remote_code`` is ``actor_rollout_ref.model.trust_remote_code``, for the engine's own model load."""
 
     def __init__(self, model_path: str, config: Any, tokenizer=None, model_hf_config=None, *, rank: int = 0,
@@ -84,6 +86,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
         self.sleeper = KVCacheSleeper(self.llm, self.worker, on_cpu=on_cpu,
                                       enabled=config.free_cache_engine)
         self.needs_weights = kwargs["load_format"] == "dummy"
+        self.seeds = SamplingSeeds(seed, dp_rank=rank // max(1, int(config.tensor_model_parallel_size)))
         self.last_sync_s = 0.0
         kv = kwargs.get("kv_cache_memory_bytes")
         logger.info("vLLM engine up in %.1fs (rank %d, dtype %s%s, core %s, %s threads)", self.engine_start_s, rank,
@@ -106,8 +109,10 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
         idx = prompts.batch["input_ids"]
         prompt_mask = prompts.batch["attention_mask"]
         requests = [TokensPrompt(prompt_token_ids=t) for t in prompt_token_lists(idx, prompt_mask)]
+        call = self.seeds.next_call(meta)  # every row its own seed: a resumed run samples the same tokens
+        per_request = [SamplingParams(**seeded(params, call.seed(row))) for row in range(len(requests))]
         with engine_placement(self.core, self.threads):
-            outputs = self.llm.generate(requests, SamplingParams(**params), use_tqdm=False)
+            outputs = self.llm.generate(requests, per_request, use_tqdm=False)
         responses = [list(o.outputs[0].token_ids) for o in outputs]
         log_probs = None
         if "logprobs" in params:

@@ -10,24 +10,38 @@ import torch
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask
 from verl.workers.rollout.agent_loop.server import EngineRequest, TokenOutput
+from verl.workers.rollout.seeding import seeded
 
 __all__ = ["VLLMBackend", "HFBackend"]
 
 
 class VLLMBackend:
-    """The in-process vLLM engine of a ``vLLMRollout``: requests join its continuous batch as they arrive."""
+    """The in-process vLLM engine of a ``vLLMRollout``: requests join its continuous batch as they arrive. ``meta``:
+    the generate call's meta_info; with the request's (row, turn) it gives each sampled request its own seed, so
+    what a trajectory samples does not depend on what it was batched with (verl.workers.rollout.seeding)."""
 
-    def __init__(self, rollout: Any) -> None:
+    def __init__(self, rollout: Any, meta: dict[str, Any] | None = None) -> None:
         rollout._require_weights()
         self.rollout = rollout
         self.engine = rollout.llm.llm_engine
+        self.call_seeds = rollout.seeds.next_call(meta)
+        self.unordered = 0  # requests submitted without a (row, turn): numbered by arrival
         self.pending: dict[str, EngineRequest] = {}
         self.started: set[str] = set()  # requests that have been through at least one engine step
+
+    def request_seed(self, order: tuple) -> int:
+        if len(order) >= 2:
+            return self.call_seeds.seed(int(order[0]), int(order[1]))
+        self.unordered += 1
+        return self.call_seeds.seed(-1, self.unordered)
 
     def add(self, request: EngineRequest) -> None:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        if request.sampling_params.get("seed") is None:
+            # set on the request itself: a tensor-parallel leader forwards these params to its followers (lockstep.py)
+            request.sampling_params = seeded(request.sampling_params, self.request_seed(request.order))
         self.engine.add_request(request.request_id, TokensPrompt(prompt_token_ids=request.prompt_ids),
                                 SamplingParams(**request.sampling_params))
         self.pending[request.request_id] = request
