@@ -18,8 +18,11 @@ import torch
 from omegaconf import ListConfig
 from torch.utils.data import Dataset
 
+from verl.data.data_check import sample_rows
 from verl.data.parquet_files import read_parquet_files
 from verl.data.prompt_ids import TRUNCATION_MODES, left_pad, truncate_ids
+from verl.data.prompt_text import as_messages as _as_messages
+from verl.data.prompt_text import chat_text as _chat_text
 from verl.utils.torch_functional import compute_position_id_with_mask
 
 _LENGTH_BATCH = 1024
@@ -31,29 +34,6 @@ def _as_file_list(data_files: str | list[str] | ListConfig) -> list[str]:
     if isinstance(data_files, str):
         return [data_files]
     return [str(path) for path in data_files]
-
-
-def _as_messages(prompt: Any, row: int, prompt_key: str) -> list[dict[str, Any]]:
-    """The chat messages of a row; a plain string is taken as one user message."""
-    if isinstance(prompt, str):
-        return [{"role": "user", "content": prompt}]
-    if isinstance(prompt, list | tuple | np.ndarray) and all(
-        isinstance(message, dict) and "role" in message and "content" in message for message in prompt
-    ):
-        return [dict(message) for message in prompt]
-    raise ValueError(
-        f"row {row}: column {prompt_key!r} (data.prompt_key) must hold chat messages "
-        f"[{{'role': ..., 'content': ...}}, ...] or a string, got {prompt!r:.200}"
-    )
-
-
-def _chat_text(tokenizer: Any, messages: list[dict[str, Any]]) -> str:
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise ValueError(
-            "the tokenizer has no chat_template, so chat prompts cannot be rendered; use an instruct model's "
-            "tokenizer (or set tokenizer.chat_template)"
-        )
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
 def _prompt_lengths(prompts: list[Any], rows: list[int], tokenizer: Any, prompt_key: str) -> dict[str, list[int]]:
@@ -135,15 +115,13 @@ class RLHFDataset(Dataset):
     def _take_max_samples(self, frame: Any) -> Any:
         if self.max_samples is None or self.max_samples < 0 or self.max_samples >= len(frame):
             return frame
-        if self.shuffle:
-            rng = np.random.default_rng(self.seed)
-            indices = rng.choice(len(frame), size=self.max_samples, replace=False).tolist()
-        else:
-            indices = list(range(self.max_samples))
+        indices = sample_rows(len(frame), self.max_samples, self.shuffle, self.seed)  # as the data check picks
         print(f"[RLHFDataset] kept {self.max_samples} of {len(frame)} rows (max_samples)")
         return frame.select(indices)
 
     def _drop_overlong(self, frame: Any) -> Any:
+        if len(frame) == 0:  # not "every prompt is too long": there are none
+            raise ValueError(f"{self.data_files} hold no rows; point data.train_files / data.val_files at the data")
         # data.filter_overlong_prompts_workers processes tokenize the prompts (one: in this process)
         workers = self.filter_overlong_prompts_workers
         lengths = frame.select_columns([self.prompt_key]).map(
@@ -160,8 +138,8 @@ class RLHFDataset(Dataset):
         )
         if not keep:
             raise ValueError(
-                f"every prompt in {self.data_files} is longer than data.max_prompt_length={self.max_prompt_length} "
-                "tokens; raise data.max_prompt_length"
+                f"every one of the {len(lengths)} prompts in {self.data_files} is longer than "
+                f"data.max_prompt_length={self.max_prompt_length} tokens; raise data.max_prompt_length"
             )
         return frame.select(keep) if dropped else frame
 

@@ -3,7 +3,8 @@
 The config is checked in two places before any worker starts: override keys before Hydra parses them
 (so a typo gets a suggestion), and the composed config inside the Hydra main, which turns it into the typed
 PPOTrainerConfig every later stage receives. Nothing heavy (torch, ray) is imported until the config has
-passed, so mistakes are reported in about a second.
+passed, so mistakes are reported in about a second. The train and val files are then checked row by row
+(verl/data/data_check.py) before Ray starts; their problems are reported the same way, exit status 2.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import warnings
 import hydra
 from omegaconf import DictConfig
 
+from verl.data.data_check import DataCheckError
 from verl.trainer.config import ConfigError, ConfigWarning, PPOTrainerConfig, prepare_argv, validate_config
 
 CONFIG_ERROR_EXIT = 2
@@ -21,7 +23,12 @@ CONFIG_ERROR_EXIT = 2
 
 @hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)
 def main(config: DictConfig) -> None:
-    run_ppo(check(config))
+    typed = check(config)
+    try:
+        run_ppo(typed)
+    except DataCheckError as error:  # found by the data check before Ray started: plain lines, no traceback
+        print(f"Invalid data:\n{error}", file=sys.stderr)
+        sys.exit(CONFIG_ERROR_EXIT)
 
 
 def device_problems(config: PPOTrainerConfig) -> list[str]:

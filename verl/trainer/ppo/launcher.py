@@ -64,6 +64,7 @@ def build_trainer(config: PPOTrainerConfig | Any):
     from verl.data.rl_dataset import collate_fn
     from verl.data.rl_loading import create_rl_dataset, create_rl_sampler
     from verl.models.loader import load_tokenizer
+    from verl.trainer.ppo.data_check import check_data
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.reward import load_reward_manager
     from verl.trainer.ppo.sandbox_service import start_run_sandbox
@@ -79,11 +80,13 @@ def build_trainer(config: PPOTrainerConfig | Any):
     log_defaults(resolve_ppo_defaults(config))  # the hardware's dtypes in place of null, logged once
     run_dir = _run_dir(config)
     report_dir = _report_dir(config)
-    os.makedirs(report_dir, exist_ok=True)
     data = config.data
     model = config.actor_rollout_ref.model
     tokenizer = load_tokenizer(data.tokenizer or model.path, "data.tokenizer",
                                trust_remote_code=data.trust_remote_code, custom_chat_template=model.custom_chat_template)
+    # every row of the train and val files, before Ray: a bad row must not surface when its batch comes up
+    check_data(config, tokenizer)
+    os.makedirs(report_dir, exist_ok=True)
     train_dataset = create_rl_dataset(data.train_files, data, tokenizer, max_samples=data.train_max_samples)
     val_dataset = None
     if data.val_files:
