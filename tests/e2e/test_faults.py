@@ -30,3 +30,108 @@ pytestmark = [pytest.mark.e2e]
 
 # == data checked before Ray: a row without ground truth, an overlong prompt, an empty val file ====================
 # (section: data)
+# Each case runs the real entry (`python -m verl.trainer.main_ppo`) on a bad file and times how long the problem
+# takes to surface: the data check refuses before Ray, a model or a worker starts, so nothing is written.
+
+
+def _data_row(content: str, index: int, truth: str | None = "7") -> dict:
+    return {"data_source": "arithmetic", "prompt": [{"role": "user", "content": content}], "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": truth}, "extra_info": {"split": "train", "index": index}}
+
+
+_LONG_PROMPT = "Compute 12 + 5 - 3 and explain every step of the working in words. " * 20  # > 128 tokens
+
+
+def _write_data(folder, train: list[dict], val: list[dict]):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, rows in (("train", train), ("test", val)):
+        table = pa.Table.from_pylist(rows or [_data_row("x", 0)])
+        pq.write_table(table if rows else table.slice(0, 0), str(folder / f"{name}.parquet"))
+    return folder
+
+
+def _run_main_ppo(tmp_path, data_dir, *extra: str, model_dir=None, timeout: int = 120):
+    """(exit status, stdout + stderr, seconds) of main_ppo on the tiny run's overrides plus `extra`."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers.e2e import REPO, default_tokenizer_dir, tiny_run_overrides
+
+    overrides = tiny_run_overrides(model_dir or default_tokenizer_dir(), data_dir, tmp_path / "run")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *overrides, *extra], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=timeout)
+    seconds = time.monotonic() - start
+    print(f"surfaced after {seconds:.1f} s")  # the figure docs/reliability.md quotes (pytest -s shows it)
+    return result.returncode, result.stdout + result.stderr, seconds
+
+
+def _assert_refused_before_ray(tmp_path, code: int, output: str, seconds: float) -> None:
+    assert code == 2, output[-3000:]
+    assert "Invalid data:" in output and "Traceback" not in output, output[-3000:]
+    assert "Ray" not in output and not (tmp_path / "run").exists()  # no Ray, no run folder: nothing to lose
+    assert seconds < 60
+
+
+def test_fault_row_without_ground_truth(tmp_path):
+    rows = [_data_row(f"Compute {i} + 1.", i, truth=str(i + 1)) for i in range(8)]
+    rows[5]["reward_model"] = {"style": "rule", "ground_truth": None}
+    data = _write_data(tmp_path / "data", rows, [_data_row("Compute 1 + 1.", 0, "2")])
+    code, output, seconds = _run_main_ppo(tmp_path, data)
+    _assert_refused_before_ray(tmp_path, code, output, seconds)
+    assert "data.train_files: 1 of 8 rows have no reward_model.ground_truth" in output
+    assert "train.parquet row 5." in output
+
+
+def test_fault_overlong_prompt_refused_under_truncation_error(tmp_path):
+    rows = [_data_row(f"Compute {i} + 1.", i, truth=str(i + 1)) for i in range(8)]
+    rows[2]["prompt"][0]["content"] = rows[6]["prompt"][0]["content"] = _LONG_PROMPT
+    data = _write_data(tmp_path / "data", rows, [_data_row("Compute 1 + 1.", 0, "2")])
+    code, output, seconds = _run_main_ppo(tmp_path, data)  # data.truncation: error, the default
+    _assert_refused_before_ray(tmp_path, code, output, seconds)
+    assert "data.train_files: 2 of 8 prompts are longer than data.max_prompt_length=128 tokens" in output
+    assert "train.parquet rows 2 (" in output and "), 6 (" in output
+
+
+def test_fault_overlong_prompts_filtered_are_counted(tmp_path):
+    """filter_overlong_prompts=true drops them and says how many; here too many go for one batch of 4, which is
+    refused before Ray instead of training 0 steps (the run that goes on is the slow case below)."""
+    rows = [_data_row(f"Compute {i} + 1.", i, truth=str(i + 1)) for i in range(8)]
+    for i in (0, 3, 4, 7, 1):
+        rows[i]["prompt"][0]["content"] = _LONG_PROMPT
+    data = _write_data(tmp_path / "data", rows, [_data_row("Compute 1 + 1.", 0, "2")])
+    code, output, seconds = _run_main_ppo(tmp_path, data, "data.filter_overlong_prompts=true")
+    _assert_refused_before_ray(tmp_path, code, output, seconds)
+    assert ("data.train_files: 3 rows left after data.filter_overlong_prompts (5 of 8 prompts are longer than "
+            "data.max_prompt_length=128 tokens), fewer than one batch") in output
+
+
+@pytest.mark.slow
+def test_fault_overlong_prompts_filtered_run_goes_on(tmp_path):
+    from tests.helpers.e2e import make_tiny_model_dir, train_step_rows
+
+    rows = [_data_row(f"Compute {i} + 1.", i, truth=str(i + 1)) for i in range(8)]
+    rows[1]["prompt"][0]["content"] = rows[6]["prompt"][0]["content"] = _LONG_PROMPT
+    data = _write_data(tmp_path / "data", rows, [_data_row("Compute 1 + 1.", 0, "2")])
+    model = make_tiny_model_dir(tmp_path / "model")
+    code, output, _ = _run_main_ppo(tmp_path, data, "data.filter_overlong_prompts=true",
+                                    "trainer.total_training_steps=1", model_dir=model, timeout=540)
+    assert code == 0, output[-3000:]
+    assert "[data check] train 8 rows, 2 filtered; val 1 rows, 0 filtered" in output
+    assert len(train_step_rows(tmp_path / "run" / "report")) == 1
+
+
+def test_fault_empty_val_file(tmp_path):
+    rows = [_data_row(f"Compute {i} + 1.", i, truth=str(i + 1)) for i in range(8)]
+    data = _write_data(tmp_path / "data", rows, [])
+    for extra in ((), ("data.filter_overlong_prompts=true",)):
+        code, output, seconds = _run_main_ppo(tmp_path, data, *extra)
+        _assert_refused_before_ray(tmp_path, code, output, seconds)
+        assert "data.val_files: no rows to validate on (test.parquet: 0)" in output
+        assert "data.val_files=null" in output and "longer than" not in output
