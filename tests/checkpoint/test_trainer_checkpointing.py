@@ -128,7 +128,8 @@ def test_a_crash_during_a_save_keeps_the_previous_checkpoint(tmp_path, uninterru
     with pytest.raises(RuntimeError, match="died while saving step 4"):
         crashing.fit()
     assert read_tracker(root) == 2
-    assert sorted(os.listdir(root)) == ["global_step_2", "latest_checkpointed_iteration.txt"]  # partial removed
+    assert sorted(os.listdir(root)) == ["global_step_2", "latest_checkpointed_iteration.txt",  # partial removed
+                                        "run.lock"]
     # what a kill -9 would have left behind is removed on the next start
     os.makedirs(os.path.join(root, "global_step_4.tmp-0123abcd", "actor"))
     resumed = make_trainer(root, save_freq=2)
@@ -136,9 +137,9 @@ def test_a_crash_during_a_save_keeps_the_previous_checkpoint(tmp_path, uninterru
     assert not any(".tmp-" in name for name in os.listdir(root))  # the partial save was cleaned up
     assert resumed.resumed_with == [2] and resumed.seen == uninterrupted.seen[2:]
     assert sorted(os.listdir(root)) == ["global_step_2", "global_step_4", "global_step_6", "global_step_7",
-                                        "latest_checkpointed_iteration.txt"]
+                                        "latest_checkpointed_iteration.txt", "run.lock"]
     assert sorted(os.listdir(os.path.join(root, "global_step_4"))) == ["actor", "critic", "data.pt",
-                                                                       "trainer_state.pt"]
+                                                                       "run_identity.json", "trainer_state.pt"]
 
 
 def test_retention_keeps_the_newest_and_never_the_current(tmp_path):

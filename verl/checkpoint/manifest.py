@@ -7,13 +7,18 @@ run with that file's name instead of a pickle error deep inside torch.distribute
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import json
+import logging
 import os
+import socket
 from collections.abc import Iterable
 from typing import Any
 
 from verl.checkpoint.atomic import atomic_write_text
+
+logger = logging.getLogger(__name__)
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
@@ -45,9 +50,18 @@ def describe_files(root: str, rel_paths: Iterable[str]) -> dict[str, dict[str, A
             for rel in rel_paths}
 
 
+def writer() -> dict[str, Any]:
+    """Who writes a checkpoint: recorded in its manifest so that loading one from elsewhere can say so."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers)
+        user = "?"
+    return {"uid": os.getuid(), "user": user, "host": socket.gethostname()}
+
+
 def write_manifest(root: str, files: dict[str, dict[str, Any]], info: dict[str, Any]) -> str:
     path = os.path.join(root, MANIFEST_NAME)
-    body = {"format_version": FORMAT_VERSION, **info, "files": dict(sorted(files.items()))}
+    body = {"format_version": FORMAT_VERSION, **info, "written_by": writer(), "files": dict(sorted(files.items()))}
     atomic_write_text(path, json.dumps(body, indent=1))
     return path
 
@@ -87,3 +101,36 @@ def raise_if_problems(problems: list[str]) -> None:
         more = f" (and {len(problems) - 1} more: {'; '.join(problems[1:4])})" if len(problems) > 1 else ""
         raise CheckpointIntegrityError(problems[0] + more + ". Resume from an earlier global_step_N "
                                        "(trainer.resume_mode=resume_path, trainer.resume_from_path=...).")
+
+
+_warned_origins: set[str] = set()
+
+
+def foreign_origin(manifest: dict[str, Any]) -> str | None:
+    """`user X (uid N) on host H` when the manifest was written by another user or on another host, else None
+    (also for manifests written before the writer was recorded)."""
+    by = manifest.get("written_by")
+    if not isinstance(by, dict):
+        return None
+    me = writer()
+    if by.get("uid") == me["uid"] and by.get("host") == me["host"]:
+        return None
+    return f"user {by.get('user', '?')} (uid {by.get('uid', '?')}) on host {by.get('host', '?')}"
+
+
+def warn_if_foreign(root: str) -> str | None:
+    """Warn once per folder when its manifest was written by another user or host: loading it unpickles
+    torch.distributed.checkpoint metadata, which can run code. Returns the origin it warned about."""
+    path = os.path.join(root, MANIFEST_NAME)
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return None  # read_manifest, when the load itself runs, names the problem
+    origin = foreign_origin(manifest) if isinstance(manifest, dict) else None
+    if origin is None or root in _warned_origins:
+        return origin
+    _warned_origins.add(root)
+    logger.warning("loading checkpoint %s written by %s: its torch.distributed.checkpoint metadata is a pickle, "
+                   "which runs code when read. Load checkpoints only from people and machines you trust.", root, origin)
+    return origin

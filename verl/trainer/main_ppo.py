@@ -15,8 +15,10 @@ import warnings
 import hydra
 from omegaconf import DictConfig
 
+from verl.checkpoint.lock import CheckpointDirLocked
 from verl.data.data_check import DataCheckError
 from verl.trainer.config import ConfigError, ConfigWarning, PPOTrainerConfig, prepare_argv, validate_config
+from verl.trainer.ppo.resume_guard import ResumeRefused
 
 CONFIG_ERROR_EXIT = 2
 
@@ -28,6 +30,9 @@ def main(config: DictConfig) -> None:
         run_ppo(typed)
     except DataCheckError as error:  # found by the data check before Ray started: plain lines, no traceback
         print(f"Invalid data:\n{error}", file=sys.stderr)
+        sys.exit(CONFIG_ERROR_EXIT)
+    except (ResumeRefused, CheckpointDirLocked) as refused:  # the run folder, checked before Ray: no traceback
+        print(f"Refused to start:\n{refused}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT)
 
 

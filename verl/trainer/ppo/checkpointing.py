@@ -3,11 +3,14 @@
 A save of step N:
   1. the workers write `global_step_N.tmp-<id>/actor` (and `/critic`): DCP shards, LR scheduler, every rank's RNG
   2. the driver writes its TrainerState (verl/trainer/ppo/state.py): `data.pt` (the StatefulDataLoader's state)
-     and `trainer_state.pt` (step, KL controller, driver RNG, the batch geometry the data position depends on)
+     and `trainer_state.pt` (step, KL controller, driver RNG, the batch geometry the data position depends on),
+     and the run's identity `run_identity.json` (verl/trainer/ppo/resume_guard.py)
   3. everything is fsynced, the folder renamed to `global_step_N`, then `latest_checkpointed_iteration.txt` is
      replaced atomically: the checkpoint exists for a reader only from this moment on
   4. older checkpoints beyond trainer.max_actor_ckpt_to_keep / max_critic_ckpt_to_keep are removed
 A crash anywhere before 3 leaves the previous checkpoint current; the partial folder is removed on the next start.
+Saving and that cleanup happen only under the folder's lock (verl/checkpoint/lock.py): one run writes a folder, so
+no run removes another's save in progress.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 from typing import Any
 
 from verl.checkpoint.atomic import fsync_tree, publish_dir
+from verl.checkpoint.identity import write_identity
 from verl.checkpoint.layout import (
     find_latest_ckpt_path,
     new_partial_step_dir,
@@ -29,8 +33,10 @@ from verl.checkpoint.layout import (
     step_of,
     write_tracker,
 )
-from verl.checkpoint.manifest import MANIFEST_NAME
+from verl.checkpoint.lock import hold_checkpoint_dir
+from verl.checkpoint.manifest import MANIFEST_NAME, warn_if_foreign
 from verl.trainer.config import TrainerConfig
+from verl.trainer.ppo.resume_guard import check_identity, run_identity
 from verl.trainer.ppo.state import DATA_FILE, TRAINER_STATE_FILE, TrainerState
 
 logger = logging.getLogger(__name__)
@@ -62,13 +68,22 @@ def _write_parts(trainer, partial: str, step: int, limits: dict[str, int | None]
     if trainer.use_critic:
         trainer.critic_wg.save_checkpoint(os.path.join(partial, "critic"), None, step, limits["critic"])
     trainer.trainer_state().save(partial)
+    write_identity(partial, _identity(trainer))
     fsync_tree(partial)
+
+
+def _identity(trainer) -> dict[str, Any]:
+    """The run's identity, computed once (the launcher computes it before Ray; a directly built trainer here)."""
+    if getattr(trainer, "run_identity", None) is None:
+        trainer.run_identity = run_identity(trainer.config)
+    return trainer.run_identity
 
 
 def save_checkpoint(trainer) -> str:
     """Save the trainer's current step; returns the published `global_step_N` folder."""
     start = time.perf_counter()
     root = checkpoint_root(trainer.config)
+    hold_checkpoint_dir(root)  # held since the start (load_checkpoint); never write a folder another run owns
     step = int(trainer.global_steps)
     partial = new_partial_step_dir(root, step)
     os.makedirs(partial)
@@ -162,6 +177,7 @@ def load_checkpoint(trainer) -> int:
     (0 when starting fresh)."""
     cfg = trainer.config.trainer
     root = checkpoint_root(trainer.config)
+    hold_checkpoint_dir(root)  # before the cleanup: a `.tmp-*` folder here is then no live run's save in progress
     recover_or_remove_partials(root)
     folder = resume_folder(cfg, root)
     if folder is None:
@@ -170,6 +186,10 @@ def load_checkpoint(trainer) -> int:
         return 0
     start = time.perf_counter()
     _required_parts(folder, trainer.use_critic)
+    if getattr(trainer, "identity_checked", None) != folder:  # the launcher checked it before Ray
+        check_identity(folder, _identity(trainer), cfg.resume_mode)
+    for role in ("actor", "critic") if trainer.use_critic else ("actor",):
+        warn_if_foreign(os.path.join(folder, role))
     saved = TrainerState.load(folder)
     check_compatible(saved, trainer.trainer_state(), folder)
     trainer.actor_rollout_wg.load_checkpoint(os.path.join(folder, "actor"), None, False)

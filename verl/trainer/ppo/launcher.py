@@ -61,11 +61,13 @@ def role_worker_mapping(config: PPOTrainerConfig):
 def build_trainer(config: PPOTrainerConfig | Any):
     """Everything fit() needs, with Ray started; returns (trainer, tracker, report_dir). Workers not yet built.
     A DictConfig is validated first."""
+    from verl.checkpoint.lock import hold_checkpoint_dir, release_checkpoint_dir
     from verl.data.rl_dataset import collate_fn
     from verl.data.rl_loading import create_rl_dataset, create_rl_sampler
     from verl.models.loader import load_tokenizer
     from verl.trainer.ppo.data_check import check_data
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.trainer.ppo.resume_guard import preflight
     from verl.trainer.ppo.reward import load_reward_manager
     from verl.trainer.ppo.sandbox_service import start_run_sandbox
     from verl.trainer.resolved_defaults import log_defaults, resolve_ppo_defaults
@@ -86,12 +88,20 @@ def build_trainer(config: PPOTrainerConfig | Any):
                                trust_remote_code=data.trust_remote_code, custom_chat_template=model.custom_chat_template)
     # every row of the train and val files, before Ray: a bad row must not surface when its batch comes up
     check_data(config, tokenizer)
-    os.makedirs(report_dir, exist_ok=True)
     train_dataset = create_rl_dataset(data.train_files, data, tokenizer, max_samples=data.train_max_samples)
     val_dataset = None
     if data.val_files:
         val_dataset = create_rl_dataset(data.val_files, data, tokenizer, is_train=False,
                                         max_samples=data.val_max_samples)
+    # before Ray and before anything is written to the run's folder: a different run's checkpoint is refused, a
+    # finished run raises RunFinished, and then the folder is locked against a second run
+    checked = preflight(config, len(train_dataset))
+    hold_checkpoint_dir(run_dir)
+    try:
+        os.makedirs(report_dir, exist_ok=True)
+    except BaseException:
+        release_checkpoint_dir(run_dir)
+        raise
     sandbox = start_run_sandbox(config)  # before the reward managers (its url) and Ray (the workers' env)
     try:
         reward_kwargs = dict(config.reward_model.reward_kwargs)
@@ -111,8 +121,10 @@ def build_trainer(config: PPOTrainerConfig | Any):
     except BaseException:
         if sandbox is not None:  # the run never started: its sandbox must not outlive it
             sandbox.stop()
+        release_checkpoint_dir(run_dir)
         raise
     trainer.local_sandbox = sandbox
+    trainer.run_identity, trainer.identity_checked = checked.identity, checked.checked_folder
     return trainer, tracker, report_dir
 
 
@@ -120,11 +132,17 @@ def run_training(config: PPOTrainerConfig | Any) -> dict:
     """Train as configured; returns the run summary (also written to the report folder).
 
     Takes the typed PPOTrainerConfig, or a composed DictConfig, which is validated here once."""
+    from verl.checkpoint.lock import release_checkpoint_dir
     from verl.trainer.learning_curve import print_learning_curve
+    from verl.trainer.ppo.resume_guard import RunFinished
     from verl.trainer.run_report import write_run_report
 
     start = time.time()
-    trainer, tracker, report_dir = build_trainer(config)
+    try:
+        trainer, tracker, report_dir = build_trainer(config)
+    except RunFinished as done:  # said plainly, exit 0, nothing started or written
+        print(f"[checkpoint] {done}", file=sys.stderr, flush=True)
+        return {"finished": True, "global_step": done.step, "total_training_steps": done.total}
     try:
         trainer.init_workers()
         trainer.fit()
@@ -132,6 +150,7 @@ def run_training(config: PPOTrainerConfig | Any) -> dict:
         tracker.finish()
         if trainer.local_sandbox is not None:
             trainer.local_sandbox.stop()
+        release_checkpoint_dir(_run_dir(trainer.config))
     metrics_file = os.path.join(report_dir, "metrics.jsonl")
     summary = write_run_report(metrics_file, report_dir)
     print_learning_curve(metrics_file)
