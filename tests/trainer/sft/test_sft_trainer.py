@@ -39,7 +39,7 @@ def test_resume_continues_exactly_where_it_stopped(tiny_model_dir, arithmetic_sf
     summary = run_sft(full)
     assert summary["global_step"] == 6
     assert (tmp_path / "full" / LATEST_FILE).read_text() == "6"
-    state = torch.load(tmp_path / "full" / "global_step_3" / STATE_FILE, weights_only=False)
+    state = torch.load(tmp_path / "full" / "global_step_3" / STATE_FILE, weights_only=True)
     assert state["global_step"] == 3 and state["epoch"] == 0 and state["steps_in_epoch"] == 3
     assert "optimizer" in state and "lr_scheduler" in state
 

@@ -171,7 +171,7 @@ class SFTCheckpointer:
              lr_scheduler) -> dict[str, Any]:
         """Restore optimizer and schedule (the weights were loaded with the model); returns trainer_state.pt's
         other entries (global_step, epoch, dataloader position)."""
-        state = torch.load(os.path.join(folder, STATE_FILE), map_location="cpu", weights_only=False)
+        state = torch.load(os.path.join(folder, STATE_FILE), map_location="cpu", weights_only=True)
         if "optimizer" in self.load_contents:
             if "optimizer" not in state:
                 raise KeyError(f"{folder}/{STATE_FILE} holds no optimizer state (saved without 'optimizer' in "
