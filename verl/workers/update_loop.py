@@ -26,6 +26,7 @@ from verl.workers.micro_batching import (
     module_device,
     stop_on_nonfinite_loss,
 )
+from verl.workers.nonfinite_grads import NonFiniteGradStreak
 
 __all__ = ["MicroLoss", "enumerate_mini_batches", "ppo_update"]
 
@@ -48,13 +49,15 @@ def enumerate_mini_batches(data: DataProto, mini_batch_size: int, epochs: int, s
 
 
 def ppo_update(config: Any, role: str, module: torch.nn.Module, optimizer: torch.optim.Optimizer, data: DataProto,
-               micro_loss: MicroLoss, seed: int) -> dict[str, list[float]]:
+               micro_loss: MicroLoss, seed: int,
+               nonfinite_streak: NonFiniteGradStreak | None = None) -> dict[str, list[float]]:
     """Run the role's update over ``data``; returns metric lists: the micro-batch metrics, then per optimizer step
     ``{role}/grad_norm`` and ``{role}/grad_norm_nonfinite``.
 
     Micro-batch losses are weighted by their share of the mini-batch (``loss_share``), so the accumulated gradient
     is the mini-batch loss's whatever the micro-batch size. Raises NonFiniteLossError when a micro-batch loss is
-    NaN/inf (grads zeroed, no step). A non-finite grad norm alone skips that optimizer step and is recorded.
+    NaN/inf (grads zeroed, no step). A non-finite grad norm alone skips that optimizer step and is recorded; with
+    ``nonfinite_streak``, the streak's limit of consecutive skips raises NonFiniteGradError (nonfinite_grads.py).
     """
     module.train()
     device = module_device(module)
@@ -81,5 +84,7 @@ def ppo_update(config: Any, role: str, module: torch.nn.Module, optimizer: torch
         grad_norm = clipped_optimizer_step(module, optimizer, config.grad_clip, role)
         append_to_dict(metrics, {f"{role}/grad_norm": grad_norm,
                                  f"{role}/grad_norm_nonfinite": 0.0 if math.isfinite(grad_norm) else 1.0})
+        if nonfinite_streak is not None:
+            nonfinite_streak.record(grad_norm, f"update call {seed}, epoch {epoch}, mini-batch {mini_idx}")
     optimizer.zero_grad()
     return metrics

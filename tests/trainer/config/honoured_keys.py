@@ -121,6 +121,8 @@ HONOURED: dict[str, str] = {
     f"{ARR}.actor.use_dynamic_bsz": f"{_ACTOR}::test_micro_batch_size_does_not_change_update",
     f"{ARR}.actor.ppo_max_token_len_per_gpu": f"{_ACTOR}::test_micro_batch_size_does_not_change_update",
     f"{ARR}.actor.grad_clip": f"{_UPDATE}::test_grad_clip_bounds_the_applied_step",
+    f"{ARR}.actor.max_consecutive_nonfinite_grad_skips":
+        "tests/workers/test_nonfinite_grads.py::test_role_stops_after_n_consecutive_nonfinite_grad_norms",
     f"{ARR}.actor.clip_ratio": f"{_LOSSES}::test_vanilla_reads_the_typed_actor_config",
     f"{ARR}.actor.clip_ratio_low": f"{_LOSSES}::test_vanilla_clip_higher_is_asymmetric",
     f"{ARR}.actor.clip_ratio_high": f"{_LOSSES}::test_vanilla_clip_higher_is_asymmetric",
@@ -234,6 +236,8 @@ HONOURED: dict[str, str] = {
     "critic.ppo_epochs": f"{_UPDATE}::test_ppo_epochs_repeats_the_optimizer_steps",
     "critic.shuffle": f"{_UPDATE}::test_shuffle_draws_a_seeded_permutation_per_epoch",
     "critic.grad_clip": f"{_UPDATE}::test_grad_clip_bounds_the_applied_step",
+    "critic.max_consecutive_nonfinite_grad_skips":
+        "tests/workers/test_nonfinite_grads.py::test_role_stops_after_n_consecutive_nonfinite_grad_norms",
     "critic.cliprange_value": f"{_KL}::test_value_loss_clipped",
     "critic.loss_agg_mode": f"{_UPDATE}::{_AGG}",
     "critic.checkpoint.save_contents": f"{_FSDP_CKPT}::test_critic_checkpoint_merges_to_a_token_classification_model",
@@ -315,6 +319,11 @@ HONOURED: dict[str, str] = {
     "trainer.test_freq": f"{_FIT}::test_validation_before_training_is_logged_at_the_step_a_resumed_run_starts_from",
     "trainer.critic_warmup": f"{_KEYS}::test_critic_warmup_trains_only_the_critic_for_its_steps",
     "trainer.default_local_dir": f"{_CKPT}::test_resume_mid_epoch_replays_the_rest_of_that_epoch",
+    "trainer.ray_wait_register_center_timeout":
+        "tests/trainer/ppo/test_worker_failures.py::test_init_workers_passes_the_deadlines_and_notes_the_checkpoint",
+    "trainer.worker_call_timeout_s": "tests/trainer/ppo/test_worker_failures.py::test_trainer_keys_become_the_groups_deadlines",
+    "trainer.worker_call_timeout_per_sample_s":
+        "tests/trainer/ppo/test_worker_failures.py::test_trainer_keys_become_the_groups_deadlines",
     "trainer.max_actor_ckpt_to_keep": f"{_CKPT}::test_retention_keeps_the_newest_and_never_the_current",
     "trainer.max_critic_ckpt_to_keep": f"{_CKPT}::test_retention_keeps_the_newest_and_never_the_current",
     "trainer.device": f"{_TRAINER_KEYS}::test_trainer_device_cpu_forces_cpu",

@@ -88,6 +88,8 @@ class ActorConfig(BaseConfig):
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = at_least(16384, 1)
     grad_clip: float = 1.0
+    # ours: a NaN/inf grad norm skips the optimizer step; this many in a row stop the run (0 or null: never)
+    max_consecutive_nonfinite_grad_skips: int | None = at_least(3, 0)
     clip_ratio: float = 0.2
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2

@@ -55,6 +55,7 @@ class CriticConfig(BaseConfig):
     ppo_epochs: int = at_least(1, 1)
     shuffle: bool = False
     grad_clip: float = 1.0
+    max_consecutive_nonfinite_grad_skips: int | None = at_least(3, 0)  # ours, as the actor's
     cliprange_value: float = 0.5
     loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)

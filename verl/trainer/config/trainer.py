@@ -69,11 +69,12 @@ class TrainerConfig(BaseConfig):
     default_local_dir: str = "checkpoints/verl_examples/gsm8k"
     max_actor_ckpt_to_keep: int | None = at_least(None, 1)
     max_critic_ckpt_to_keep: int | None = at_least(None, 1)
-    ray_wait_register_center_timeout: int = refused(
-        at_least(300, 1),
-        "there is no register center to wait for: workers are started and awaited directly",
-        "Remove it.",
-    )
+    # Deadlines on the driver's waits for worker groups (verl.single_controller.base.deadlines): seconds for the
+    # workers' start-up (__init__ and init_model: model loading); a call's deadline is worker_call_timeout_s plus
+    # worker_call_timeout_per_sample_s per row of its batch. null: no deadline.
+    ray_wait_register_center_timeout: int | None = at_least(300, 1)
+    worker_call_timeout_s: float | None = at_least(1800.0, 1.0)
+    worker_call_timeout_per_sample_s: float = at_least(30.0, 0.0)
     device: str = choice("auto", DEVICES)
     report_dir: str = "checkpoints/verl_examples/gsm8k/report"
 

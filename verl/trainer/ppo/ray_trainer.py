@@ -19,6 +19,7 @@ from verl.single_controller.ray import (
     RayClassWithInitArgs,
     RayWorkerGroup,
     ResourcePoolManager,
+    WorkerGroupError,
     create_colocated_worker_cls,
 )
 from verl.single_controller.roles import Role
@@ -40,6 +41,7 @@ from verl.trainer.ppo.reward_model_stage import add_rm_scores
 from verl.trainer.ppo.state import TrainerState
 from verl.trainer.ppo.typed import as_typed
 from verl.trainer.ppo.validation import Validator
+from verl.trainer.ppo.worker_failures import add_checkpoint_note, worker_deadlines
 from verl.utils.metric import reduce_metrics
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
 from verl.utils.timer import marked_timer
@@ -102,7 +104,15 @@ class RayPPOTrainer:
         self.config.critic.optim.total_training_steps = steps
 
     def init_workers(self) -> None:
-        """Every role mapped to one pool shares one process per rank (the hybrid engine)."""
+        """Every role mapped to one pool shares one process per rank (the hybrid engine). Start-up is bounded by
+        trainer.ray_wait_register_center_timeout, every later call by trainer.worker_call_timeout_s (+ per sample)."""
+        try:
+            self._init_workers()
+        except WorkerGroupError as err:  # a hung or dead worker: say where the run can resume from
+            add_checkpoint_note(err, self.config.trainer)
+            raise
+
+    def _init_workers(self) -> None:
         self.resource_pool_manager.create_resource_pool()
         by_pool: dict[Any, dict[str, RayClassWithInitArgs]] = {}
 
@@ -120,7 +130,7 @@ class RayPPOTrainer:
         groups: dict[str, RayWorkerGroup] = {}
         for pool, class_dict in by_pool.items():
             wg = self.ray_worker_group_cls(resource_pool=pool, ray_cls_with_init=create_colocated_worker_cls(class_dict),
-                                           name_prefix="verl")
+                                           name_prefix="verl", deadlines=worker_deadlines(self.config.trainer))
             groups.update(wg.spawn(prefix_set=class_dict.keys()))
         self.critic_wg = groups.get("critic")  # worker groups by role, not config
         self.ref_policy_wg = groups.get("ref")
@@ -136,6 +146,13 @@ class RayPPOTrainer:
     # -- the loop -------------------------------------------------------------------------------------------------
 
     def fit(self) -> None:
+        try:
+            self._fit()
+        except WorkerGroupError as err:  # a hung or dead worker ended the run: say where it can resume from
+            add_checkpoint_note(err, self.config.trainer)
+            raise
+
+    def _fit(self) -> None:
         from verl.trainer.progress import TrainingProgress
 
         trainer = self.config.trainer

@@ -44,6 +44,7 @@ from verl.workers.micro_batching import (
     require_meta,
     restore_order,
 )
+from verl.workers.nonfinite_grads import NonFiniteGradStreak
 from verl.workers.update_loop import ppo_update
 
 __all__ = ["DataParallelPPOActor", "NonFiniteLossError", "accepts_logits_to_keep"]
@@ -60,6 +61,9 @@ class DataParallelPPOActor(BasePPOActor):
         self.actor_optimizer = actor_optimizer
         self._logits_to_keep = accepts_logits_to_keep(actor_module)
         self._update_calls = 0  # varies the shuffle seed from one training step to the next
+        # consecutive optimizer steps skipped for a NaN/inf grad norm; a streak this long stops the run
+        self._nonfinite_streak = NonFiniteGradStreak(
+            "actor", getattr(config, "max_consecutive_nonfinite_grad_skips", None), "actor_rollout_ref.actor.max_consecutive_nonfinite_grad_skips")
         # follows actor_rollout_ref.model.use_remove_padding (the yaml interpolates it), as upstream
         self.use_remove_padding = config.use_remove_padding
         if self.use_remove_padding:
@@ -68,10 +72,11 @@ class DataParallelPPOActor(BasePPOActor):
     # -- state that shapes the next update (saved with the checkpoint's extra state) -------------------------------
 
     def step_state(self) -> dict[str, int]:
-        return {"update_calls": self._update_calls}
+        return {"update_calls": self._update_calls, "nonfinite_grad_streak": self._nonfinite_streak.count}
 
     def load_step_state(self, state: Mapping[str, int]) -> None:
         self._update_calls = int(state["update_calls"])
+        self._nonfinite_streak.count = int(state.get("nonfinite_grad_streak", 0))  # absent in older checkpoints
 
     # -- forward -------------------------------------------------------------------------------------------------
 
@@ -222,7 +227,7 @@ class DataParallelPPOActor(BasePPOActor):
         metrics = ppo_update(self.config, "actor", self.actor_module, self.actor_optimizer,
                              data.select(batch_keys=select_keys),
                              lambda micro_batch: self._micro_loss(micro_batch, temperature, loss_fn, loss_agg_mode,
-                                                                  tally), seed)
+                                                                  tally), seed, self._nonfinite_streak)
         if tally is not None:  # what the pass reported: the whole batch's entropy, replacing per-micro-batch values
             entropy = tally.value(module_device(self.actor_module))
             if entropy is not None:

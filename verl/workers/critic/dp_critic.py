@@ -27,6 +27,7 @@ from verl.protocol import DataProto
 from verl.utils.torch_masked import masked_mean
 from verl.workers.critic.base import BasePPOCritic
 from verl.workers.micro_batching import forwards_context, make_micro_batches, module_device, restore_order
+from verl.workers.nonfinite_grads import NonFiniteGradStreak
 from verl.workers.update_loop import ppo_update
 
 __all__ = ["DataParallelPPOCritic"]
@@ -42,16 +43,20 @@ class DataParallelPPOCritic(BasePPOCritic):
         self.critic_module = critic_module
         self.critic_optimizer = critic_optimizer
         self._update_calls = 0
+        # consecutive optimizer steps skipped for a NaN/inf grad norm; a streak this long stops the run
+        self._nonfinite_streak = NonFiniteGradStreak(
+            "critic", getattr(config, "max_consecutive_nonfinite_grad_skips", None), "critic.max_consecutive_nonfinite_grad_skips")
         self.use_remove_padding = config.model.use_remove_padding
         if self.use_remove_padding:
             enable_varlen_attention(critic_module)
 
     def step_state(self) -> dict[str, int]:
         """What shapes the next update beyond weights and optimizer: the update count seeds the shuffle."""
-        return {"update_calls": self._update_calls}
+        return {"update_calls": self._update_calls, "nonfinite_grad_streak": self._nonfinite_streak.count}
 
     def load_step_state(self, state: Mapping[str, int]) -> None:
         self._update_calls = int(state["update_calls"])
+        self._nonfinite_streak.count = int(state.get("nonfinite_grad_streak", 0))  # absent in older checkpoints
 
     def _forward_micro_batch(self, micro_batch: TensorDict) -> torch.Tensor:
         response_length = micro_batch["responses"].size(-1)
@@ -131,4 +136,4 @@ class DataParallelPPOCritic(BasePPOCritic):
         self._update_calls += 1
         return ppo_update(self.config, "critic", self.critic_module, self.critic_optimizer,
                           data.select(batch_keys=_FORWARD_KEYS + ["response_mask", "values", "returns"]), micro_loss,
-                          seed)
+                          seed, self._nonfinite_streak)
