@@ -21,7 +21,7 @@ import torch.distributed.checkpoint as dcp
 
 from verl.checkpoint.fsdp_checkpoint_manager import ADAPTER_DIR, MODEL_DIR
 from verl.checkpoint.hf_export import HF_SUBDIR
-from verl.checkpoint.manifest import check_file, raise_if_problems, read_manifest
+from verl.checkpoint.manifest import check_file, raise_if_problems, read_manifest, warn_if_foreign
 from verl.model_merger.base_model_merger import BaseModelMerger
 from verl.models.lora import merge_lora_weights, read_adapter_config, scaling_from_adapter_config
 
@@ -126,6 +126,7 @@ class FSDPModelMerger(BaseModelMerger):
             raise FileNotFoundError(f"--local_dir {self.role_dir} does not exist; pass a role folder such as "
                                     "<ckpt>/global_step_N/actor")
         manifest = read_manifest(self.role_dir)
+        warn_if_foreign(self.role_dir)  # the DCP metadata it reads next is a pickle
         if "model" not in manifest["contents"]:
             raise ValueError(f"{self.role_dir} was saved without the model (checkpoint.save_contents="
                              f"{manifest['contents']}); nothing to merge")
