@@ -14,6 +14,109 @@ pytestmark = [pytest.mark.e2e]
 
 # == deadlines: a worker that hangs, a worker killed mid-step, non-finite gradients ================================
 # (section: deadlines)
+# Whole runs on the tiny model (2 ranks, save_freq=1) whose actor worker injects the fault at its 2nd update
+# (tests/e2e/fault_workers.py). Each prints "surfaces after" for docs/reliability.md: from the fault's start (the
+# worker writes the time to a file) to the driver's exception.
+
+
+def _run_with_fault(tmp_path, monkeypatch, fault: str, *extra: str):
+    """(the exception the run ended with, seconds from the fault's start to it, the run's checkpoint folder)."""
+    import os
+    import time
+
+    import ray
+
+    import tests.e2e.fault_workers as fault_workers
+    from tests.helpers.e2e import REPO, make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides
+    from verl.single_controller.roles import Role
+    from verl.trainer.config import validate_config
+    from verl.trainer.config.validate import load_config
+    from verl.trainer.ppo import launcher
+
+    mark = tmp_path / "fault_started"
+    monkeypatch.setenv(fault_workers.FAULT_ENV, fault)  # the Ray workers inherit the driver's environment
+    monkeypatch.setenv("VERL_TEST_FAULT_MARK", str(mark))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    plain = launcher.role_worker_mapping
+
+    def with_faulty_actor(config):
+        mapping, pools = plain(config)
+        mapping[Role.ActorRollout] = fault_workers.FaultyActorWorker
+        return mapping, pools
+
+    monkeypatch.setattr(launcher, "role_worker_mapping", with_faulty_actor)
+    run_dir = tmp_path / "run"
+    overrides = tiny_run_overrides(make_tiny_model_dir(tmp_path / "model"), make_arithmetic_data(tmp_path / "data"),
+                                   run_dir) + [
+        f"custom_reward_function.path={REPO / 'tests/e2e/hash_reward.py'}", "trainer.total_training_steps=4",
+        "trainer.save_freq=1", *extra]
+    if ray.is_initialized():
+        ray.shutdown()
+    try:
+        with pytest.raises(Exception) as info:
+            launcher.run_training(validate_config(load_config(overrides)))
+        surfaced = time.time()
+    finally:
+        ray.shutdown()
+    started = float(mark.read_text().split()[0])
+    return info.value, surfaced - started, run_dir
+
+
+def _assert_step_1_checkpoint_intact(err: BaseException, run_dir) -> None:
+    from verl.checkpoint.layout import read_tracker
+
+    notes = "\n".join(getattr(err, "__notes__", []))
+    assert f"the last complete checkpoint is {run_dir / 'global_step_1'} (step 1), untouched" in notes
+    assert read_tracker(str(run_dir)) == 1 and (run_dir / "global_step_1" / "actor").is_dir()
+    assert not [p.name for p in run_dir.iterdir() if ".tmp-" in p.name]  # nothing half-written
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_worker_that_hangs_surfaces_as_a_named_deadline_error(tmp_path, monkeypatch):
+    from verl.single_controller.ray import WorkerDeadlineError
+
+    deadline = 30
+    err, after, run_dir = _run_with_fault(tmp_path, monkeypatch, "hang_update:2",
+                                          f"trainer.worker_call_timeout_s={deadline}",
+                                          "trainer.worker_call_timeout_per_sample_s=0")
+    print(f"[deadlines] hung worker surfaced after {after:.1f} s (deadline {deadline} s)")
+    assert isinstance(err, WorkerDeadlineError), repr(err)
+    msg = str(err)
+    assert "stage update_actor, method update_actor" in msg and "ranks still running: 0, 1 of 2" in msg
+    assert f"trainer.worker_call_timeout_s={deadline}" in msg
+    assert deadline - 1 <= after < deadline + 15
+    _assert_step_1_checkpoint_intact(err, run_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_worker_killed_mid_step_surfaces_naming_its_rank_and_method(tmp_path, monkeypatch):
+    from verl.single_controller.ray import WorkerDeadlineError, WorkerGroupError
+
+    err, after, run_dir = _run_with_fault(tmp_path, monkeypatch, "kill_update:2")
+    print(f"[deadlines] killed worker surfaced after {after:.1f} s")
+    assert isinstance(err, WorkerGroupError) and not isinstance(err, WorkerDeadlineError), repr(err)
+    msg = str(err)
+    assert "worker process died: rank 1 of 2" in msg and "method update_actor" in msg
+    assert after < 15
+    _assert_step_1_checkpoint_intact(err, run_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_nonfinite_gradient_for_n_steps_stops_the_run_naming_role_step_and_count(tmp_path, monkeypatch):
+    from verl.workers.nonfinite_grads import NonFiniteGradError
+
+    err, after, run_dir = _run_with_fault(tmp_path, monkeypatch, "nan_grads:1",
+                                          "actor_rollout_ref.actor.max_consecutive_nonfinite_grad_skips=2")
+    print(f"[deadlines] non-finite grad norms stopped the run {after:.1f} s after the first")
+    assert isinstance(err, NonFiniteGradError), repr(err)
+    msg = str(err)
+    assert "actor grad norm was nan for 2 consecutive optimizer steps" in msg and "update call 1" in msg
+    notes = "\n".join(err.__notes__)
+    assert "during training step 2" in notes and "of 2 (worker" in notes and "update_actor" in notes
+    _assert_step_1_checkpoint_intact(err, run_dir)
 
 
 # == reward scoring: a reward function that hangs ===================================================================
@@ -22,10 +125,165 @@ pytestmark = [pytest.mark.e2e]
 
 # == resume identity and the checkpoint-folder lock: resume with a different model, a second run on one folder ======
 # (section: resume identity)
+# Each case runs the real entry (`python -m verl.trainer.main_ppo`) against a checkpoint folder prepared on disk: the
+# run identity is the one the trainer records (resume_guard.run_identity), so no training run is needed to write it.
+
+
+def _identity_overrides(tmp_path, model_dir) -> list[str]:
+    from tests.helpers.e2e import make_arithmetic_data, tiny_run_overrides
+
+    data = tmp_path / "data"
+    if not (data / "train.parquet").exists():
+        make_arithmetic_data(data, train_size=8, test_size=4)
+    return tiny_run_overrides(model_dir, data, tmp_path / "run")
+
+
+def _checkpoint_written_by(tmp_path, overrides: list[str], step: int) -> dict[str, int]:
+    """A published `global_step_<step>` carrying the identity of the run `overrides` describe; returns the folder's
+    files with their mtimes (to show that nothing was touched)."""
+    import os
+
+    from verl.checkpoint.identity import write_identity
+    from verl.checkpoint.layout import step_dir, write_tracker
+    from verl.trainer.config import load_config, validate_config
+    from verl.trainer.ppo.resume_guard import run_identity
+
+    root = tmp_path / "run"
+    folder = step_dir(str(root), step)
+    os.makedirs(os.path.join(folder, "actor"))
+    write_identity(folder, run_identity(validate_config(load_config(overrides))))
+    write_tracker(str(root), step)
+    return _snapshot(root)
+
+
+def _snapshot(root) -> dict[str, int]:
+    import os
+
+    return {os.path.relpath(os.path.join(d, n), root): os.stat(os.path.join(d, n)).st_mtime_ns
+            for d, _dirs, files in os.walk(root) for n in files}
+
+
+def _main_ppo(overrides: list[str], timeout: int = 120) -> tuple[int, str, float]:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers.e2e import REPO
+
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *overrides], cwd=REPO,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"), capture_output=True, text=True, timeout=timeout)
+    seconds = time.monotonic() - start
+    print(f"surfaced after {seconds:.1f} s")  # the figure docs/reliability.md quotes (pytest -s shows it)
+    return result.returncode, result.stdout + result.stderr, seconds
+
+
+def test_fault_resume_with_a_different_model_is_refused(tmp_path):
+    from tests.helpers.e2e import default_tokenizer_dir, make_tiny_model_dir
+
+    first = default_tokenizer_dir()
+    before = _checkpoint_written_by(tmp_path, _identity_overrides(tmp_path, first), step=1)
+    other = make_tiny_model_dir(tmp_path / "other_model")
+    code, output, seconds = _main_ppo(_identity_overrides(tmp_path, other))
+    assert code == 2, output[-3000:]
+    assert "Refused to start:" in output and "Traceback" not in output, output[-3000:]
+    assert "refusing to resume" in output and "global_step_1" in output
+    assert f"actor_rollout_ref.model.path config.json: {first} (sha256" in output
+    assert f"-> {other} (sha256" in output and "actor_rollout_ref.model.path weights:" in output
+    assert "trainer.resume_mode=resume_path" in output and "trainer.experiment_name=" in output
+    assert "Ray" not in output and _snapshot(tmp_path / "run") == before  # before Ray; the checkpoint untouched
+    assert seconds < 60
+
+
+def test_fault_second_run_on_the_same_checkpoint_folder_is_refused(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from tests.helpers.e2e import default_tokenizer_dir
+
+    overrides = _identity_overrides(tmp_path, default_tokenizer_dir())
+    holder_code = ("import sys, time; from verl.checkpoint.lock import CheckpointDirLock; "
+                   "CheckpointDirLock(sys.argv[1]).acquire(); print('holding', flush=True); time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", holder_code, str(tmp_path / "run")], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        before = _snapshot(tmp_path / "run")
+        code, output, seconds = _main_ppo(overrides)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 2, output[-3000:]
+    assert "Refused to start:" in output and "is in use by another run" in output, output[-3000:]
+    assert f"pid {holder.pid} on host {socket.gethostname()}" in output
+    assert "Ray" not in output and _snapshot(tmp_path / "run") == before  # nothing written into the holder's folder
+    assert seconds < 60
+
+
+def test_fault_finished_run_resumed_again_does_nothing(tmp_path):
+    from tests.helpers.e2e import default_tokenizer_dir
+
+    overrides = _identity_overrides(tmp_path, default_tokenizer_dir())  # trainer.total_training_steps=2
+    before = _checkpoint_written_by(tmp_path, overrides, step=2)
+    code, output, seconds = _main_ppo(overrides)
+    assert code == 0, output[-3000:]
+    assert "run already finished at step 2/2; nothing to do" in output
+    assert "Ray" not in output and _snapshot(tmp_path / "run") == before  # no workers, no report, no lock file
+    assert seconds < 60
+
 
 
 # == kill -9 of the driver during a step and during a save (vLLM, 2 ranks, mid-epoch) ===============================
 # (section: kill -9)
+# Runs of `main_ppo` killed with kill -9 mid-epoch (data.shuffle, actor and critic mini-batch shuffling on) and
+# resumed: the resumed steps' metrics must equal an uninterrupted run's exactly. The runs: tests/helpers/kill9.py.
+
+
+def _kill9_runs(root, *, workers: int, steps: int, vllm: bool):
+    from tests.helpers.e2e import make_arithmetic_data, make_tiny_model_dir
+    from tests.helpers.kill9 import KillRuns, tiny_vllm_model_dir
+
+    model = tiny_vllm_model_dir(root / "model") if vllm else make_tiny_model_dir(root / "model")
+    data = make_arithmetic_data(root / "data", train_size=8, test_size=2)
+    return KillRuns(root, model, data, workers=workers, steps=steps, vllm=vllm)
+
+
+@pytest.mark.timeout(600)
+def test_kill_9_of_the_driver_during_a_step_resumes_bit_identically(tmp_path):
+    """HF rollout, 2 ranks, 4 steps: kill -9 at a random moment of step 3, resume; steps 3-4 match. Three driver
+    starts (reference, killed, resumed) dominate its time."""
+    from tests.helpers.kill9 import assert_matches_uninterrupted
+
+    runs = _kill9_runs(tmp_path, workers=2, steps=4, vllm=False)
+    reference = runs.uninterrupted()
+    run_dir = tmp_path / "killed"
+    killed = runs.kill_during_step(run_dir, 3, "killed_in_step3")
+    resumed, resume_s, first_step_s = runs.resume_to_end(run_dir, "resumed")
+    print(f"kill -9 {killed['delay_s']:.2f}s into step 3 (step 2 took {killed['step_s']:.2f}s, lost at most that); "
+          f"restart -> 'resumed from' {resume_s:.1f}s, -> step 3 done again {first_step_s:.1f}s")
+    assert_matches_uninterrupted(reference, resumed, [3, 4], "HF, kill -9 in a step")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_kill_9_during_a_step_and_a_save_with_vllm_resumes_bit_identically(tmp_path):
+    """vLLM rollout (one in-process engine per rank), 2 ranks, 4 steps: kill -9 at a random moment of step 3,
+    resume and kill -9 while step 3 is being saved, resume to the end; steps 3-4 match the uninterrupted run."""
+    pytest.importorskip("vllm")
+    from tests.helpers.kill9 import assert_matches_uninterrupted
+
+    runs = _kill9_runs(tmp_path, workers=2, steps=4, vllm=True)
+    reference = runs.uninterrupted()
+    run_dir = tmp_path / "killed"
+    killed = runs.kill_during_step(run_dir, 3, "vllm_killed_in_step3")
+    saved = runs.kill_during_save(run_dir, "vllm_killed_in_save")
+    resumed, resume_s, first_step_s = runs.resume_to_end(run_dir, "vllm_resumed")
+    print(f"vLLM: kill -9 {killed['delay_s']:.2f}s into step 3 (step 2 took {killed['step_s']:.2f}s), then during "
+          f"a save (tracker stayed at {saved}); restart -> 'resumed from' {resume_s:.1f}s, -> step 3 done again "
+          f"{first_step_s:.1f}s")
+    assert_matches_uninterrupted(reference, resumed, [3, 4], "vLLM, kill -9 in a step and in a save")
 
 
 # == data checked before Ray: a row without ground truth, an overlong prompt, an empty val file ====================
