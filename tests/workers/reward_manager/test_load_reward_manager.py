@@ -56,7 +56,7 @@ def test_custom_function_is_loaded_with_kwargs(tmp_path, tokenizer):
     expected = torch.zeros(2, RESPONSE_LEN)
     expected[0, lengths[0] - 1] = 0.5 * len("#### 14")
     expected[1, lengths[1] - 1] = 0.5 * len("#### 10")
-    assert torch.equal(reward, expected) and extra == {}
+    assert torch.equal(reward, expected) and extra == {"reward_timeout": [False, False]}  # scored in the pool
 
 
 def test_default_function_name_is_compute_score(tmp_path):
@@ -112,3 +112,27 @@ def test_compute_reward_returns_extra_info(tokenizer):
     # math_dapo: +1 / -1 with acc and pred; "#### 14" has no Answer: line or box -> -1.
     assert extra["acc"] == [False, False] and extra["score"] == [-1.0, -1.0]
     assert reward[0, lengths[0] - 1] == -1.0
+
+
+def test_scoring_section_reaches_every_builtin_manager(tmp_path):
+    """reward_model.scoring.* reach naive/dapo/prime/batch; reward_model.reward_kwargs.<key> (upstream's prime
+    spelling, passed by the launcher) wins."""
+    from verl.trainer.config.reward import RewardScoringConfig
+
+    batched = write(tmp_path, """
+        def batched(data_sources, solution_strs, ground_truths, extra_infos):
+            return [0.0] * len(solution_strs)
+    """)
+    for manager in ("naive", "dapo", "prime", "batch"):
+        config = make_config(path=batched if manager == "batch" else None,
+                             name="batched" if manager == "batch" else "compute_score", manager=manager)
+        config.reward_model.scoring = RewardScoringConfig(timeout=7.5, on_timeout="error", num_processes=3)
+        scorer = load_reward_manager(config, tokenizer=None, num_examine=0).scorer
+        assert (scorer.timeout, scorer.on_timeout) == (7.5, "error")
+        assert scorer.num_processes == (1 if manager == "batch" else 3)  # one batched call at a time
+        kwargs_win = load_reward_manager(config, tokenizer=None, num_examine=0, timeout=2.0).scorer
+        assert kwargs_win.timeout == 2.0
+    config = make_config()
+    config.reward_model.scoring = RewardScoringConfig(timeout=None)
+    assert not load_reward_manager(config, tokenizer=None, num_examine=0).scorer.limited  # the explicit opt-out
+    assert load_reward_manager(make_config(), tokenizer=None, num_examine=0).scorer.timeout == 300.0  # default

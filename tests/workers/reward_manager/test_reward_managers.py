@@ -1,6 +1,5 @@
 """Reward managers: decoding, score placement, extra info, error messages, registry."""
 
-import time
 
 import pytest
 import torch
@@ -46,7 +45,8 @@ def test_naive_passes_decoded_text_and_row_fields(tokenizer):
         return 0.5
 
     data, lengths = make_batch(tokenizer, SAMPLES, data_source="custom")
-    out = NaiveRewardManager(tokenizer, 0, compute_score=spy)(data, return_dict=True)
+    # timeout=None: scored in this process, so the spy's list sees the calls (the default pool would not)
+    out = NaiveRewardManager(tokenizer, 0, compute_score=spy, timeout=None)(data, return_dict=True)
     assert calls[0] == ("custom", "12 + 2 = 14. #### 14", "14", {"index": 0})  # eos and padding skipped
     assert [c[1] for c in calls] == [s[1] for s in SAMPLES]
     assert out["reward_extra_info"] == {}
@@ -61,7 +61,8 @@ def test_dict_scores_fill_extra_info(tokenizer):
 
     data, lengths = make_batch(tokenizer, SAMPLES)
     out = NaiveRewardManager(tokenizer, 0, compute_score=scorer)(data, return_dict=True)
-    assert out["reward_extra_info"] == {"score": [2.0, -1.0, -1.0], "acc": [True, False, False]}
+    assert out["reward_extra_info"] == {"score": [2.0, -1.0, -1.0], "acc": [True, False, False],
+                                        "reward_timeout": [False, False, False]}  # the pool says none ran out
     assert torch.equal(out["reward_tensor"], expected_tensor(lengths, [2.0, -1.0, -1.0]))
 
 
@@ -144,7 +145,7 @@ def test_batch_manager_calls_once(tokenizer):
         return [float(s.endswith(t)) for s, t in zip(solution_strs, ground_truths)]
 
     data, lengths = make_batch(tokenizer, SAMPLES)
-    out = BatchRewardManager(tokenizer, 0, compute_score=batched)(data, return_dict=True)
+    out = BatchRewardManager(tokenizer, 0, compute_score=batched, timeout=None)(data, return_dict=True)
     assert calls == [3]
     assert torch.equal(out["reward_tensor"], expected_tensor(lengths, [1.0, 0.0, 0.0]))
 
@@ -187,23 +188,6 @@ def test_dapo_needs_max_resp_len_when_enabled(tokenizer):
     disabled = DAPORewardManager(tokenizer, 0, overlong_buffer_cfg={"enable": False})
     data, lengths = make_batch(tokenizer, SAMPLES)
     assert torch.equal(disabled(data), expected_tensor(lengths, [1.0, 0.0, 0.0]))
-
-
-def _slow_on_marker(data_source, solution_str, ground_truth, extra_info):
-    if "3 apples" in solution_str:
-        time.sleep(30)
-    return 1.0
-
-
-def test_prime_scores_in_processes_and_times_out(tokenizer, capsys):
-    data, lengths = make_batch(tokenizer, SAMPLES)
-    assert torch.equal(PrimeRewardManager(tokenizer, 0, num_processes=2)(data), expected_tensor(lengths, [1, 0, 0]))
-    manager = PrimeRewardManager(tokenizer, 0, compute_score=_slow_on_marker, num_processes=2, timeout=1.0)
-    start = time.monotonic()
-    reward = manager(data)
-    assert time.monotonic() - start < 10
-    assert torch.equal(reward, expected_tensor(lengths, [1.0, 1.0, 0.0]))
-    assert "1 of 3 samples timed out" in capsys.readouterr().out
 
 
 def test_registry():

@@ -57,6 +57,16 @@ class OverlongBufferConfig(BaseConfig):
 
 
 @dataclass
+class RewardScoringConfig(BaseConfig):
+    """How the built-in reward managers (naive, dapo, batch, prime) run compute_score: in a pool of scoring
+    processes, each sample's call (the batch manager: the whole batch call) limited to `timeout` seconds."""
+
+    timeout: float | None = at_least(300.0, 0)  # seconds; null or 0: call it in the driver process, no limit
+    on_timeout: str = choice("zero", ("zero", "error"))  # zero: reward 0, counted in reward/timeouts; error: stop
+    num_processes: int | None = at_least(None, 1)  # null: one per CPU core (os.cpu_count())
+
+
+@dataclass
 class RewardModelConfig(BaseConfig):
     enable: bool = False  # true: a reward-model worker scores every response (rm_scores), see docs/reward_model.md
     # its own resource pool (reward_pool) instead of sharing the actor's processes; on CPU a "gpu" is a worker rank
@@ -76,6 +86,7 @@ class RewardModelConfig(BaseConfig):
     launch_reward_fn_async: bool = False
     sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    scoring: RewardScoringConfig = field(default_factory=RewardScoringConfig)
 
 
 @dataclass

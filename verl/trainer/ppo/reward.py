@@ -49,12 +49,16 @@ def _load_module_from_file(file_path: str) -> ModuleType:
 
 
 def _ship_by_value(module: ModuleType) -> None:
-    """Ray workers cannot import the user's file by our synthetic module name; have cloudpickle send its code."""
+    """Ray workers and scoring processes cannot import the user's file by our synthetic module name; have
+    cloudpickle (Ray's vendored copy, and the package the reward managers' scoring pool uses) send its code."""
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
     try:
-        from ray import cloudpickle
+        from ray import cloudpickle as ray_cloudpickle
     except ImportError:
         return
-    cloudpickle.register_pickle_by_value(module)
+    ray_cloudpickle.register_pickle_by_value(module)
 
 
 def _check_signature(fn: Any, params: tuple[str, ...], reward_kwargs: dict, where: str) -> None:

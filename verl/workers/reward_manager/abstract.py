@@ -36,6 +36,11 @@ class AbstractRewardManager(ABC):
         """Constructor arguments this manager reads from the full trainer config (explicit kwargs win)."""
         return {}
 
+    def close(self) -> None:
+        """Release what scoring holds (the built-in managers: their scoring processes). Safe to call twice; the
+        processes also end when the manager is garbage-collected or the interpreter exits."""
+        return None
+
     @abstractmethod
     def __call__(self, data: DataProto, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:
         """`reward_tensor`, or `{"reward_tensor": ..., "reward_extra_info": dict[str, list]}` with return_dict."""

@@ -13,11 +13,17 @@ from verl.workers.reward_manager.batch_text import decode_rollouts
 from verl.workers.reward_manager.registry import register
 from verl.workers.reward_manager.scoring import (
     ExamplePrinter,
-    ExtraInfoCollector,
     RewardScoreError,
     describe_fn,
     place_scores,
     unpack_score,
+)
+from verl.workers.reward_manager.timed_scoring import (
+    DEFAULT_TIMEOUT,
+    TIMED_OUT,
+    TimedScorer,
+    scoring_kwargs_from_config,
+    timed_extra_info,
 )
 
 
@@ -33,6 +39,9 @@ class BatchRewardManager(AbstractRewardManager):
         num_examine: int,
         compute_score: RawRewardFn | None = None,
         reward_fn_key: str = "data_source",
+        timeout: float | None = DEFAULT_TIMEOUT,
+        on_timeout: str = "zero",
+        num_processes: int | None = None,
         **reward_kwargs: Any,
     ) -> None:
         if compute_score is None:
@@ -45,6 +54,15 @@ class BatchRewardManager(AbstractRewardManager):
         self.compute_score = compute_score
         self.reward_fn_key = reward_fn_key
         self.reward_kwargs = reward_kwargs
+        # the deadline covers the one batched call; num_processes is accepted for the shared config and unused
+        self.scorer = TimedScorer(compute_score, timeout, on_timeout, 1)
+
+    @classmethod
+    def kwargs_from_config(cls, config: Any) -> dict[str, Any]:
+        return scoring_kwargs_from_config(config)
+
+    def close(self) -> None:
+        self.scorer.close()
 
     def verify(self, data: DataProto) -> list[Any]:
         """The raw per-sample results of the one batched call."""
@@ -52,18 +70,20 @@ class BatchRewardManager(AbstractRewardManager):
         return self._score(texts)
 
     def _score(self, texts: Any) -> list[Any]:
-        try:
-            results = self.compute_score(
-                data_sources=texts.data_sources,
-                solution_strs=texts.response_strs,
-                ground_truths=texts.ground_truths,
-                extra_infos=texts.extra_infos,
-                **self.reward_kwargs,
-            )
-        except Exception as exc:
-            raise RewardScoreError(
-                f"batched compute_score {describe_fn(self.compute_score)} raised {type(exc).__name__}: {exc}"
-            ) from exc
+        """Per-sample raw results, or TIMED_OUT for every sample when the batched call ran out of time."""
+        call = {
+            "data_sources": texts.data_sources,
+            "solution_strs": texts.response_strs,
+            "ground_truths": texts.ground_truths,
+            "extra_infos": texts.extra_infos,
+            **self.reward_kwargs,
+        }
+        sources = sorted({str(source) for source in texts.data_sources})
+        label = (f"batched compute_score {describe_fn(self.compute_score)} over {len(texts.response_strs)} samples "
+                 f"(data_sources {sources}; indices 0-{len(texts.response_strs) - 1})")
+        (results,) = self.scorer.run([call], [label])
+        if results is TIMED_OUT:
+            return [TIMED_OUT] * len(texts.response_strs)
         if not isinstance(results, Sequence | torch.Tensor) or isinstance(results, str | bytes):
             raise RewardScoreError(
                 f"batched compute_score {describe_fn(self.compute_score)} returned {type(results).__name__}; "
@@ -83,15 +103,15 @@ class BatchRewardManager(AbstractRewardManager):
         texts = decode_rollouts(data, self.tokenizer, self.reward_fn_key)
         results = self._score(texts)
         printer = ExamplePrinter(self.num_examine)
-        extra = ExtraInfoCollector()
-        rewards = []
+        rewards, row_fields = [], []
         for i, (data_source, result) in enumerate(zip(texts.data_sources, results)):
-            reward, fields = unpack_score(result, i, data_source, self.compute_score)
+            reward, fields = (0.0, None) if result is TIMED_OUT else unpack_score(result, i, data_source,
+                                                                                   self.compute_score)
             rewards.append(reward)
-            extra.add(fields)
+            row_fields.append(fields)
             printer.maybe_print(data_source, texts.prompt_strs[i], texts.response_strs[i], texts.ground_truths[i], result)
         responses = data.batch["responses"]
         reward_tensor = place_scores(rewards, texts.valid_response_lengths, responses.shape[-1], responses.device)
         if return_dict:
-            return {"reward_tensor": reward_tensor, "reward_extra_info": extra.result(len(rewards))}
+            return {"reward_tensor": reward_tensor, "reward_extra_info": timed_extra_info(row_fields, results, self.scorer.limited)}
         return reward_tensor

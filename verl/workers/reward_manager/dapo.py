@@ -95,13 +95,14 @@ class DAPORewardManager(NaiveRewardManager):
         given = config.reward_model.reward_kwargs.get("overlong_buffer_cfg")
         if given is not None:
             check_overlong_spellings(typed, given)
-        return {"overlong_buffer_cfg": typed, "max_resp_len": config.data.max_response_length}
+        return {**super().kwargs_from_config(config), "overlong_buffer_cfg": typed,
+                "max_resp_len": config.data.max_response_length}
 
     def _penalty_enabled(self) -> bool:
         return bool(self.overlong_buffer_cfg is not None and self.overlong_buffer_cfg.get("enable", False))
 
-    def _score_row(self, texts: RolloutTexts, i: int) -> tuple[float, dict[str, Any], Any]:
-        reward, fields, result = super()._score_row(texts, i)
+    def _score_row(self, texts: RolloutTexts, i: int, result: Any) -> tuple[float, dict[str, Any]]:
+        reward, fields = super()._score_row(texts, i, result)
         if not isinstance(result, dict):
             fields["acc"] = reward
         if self._penalty_enabled():
@@ -113,4 +114,4 @@ class DAPORewardManager(NaiveRewardManager):
             if cfg.get("log", True):
                 fields["overlong_reward"] = penalty
                 fields["overlong"] = penalty < 0
-        return reward, fields, result
+        return reward, fields
