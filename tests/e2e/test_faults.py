@@ -22,6 +22,114 @@ pytestmark = [pytest.mark.e2e]
 
 # == resume identity and the checkpoint-folder lock: resume with a different model, a second run on one folder ======
 # (section: resume identity)
+# Each case runs the real entry (`python -m verl.trainer.main_ppo`) against a checkpoint folder prepared on disk: the
+# run identity is the one the trainer records (resume_guard.run_identity), so no training run is needed to write it.
+
+
+def _identity_overrides(tmp_path, model_dir) -> list[str]:
+    from tests.helpers.e2e import make_arithmetic_data, tiny_run_overrides
+
+    data = tmp_path / "data"
+    if not (data / "train.parquet").exists():
+        make_arithmetic_data(data, train_size=8, test_size=4)
+    return tiny_run_overrides(model_dir, data, tmp_path / "run")
+
+
+def _checkpoint_written_by(tmp_path, overrides: list[str], step: int) -> dict[str, int]:
+    """A published `global_step_<step>` carrying the identity of the run `overrides` describe; returns the folder's
+    files with their mtimes (to show that nothing was touched)."""
+    import os
+
+    from verl.checkpoint.identity import write_identity
+    from verl.checkpoint.layout import step_dir, write_tracker
+    from verl.trainer.config import load_config, validate_config
+    from verl.trainer.ppo.resume_guard import run_identity
+
+    root = tmp_path / "run"
+    folder = step_dir(str(root), step)
+    os.makedirs(os.path.join(folder, "actor"))
+    write_identity(folder, run_identity(validate_config(load_config(overrides))))
+    write_tracker(str(root), step)
+    return _snapshot(root)
+
+
+def _snapshot(root) -> dict[str, int]:
+    import os
+
+    return {os.path.relpath(os.path.join(d, n), root): os.stat(os.path.join(d, n)).st_mtime_ns
+            for d, _dirs, files in os.walk(root) for n in files}
+
+
+def _main_ppo(overrides: list[str], timeout: int = 120) -> tuple[int, str, float]:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers.e2e import REPO
+
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *overrides], cwd=REPO,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"), capture_output=True, text=True, timeout=timeout)
+    seconds = time.monotonic() - start
+    print(f"surfaced after {seconds:.1f} s")  # the figure docs/reliability.md quotes (pytest -s shows it)
+    return result.returncode, result.stdout + result.stderr, seconds
+
+
+def test_fault_resume_with_a_different_model_is_refused(tmp_path):
+    from tests.helpers.e2e import default_tokenizer_dir, make_tiny_model_dir
+
+    first = default_tokenizer_dir()
+    before = _checkpoint_written_by(tmp_path, _identity_overrides(tmp_path, first), step=1)
+    other = make_tiny_model_dir(tmp_path / "other_model")
+    code, output, seconds = _main_ppo(_identity_overrides(tmp_path, other))
+    assert code == 2, output[-3000:]
+    assert "Refused to start:" in output and "Traceback" not in output, output[-3000:]
+    assert "refusing to resume" in output and "global_step_1" in output
+    assert f"actor_rollout_ref.model.path config.json: {first} (sha256" in output
+    assert f"-> {other} (sha256" in output and "actor_rollout_ref.model.path weights:" in output
+    assert "trainer.resume_mode=resume_path" in output and "trainer.experiment_name=" in output
+    assert "Ray" not in output and _snapshot(tmp_path / "run") == before  # before Ray; the checkpoint untouched
+    assert seconds < 60
+
+
+def test_fault_second_run_on_the_same_checkpoint_folder_is_refused(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from tests.helpers.e2e import default_tokenizer_dir
+
+    overrides = _identity_overrides(tmp_path, default_tokenizer_dir())
+    holder_code = ("import sys, time; from verl.checkpoint.lock import CheckpointDirLock; "
+                   "CheckpointDirLock(sys.argv[1]).acquire(); print('holding', flush=True); time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", holder_code, str(tmp_path / "run")], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        before = _snapshot(tmp_path / "run")
+        code, output, seconds = _main_ppo(overrides)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 2, output[-3000:]
+    assert "Refused to start:" in output and "is in use by another run" in output, output[-3000:]
+    assert f"pid {holder.pid} on host {socket.gethostname()}" in output
+    assert "Ray" not in output and _snapshot(tmp_path / "run") == before  # nothing written into the holder's folder
+    assert seconds < 60
+
+
+def test_fault_finished_run_resumed_again_does_nothing(tmp_path):
+    from tests.helpers.e2e import default_tokenizer_dir
+
+    overrides = _identity_overrides(tmp_path, default_tokenizer_dir())  # trainer.total_training_steps=2
+    before = _checkpoint_written_by(tmp_path, overrides, step=2)
+    code, output, seconds = _main_ppo(overrides)
+    assert code == 0, output[-3000:]
+    assert "run already finished at step 2/2; nothing to do" in output
+    assert "Ray" not in output and _snapshot(tmp_path / "run") == before  # no workers, no report, no lock file
+    assert seconds < 60
+
 
 
 # == kill -9 of the driver during a step and during a save (vLLM, 2 ranks, mid-epoch) ===============================
