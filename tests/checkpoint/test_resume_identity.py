@@ -203,3 +203,17 @@ def test_a_manifest_from_another_user_or_host_warns_once(tmp_path, caplog):
         assert manifest_mod.warn_if_foreign(str(tmp_path)) == f"user mallory (uid {os.getuid() + 1}) on host elsewhere"
         manifest_mod.warn_if_foreign(str(tmp_path))
     assert caplog.text.count("written by user mallory") == 1
+
+
+def test_the_probe_refuses_a_held_folder_and_writes_nothing(tmp_path):
+    from verl.checkpoint.lock import probe_checkpoint_dir
+
+    probe_checkpoint_dir(str(tmp_path / "run"))  # nothing there: nothing created
+    assert not (tmp_path / "run").exists()
+    held = CheckpointDirLock(str(tmp_path)).acquire()
+    content = (tmp_path / LOCK_NAME).read_text()
+    with pytest.raises(CheckpointDirLocked, match=f"pid {os.getpid()}"):
+        probe_checkpoint_dir(str(tmp_path) + "/")  # a second path spelling of the same folder
+    held.release()
+    probe_checkpoint_dir(str(tmp_path))  # free: passes, and leaves the (empty) file as it was
+    assert (tmp_path / LOCK_NAME).read_text() == "" and content

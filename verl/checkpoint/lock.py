@@ -156,6 +156,26 @@ class CheckpointDirLock:
         self.release()
 
 
+def probe_checkpoint_dir(root: str) -> None:
+    """Raise CheckpointDirLocked when another process holds `root`'s lock now; writes nothing (not even the lock
+    file). Lets a start refuse in its first seconds; `acquire` later is what actually claims the folder."""
+    lock = CheckpointDirLock(root)
+    if lock.root in _held or not os.path.isfile(lock.path):
+        return
+    try:
+        fd = os.open(lock.path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        if err.errno in _HELD:
+            raise lock._refuse(lock._read_holder(fd), "") from None
+        return  # no flock here: acquire() judges by the file's content
+    finally:
+        os.close(fd)  # closing drops a lock this probe took
+
+
 _held: dict[str, CheckpointDirLock] = {}
 
 

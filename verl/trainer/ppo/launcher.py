@@ -67,7 +67,7 @@ def build_trainer(config: PPOTrainerConfig | Any):
     from verl.models.loader import load_tokenizer
     from verl.trainer.ppo.data_check import check_data
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-    from verl.trainer.ppo.resume_guard import preflight
+    from verl.trainer.ppo.resume_guard import early_checks, preflight
     from verl.trainer.ppo.reward import load_reward_manager
     from verl.trainer.ppo.sandbox_service import start_run_sandbox
     from verl.trainer.resolved_defaults import log_defaults, resolve_ppo_defaults
@@ -79,6 +79,7 @@ def build_trainer(config: PPOTrainerConfig | Any):
     # before Ray starts, so every worker process it launches inherits the choice
     set_device_preference(config.trainer.device)
     resolve_model_paths(config)
+    early = early_checks(config)  # another run's checkpoint or a live holder of its folder: refused in seconds
     log_defaults(resolve_ppo_defaults(config))  # the hardware's dtypes in place of null, logged once
     run_dir = _run_dir(config)
     report_dir = _report_dir(config)
@@ -95,7 +96,7 @@ def build_trainer(config: PPOTrainerConfig | Any):
                                         max_samples=data.val_max_samples)
     # before Ray and before anything is written to the run's folder: a different run's checkpoint is refused, a
     # finished run raises RunFinished, and then the folder is locked against a second run
-    checked = preflight(config, len(train_dataset))
+    checked = preflight(config, len(train_dataset), early)
     hold_checkpoint_dir(run_dir)
     try:
         os.makedirs(report_dir, exist_ok=True)

@@ -1,12 +1,14 @@
 """Resume only the same run: the identity a PPO run records in its checkpoints, and the checks a start makes on
 the driver before Ray and the workers (see docs/reliability.md, "resume identity").
 
-At start, with the datasets built but nothing else:
+At start, in the first seconds (`early_checks`, before the tokenizer and the data are loaded):
   1. the checkpoint resume_mode would load is found without modifying the folder;
   2. its recorded identity is compared with this run's: under resume_mode=auto a difference refuses the start,
      listing the differences and the overrides; under resume_mode=resume_path it is a warning (an explicit choice);
-  3. a checkpoint at the last step means the run is finished: `RunFinished` (the launcher exits 0, nothing written);
-  4. otherwise the folder's lock is taken (verl/checkpoint/lock.py) before anything is written there.
+  3. a live holder of the folder's lock refuses the start (probed: nothing is written);
+then, with the datasets built (`preflight`):
+  4. a checkpoint at the last step means the run is finished: `RunFinished` (the launcher exits 0, nothing written);
+  5. otherwise the folder's lock is taken (verl/checkpoint/lock.py) before anything is written there.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from verl.checkpoint.identity import (
     read_identity,
 )
 from verl.checkpoint.layout import read_tracker, step_dir, step_of
+from verl.checkpoint.lock import probe_checkpoint_dir
 
 logger = logging.getLogger(__name__)
 
@@ -146,20 +149,29 @@ class Preflight:
     checked_folder: str | None  # the checkpoint whose identity was checked (None: nothing to resume was found)
 
 
-def preflight(config, n_train_prompts: int) -> Preflight:
-    """The checks a start makes before Ray (module docstring, steps 1-3). Raises ResumeRefused or RunFinished.
-    The lock (step 4) is the caller's next move."""
+def early_checks(config) -> Preflight:
+    """Steps 1-3 of the module docstring; raises ResumeRefused or CheckpointDirLocked. Needs the model path resolved."""
     identity = run_identity(config)
     trainer_cfg = config.trainer
     root = os.path.abspath(os.path.expanduser(trainer_cfg.default_local_dir))
     folder = _folder_to_resume(trainer_cfg, root)
+    if folder is not None:
+        check_identity(folder, identity, trainer_cfg.resume_mode)
+    probe_checkpoint_dir(root)
+    return Preflight(identity, folder)
+
+
+def preflight(config, n_train_prompts: int, early: Preflight | None = None) -> Preflight:
+    """Step 4 of the module docstring (and steps 1-3 unless `early` has them). Raises ResumeRefused,
+    CheckpointDirLocked or RunFinished. The lock (step 5) is the caller's next move."""
+    checked = early if early is not None else early_checks(config)
+    folder = checked.checked_folder
     if folder is None:
-        return Preflight(identity, None)
-    check_identity(folder, identity, trainer_cfg.resume_mode)
+        return checked
     step, total = step_of(folder), planned_total_steps(config, n_train_prompts)
     if total > 0 and step >= total:
         raise RunFinished(
             f"run already finished at step {step}/{total}; nothing to do (checkpoint {folder}). To train further, "
             "raise trainer.total_training_steps or trainer.total_epochs; for a new run, set "
             "trainer.experiment_name=<new name> or trainer.default_local_dir=<another folder>.", step, total, folder)
-    return Preflight(identity, folder)
+    return checked
