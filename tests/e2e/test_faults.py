@@ -14,6 +14,109 @@ pytestmark = [pytest.mark.e2e]
 
 # == deadlines: a worker that hangs, a worker killed mid-step, non-finite gradients ================================
 # (section: deadlines)
+# Whole runs on the tiny model (2 ranks, save_freq=1) whose actor worker injects the fault at its 2nd update
+# (tests/e2e/fault_workers.py). Each prints "surfaces after" for docs/reliability.md: from the fault's start (the
+# worker writes the time to a file) to the driver's exception.
+
+
+def _run_with_fault(tmp_path, monkeypatch, fault: str, *extra: str):
+    """(the exception the run ended with, seconds from the fault's start to it, the run's checkpoint folder)."""
+    import os
+    import time
+
+    import ray
+
+    import tests.e2e.fault_workers as fault_workers
+    from tests.helpers.e2e import REPO, make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides
+    from verl.single_controller.roles import Role
+    from verl.trainer.config import validate_config
+    from verl.trainer.config.validate import load_config
+    from verl.trainer.ppo import launcher
+
+    mark = tmp_path / "fault_started"
+    monkeypatch.setenv(fault_workers.FAULT_ENV, fault)  # the Ray workers inherit the driver's environment
+    monkeypatch.setenv("VERL_TEST_FAULT_MARK", str(mark))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    plain = launcher.role_worker_mapping
+
+    def with_faulty_actor(config):
+        mapping, pools = plain(config)
+        mapping[Role.ActorRollout] = fault_workers.FaultyActorWorker
+        return mapping, pools
+
+    monkeypatch.setattr(launcher, "role_worker_mapping", with_faulty_actor)
+    run_dir = tmp_path / "run"
+    overrides = tiny_run_overrides(make_tiny_model_dir(tmp_path / "model"), make_arithmetic_data(tmp_path / "data"),
+                                   run_dir) + [
+        f"custom_reward_function.path={REPO / 'tests/e2e/hash_reward.py'}", "trainer.total_training_steps=4",
+        "trainer.save_freq=1", *extra]
+    if ray.is_initialized():
+        ray.shutdown()
+    try:
+        with pytest.raises(Exception) as info:
+            launcher.run_training(validate_config(load_config(overrides)))
+        surfaced = time.time()
+    finally:
+        ray.shutdown()
+    started = float(mark.read_text().split()[0])
+    return info.value, surfaced - started, run_dir
+
+
+def _assert_step_1_checkpoint_intact(err: BaseException, run_dir) -> None:
+    from verl.checkpoint.layout import read_tracker
+
+    notes = "\n".join(getattr(err, "__notes__", []))
+    assert f"the last complete checkpoint is {run_dir / 'global_step_1'} (step 1), untouched" in notes
+    assert read_tracker(str(run_dir)) == 1 and (run_dir / "global_step_1" / "actor").is_dir()
+    assert not [p.name for p in run_dir.iterdir() if ".tmp-" in p.name]  # nothing half-written
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_worker_that_hangs_surfaces_as_a_named_deadline_error(tmp_path, monkeypatch):
+    from verl.single_controller.ray import WorkerDeadlineError
+
+    deadline = 30
+    err, after, run_dir = _run_with_fault(tmp_path, monkeypatch, "hang_update:2",
+                                          f"trainer.worker_call_timeout_s={deadline}",
+                                          "trainer.worker_call_timeout_per_sample_s=0")
+    print(f"[deadlines] hung worker surfaced after {after:.1f} s (deadline {deadline} s)")
+    assert isinstance(err, WorkerDeadlineError), repr(err)
+    msg = str(err)
+    assert "stage update_actor, method update_actor" in msg and "ranks still running: 0, 1 of 2" in msg
+    assert f"trainer.worker_call_timeout_s={deadline}" in msg
+    assert deadline - 1 <= after < deadline + 15
+    _assert_step_1_checkpoint_intact(err, run_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_worker_killed_mid_step_surfaces_naming_its_rank_and_method(tmp_path, monkeypatch):
+    from verl.single_controller.ray import WorkerDeadlineError, WorkerGroupError
+
+    err, after, run_dir = _run_with_fault(tmp_path, monkeypatch, "kill_update:2")
+    print(f"[deadlines] killed worker surfaced after {after:.1f} s")
+    assert isinstance(err, WorkerGroupError) and not isinstance(err, WorkerDeadlineError), repr(err)
+    msg = str(err)
+    assert "worker process died: rank 1 of 2" in msg and "method update_actor" in msg
+    assert after < 15
+    _assert_step_1_checkpoint_intact(err, run_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_nonfinite_gradient_for_n_steps_stops_the_run_naming_role_step_and_count(tmp_path, monkeypatch):
+    from verl.workers.nonfinite_grads import NonFiniteGradError
+
+    err, after, run_dir = _run_with_fault(tmp_path, monkeypatch, "nan_grads:1",
+                                          "actor_rollout_ref.actor.max_consecutive_nonfinite_grad_skips=2")
+    print(f"[deadlines] non-finite grad norms stopped the run {after:.1f} s after the first")
+    assert isinstance(err, NonFiniteGradError), repr(err)
+    msg = str(err)
+    assert "actor grad norm was nan for 2 consecutive optimizer steps" in msg and "update call 1" in msg
+    notes = "\n".join(err.__notes__)
+    assert "during training step 2" in notes and "of 2 (worker" in notes and "update_actor" in notes
+    _assert_step_1_checkpoint_intact(err, run_dir)
 
 
 # == reward scoring: a reward function that hangs ===================================================================

@@ -19,6 +19,10 @@ class HangingWorker(Worker):
         return data
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self, sleep_s: float = 0.0) -> None:
+        time.sleep(sleep_s)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def ping(self) -> int:
         return self.rank
 

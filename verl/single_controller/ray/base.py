@@ -193,13 +193,14 @@ class RayWorkerGroup(WorkerGroup):
         position = {ref: i for i, ref in enumerate(handles)}
         results: list[Any] = [None] * len(handles)
         pending = list(handles)
-        timeout_s = self.deadlines.for_call(method_name, samples) if self.deadlines is not None else None
+        plain = self._plain_method_name(method_name)
+        timeout_s = self.deadlines.for_call(plain, samples) if self.deadlines is not None else None
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while pending:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, pending = ray.wait(pending, num_returns=1, timeout=remaining)
             if not ready:
-                raise self._overrun([ranks[position[ref]] for ref in pending], method_name, samples, timeout_s)
+                raise self._overrun([ranks[position[ref]] for ref in pending], plain, samples, timeout_s)
             for ref in ready:
                 i = position[ref]
                 try:
@@ -208,6 +209,13 @@ class RayWorkerGroup(WorkerGroup):
                     site = self._call_site(ranks[i], method_name)
                     raise translate_error(err, site) from None
         return results
+
+    def _plain_method_name(self, method_name: str) -> str:
+        """A colocated group's role view calls `<role>_<method>` remotely; deadlines and stages use `<method>`."""
+        for role in self.roles:
+            if method_name.startswith(f"{role}_"):
+                return method_name[len(role) + 1:]
+        return method_name
 
     def _overrun(self, pending: list[int], method_name: str, samples: int, timeout_s: float) -> WorkerDeadlineError:
         """Kill the group (a hung rank may hold the others in a collective) and name what was still running."""

@@ -36,7 +36,7 @@ from verl.trainer.ppo.metric_utils import (
     compute_timing_metrics,
 )
 from verl.trainer.ppo.old_log_prob_reuse import announce, skip_old_log_prob_pass
-from verl.trainer.ppo.reward import compute_reward, compute_reward_async
+from verl.trainer.ppo.reward import compute_reward, compute_reward_async, reward_metrics
 from verl.trainer.ppo.reward_model_stage import add_rm_scores
 from verl.trainer.ppo.state import TrainerState
 from verl.trainer.ppo.typed import as_typed
@@ -148,7 +148,7 @@ class RayPPOTrainer:
     def fit(self) -> None:
         try:
             self._fit()
-        except WorkerGroupError as err:  # a hung or dead worker ended the run: say where it can resume from
+        except (WorkerGroupError, FloatingPointError) as err:  # a hung or dead worker, a NaN streak: where to resume
             add_checkpoint_note(err, self.config.trainer)
             raise
 
@@ -391,6 +391,7 @@ class RayPPOTrainer:
                 metrics[f"reward_extra/{key}/mean"] = float(np.mean(np.asarray(values, dtype=float)))
             except (TypeError, ValueError):
                 pass
+        metrics.update(reward_metrics(reward_extra))  # reward/timeouts
         if self.kl_ctrl_in_reward is not None:
             batch, kl_metrics = core_algos.apply_kl_penalty(batch, kl_ctrl=self.kl_ctrl_in_reward,
                                                             kl_penalty=alg.kl_penalty)
