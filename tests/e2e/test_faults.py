@@ -121,6 +121,95 @@ def test_a_nonfinite_gradient_for_n_steps_stops_the_run_naming_role_step_and_cou
 
 # == reward scoring: a reward function that hangs ===================================================================
 # (section: reward)
+# The real path the trainer takes, short of a whole run (which costs a minute here): the yaml + override -> typed
+# config -> load_reward_manager (a custom_reward_function file, shipped by value to the scoring processes) ->
+# compute_reward on a rollout-shaped DataProto -> reward_metrics, the step's reward/timeouts. The scoring pool is
+# warmed by a first step, as in a run; "surfaces after" is from the step's start to the warning / the error.
+
+_HANGING_REWARD = """
+import time
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    if "apples" in solution_str:
+        while True:  # a pathological response: a pure-Python loop no signal handler inside the call can stop
+            time.sleep(0)
+    return 1.0 if solution_str.strip().endswith(str(ground_truth)) else 0.0
+"""
+
+
+def _reward_fault_setup(tmp_path, *overrides: str):
+    from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
+    from tests.workers.reward_manager.conftest import make_batch
+    from verl.trainer.config import load_config, validate_config
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    path = tmp_path / "hanging_reward.py"
+    path.write_text(_HANGING_REWARD)
+    config = validate_config(load_config([f"custom_reward_function.path={path}", "reward_model.scoring.timeout=2",
+                                          *overrides]), check_files=False)
+    tokenizer = build_tiny_tokenizer()
+    manager = load_reward_manager(config, tokenizer, num_examine=0)
+    samples = [("Tom has 12", "#### 14", "14"), ("Anna has 9", "#### 10", "11"), ("Ben has 3", "3 apples", "3"),
+               ("Eve has 5", "#### 5", "5")]
+    hangs, _ = make_batch(tokenizer, samples, data_source=["gsm8k", "gsm8k", "slow/source", "gsm8k"])
+    fine, _ = make_batch(tokenizer, [samples[0], samples[1], samples[3]])
+    return manager, hangs, fine
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+def test_fault_a_reward_function_that_hangs_scores_zero_and_is_counted(tmp_path, capfd):
+    import time
+
+    from verl.trainer.ppo.reward import compute_reward, reward_metrics
+
+    manager, hangs, fine = _reward_fault_setup(tmp_path)
+    start = time.monotonic()
+    _, extra = compute_reward(fine, manager)  # step 1: starts the pool
+    first = time.monotonic() - start
+    assert reward_metrics(extra) == {"reward/timeouts": 0.0}
+    start = time.monotonic()
+    reward, extra = compute_reward(hangs, manager)  # step 2: sample 2 never returns
+    seconds = time.monotonic() - start
+    assert reward.sum(-1).tolist() == [1.0, 0.0, 0.0, 1.0] and reward_metrics(extra) == {"reward/timeouts": 1.0}
+    assert extra["reward_timeout"] == [False, False, True, False]
+    assert "sample 2 (data_source='slow/source')" in capfd.readouterr().err
+    with capfd.disabled():
+        print(f"\n[surfaces after] hanging reward, on_timeout=zero: {seconds:.1f} s (timeout 2 s); "
+              f"first step with the pool's start: {first:.2f} s")
+    assert seconds < 2 + 10
+    pids = manager.scorer._pool.pids
+    _, extra = compute_reward(fine, manager)  # step 3: the replaced worker scores again
+    assert reward_metrics(extra) == {"reward/timeouts": 0.0}
+    manager.close()  # nothing left running: the spinning worker was killed, the others end here
+    assert not any(_alive(pid) for pid in pids)
+
+
+def test_fault_a_reward_function_that_hangs_stops_the_run_under_on_timeout_error(tmp_path):
+    import time
+
+    from verl.trainer.ppo.reward import compute_reward
+    from verl.workers.reward_manager.timed_scoring import RewardTimeoutError
+
+    manager, hangs, fine = _reward_fault_setup(tmp_path, "reward_model.scoring.on_timeout=error")
+    compute_reward(fine, manager)
+    start = time.monotonic()
+    with pytest.raises(RewardTimeoutError, match=r"sample 2 \(data_source='slow/source'\).*on_timeout=error"):
+        compute_reward(hangs, manager)
+    seconds = time.monotonic() - start
+    print(f"\n[surfaces after] hanging reward, on_timeout=error: {seconds:.1f} s (timeout 2 s)")
+    assert seconds < 2 + 10
+    manager.close()
+
 
 
 # == resume identity and the checkpoint-folder lock: resume with a different model, a second run on one folder ======

@@ -21,6 +21,7 @@ import torch
 from verl.protocol import DataProto
 from verl.rewards import default_compute_score
 from verl.workers.reward_manager import AbstractRewardManager, RawRewardFn, get_reward_manager_cls
+from verl.workers.reward_manager.timed_scoring import TIMEOUT_FIELD
 
 
 def _load_module_from_file(file_path: str) -> ModuleType:
@@ -183,6 +184,16 @@ def _merge_agent_scores(data: DataProto, scored: np.ndarray, reward_fn: Any) -> 
     reward_tensor = reward_tensor.clone()
     reward_tensor[rows] = agent_scores[rows].to(reward_tensor.dtype)
     return reward_tensor, extra
+
+
+def reward_metrics(reward_extra: dict[str, Any]) -> dict[str, float]:
+    """The step's reward counters: `reward/timeouts`, the samples the built-in managers scored 0 because their
+    scoring ran past reward_model.scoring.timeout (from the per-sample `reward_timeout` field; absent when the
+    manager scored without a limit)."""
+    flags = reward_extra.get(TIMEOUT_FIELD)
+    if flags is None:
+        return {}
+    return {"reward/timeouts": float(sum(bool(flag) for flag in flags))}
 
 
 def compute_reward_async(data: DataProto, config: Any = None, tokenizer: Any = None, reward_fn: Any = None) -> Any:
