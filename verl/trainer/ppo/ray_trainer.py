@@ -148,7 +148,7 @@ class RayPPOTrainer:
     def fit(self) -> None:
         try:
             self._fit()
-        except WorkerGroupError as err:  # a hung or dead worker ended the run: say where it can resume from
+        except (WorkerGroupError, FloatingPointError) as err:  # a hung or dead worker, a NaN streak: where to resume
             add_checkpoint_note(err, self.config.trainer)
             raise
 
