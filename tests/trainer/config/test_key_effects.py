@@ -334,6 +334,7 @@ def _launch_with_stubs(monkeypatch, tmp_path, model_dir: str, *overrides: str) -
 
     class _StubTrainer:
         def __init__(self, config, tokenizer, mapping, pools, **kwargs) -> None:
+            self.config = config  # as RayPPOTrainer: run_training releases the checkpoint folder's lock through it
             self.tracker = kwargs["tracker"]
 
         def init_workers(self) -> None:
