@@ -206,7 +206,7 @@ class RayWorkerGroup(WorkerGroup):
                 try:
                     results[i] = ray.get(ref)
                 except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as err:
-                    site = self._call_site(ranks[i], method_name)
+                    site = self._call_site(ranks[i], plain)
                     raise translate_error(err, site) from None
         return results
 
