@@ -58,8 +58,10 @@ def test_batch_at_actor_update_matches_key_table(tmp_path: Path, adv_estimator: 
     batch = captured[0]
     assert check_batch(batch, typed) == []
     present = set(batch.batch.keys()) | set(batch.non_tensor_batch)
-    # the arithmetic parquet carries every optional column of verl's data format
-    assert present == expected_keys(typed) | {"data_source", "ability", "reward_model", "extra_info"}
+    # the arithmetic parquet carries every optional column of verl's data format, and the built-in reward manager
+    # scores under reward_model.scoring.timeout's default limit, so every row says whether it timed out
+    assert present == expected_keys(typed) | {"data_source", "ability", "reward_model", "extra_info", "reward_timeout"}
+    assert not any(batch.non_tensor_batch["reward_timeout"])
     extra = {"values"} if adv_estimator == "gae" else {"rollout_log_probs"}
     assert {"ref_log_prob"} | extra <= present
     # 4 prompts x rollout.n=2 rows, max_response_length=8 response columns, as configured

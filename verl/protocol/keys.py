@@ -70,7 +70,8 @@ TOOL_AGENT = Condition("actor_rollout_ref.rollout.multi_turn.enable=true (rows o
 class KeySpec:
     """One batch key. ``producer`` is ``module:qualname`` of the one function whose output carries the key.
 
-    ``optional``: a column of the data (present when the parquet file has it), so no config decides it.
+    ``optional``: a column of the data (present when the parquet file has it), or a field no typed key alone decides
+    (``reward_timeout``: whichever reward manager scores, built-in or the user's), so it is allowed, never required.
     ``final``: still in the batch at the actor update (False for keys the trainer pops for metrics).
     """
 
@@ -154,6 +155,10 @@ def _specs() -> list[KeySpec]:
         # -- reward and advantages --------------------------------------------------------------------------------
         KeySpec("token_level_scores", t, f32, _RESP, "verl.trainer.ppo.reward:compute_reward",
                 "the reward manager's score, on each row's last response token"),
+        KeySpec("reward_timeout", o, _OBJECT, _ROWS,
+                "verl.workers.reward_manager.timed_scoring:timed_extra_info",
+                "True where the row's compute_score ran past reward_model.scoring.timeout (scored 0); on every row "
+                "while a built-in reward manager scores under a time limit, so it is not required", optional=True),
         KeySpec("reward_baselines", t, f32, _ROWS, f"{_TRAINER}._add_remax_baseline",
                 "ReMax: the summed reward of the greedy response to the same prompt", when=REMAX),
         KeySpec("token_level_rewards", t, f32, _RESP, f"{_TRAINER}._compute_advantage",
