@@ -357,7 +357,7 @@ class CriticWorker(_FSDPWorkerBase):
             self._ckpt_manager = FSDPCheckpointManager(self.critic_module, self.critic_optimizer,
                                                        self.critic_lr_scheduler, self._checkpoint_tokenizer(),
                                                        self._cfg.checkpoint, adapter=adapter_io(self.critic_module),
-                                                       step_state=self.critic)
+                                                       step_state=getattr(self, "critic", None))
         return self._ckpt_manager
 
     def _checkpoint_tokenizer(self):
