@@ -151,6 +151,15 @@ class RayPPOTrainer:
         except (WorkerGroupError, FloatingPointError) as err:  # a hung or dead worker, a NaN streak: where to resume
             add_checkpoint_note(err, self.config.trainer)
             raise
+        finally:
+            self._close_reward_managers()
+
+    def _close_reward_managers(self) -> None:
+        """End the built-in managers' scoring processes with the run, not at garbage collection."""
+        for manager in (self.reward_fn, self.val_reward_fn):
+            close = getattr(manager, "close", None)
+            if callable(close):
+                close()
 
     def _fit(self) -> None:
         from verl.trainer.progress import TrainingProgress

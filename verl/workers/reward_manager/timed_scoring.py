@@ -77,8 +77,9 @@ class TimedScorer:
 
     def close(self) -> None:
         """End the scoring processes (they are restarted if the manager is called again)."""
-        if self._pool is not None:
-            self._pool.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
     def run(self, calls: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[Any]:
         """One raw result per call (fn(**kwargs)), or TIMED_OUT. labels[i] names call i in messages, e.g.
