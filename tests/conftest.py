@@ -1,0 +1,16 @@
+"""Session-wide settings every test process needs before any test starts Ray.
+
+Ray's authentication mode is read into the process's cached Ray config the first time a local Ray enables it, and
+is not re-read when the environment changes: a test process that starts one Ray with token authentication (Ray's
+default for a new local instance) and a later one with it off (the multi-raylet test clusters) leaves the driver
+speaking the wrong mode, and every worker of the second instance dies before it starts. So the whole test session,
+and every run it starts as a subprocess, uses one mode: off, as test clusters on this one machine may. Ray's own
+default, which verl leaves alone, is checked in a fresh interpreter with this variable removed
+(tests/single_controller/test_ray_local_security.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["RAY_AUTH_MODE"] = "disabled"
