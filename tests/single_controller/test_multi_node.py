@@ -1,34 +1,39 @@
-"""Two simulated Ray nodes on this machine: ranks land on both and run a gloo collective across them."""
+"""Two Ray nodes (raylets) on this machine, started with `ray start`: ranks land on both and run a gloo collective
+across them; pools the nodes cannot hold are refused at once."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 from verl.utils.ray_utils import init_ray
 
-NODE_ARGS = {"num_cpus": 1, "object_store_memory": 100 * 1024**2, "include_dashboard": False}
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def two_node_cluster(prepared_env):
+    """Two raylets started as a user would (`ray start --head`, `ray start --address=...`), 1 CPU each."""
     import ray
-    from ray.cluster_utils import Cluster
+
+    from tests.helpers.ray_cluster import RayStartCluster
 
     if ray.is_initialized():
         ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args=NODE_ARGS)
-    cluster.add_node(**NODE_ARGS)
-    cluster.wait_for_nodes()
+    cluster = RayStartCluster([1, 1], extra_pythonpath=[str(REPO)])
     mp = pytest.MonkeyPatch()
-    # The driver joins the running cluster the way a user would: RAY_ADDRESS.
-    mp.setenv("RAY_ADDRESS", cluster.address)
-    kwargs = init_ray({"ray_init": {"num_cpus": None}}, run_dir="/tmp/unused_when_joining")
-    assert kwargs == {"address": cluster.address}
-    yield cluster
-    ray.shutdown()
-    mp.undo()
-    cluster.shutdown()
+    try:
+        # The driver joins the running cluster the way a user would: RAY_ADDRESS.
+        mp.setenv("RAY_ADDRESS", cluster.address)
+        kwargs = init_ray({"ray_init": {"num_cpus": None}}, run_dir="/tmp/unused_when_joining")
+        assert kwargs == {"address": cluster.address}
+        yield cluster
+    finally:
+        ray.shutdown()
+        mp.undo()
+        cluster.stop()
 
 
 def test_ranks_span_both_nodes_and_all_gather(two_node_cluster):
@@ -51,13 +56,26 @@ def test_ranks_span_both_nodes_and_all_gather(two_node_cluster):
 
 
 def test_pool_needing_more_nodes_fails_clearly(two_node_cluster):
+    import time
+
+    # 1.5 CPUs in all fits the cluster's 2; three distinct nodes do not fit its two: refused before any waiting.
     pool = RayResourcePool(
         process_on_nodes=[1, 1, 1],
         use_gpu=False,
         max_colocate_count=1,
         name_prefix="three",
         cpus_per_process=0.5,
-        placement_timeout_s=3,
+        placement_timeout_s=60,
     )
-    with pytest.raises(RuntimeError, match="could not be placed within 3 s"):
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"'three'.*needs 3 distinct Ray nodes.*has 2 alive node"):
+        pool.get_placement_groups()
+    assert time.monotonic() - start < 5
+
+
+def test_pool_too_big_for_one_node_fails_clearly(two_node_cluster):
+    # 2 CPUs in all equal the cluster's total, but each node holds 1: a 2-process node cannot be placed.
+    pool = RayResourcePool(process_on_nodes=[2], use_gpu=False, max_colocate_count=1, name_prefix="fat",
+                           placement_timeout_s=60)
+    with pytest.raises(RuntimeError, match=r"'fat'.*needs 2 CPU on each of 1 node.*short by 1 CPU"):
         pool.get_placement_groups()

@@ -84,6 +84,8 @@ class RayResourcePool(ResourcePool):
         bundles = self.bundles()
         self._check_fits(bundles)
         strategy = strategy or ("STRICT_PACK" if len(bundles) == 1 else "STRICT_SPREAD")
+        if strategy in ("STRICT_SPREAD", "STRICT_PACK"):
+            self._check_nodes_fit(bundles)
         pg = placement_group(
             bundles,
             strategy=strategy,
@@ -117,6 +119,32 @@ class RayResourcePool(ResourcePool):
                         else "Use fewer processes per node, or use_gpu=False."
                     )
                 )
+
+    def _check_nodes_fit(self, bundles: list[dict[str, float]]) -> None:
+        """Refuse at once a pool that no set of live nodes could hold: Ray would otherwise keep the placement group
+        pending (until placement_timeout_s) waiting for nodes that may never join."""
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        if len(bundles) > len(nodes):
+            raise RuntimeError(
+                f"resource pool '{self.name_prefix}' (process_on_nodes={self.store}) needs {len(bundles)} distinct "
+                f"Ray nodes (one bundle per node: trainer.nnodes={len(bundles)}) but the cluster has {len(nodes)} "
+                f"alive node(s) {[n['NodeID'][:12] for n in nodes]}. Lower trainer.nnodes, or join more nodes "
+                "(`ray start --address=<head>` on each) before starting the run."
+            )
+        # Largest bundle against the largest node, and so on, per resource: a necessary condition for STRICT_SPREAD
+        # (and exact for one bundle), cheap enough to run before every placement.
+        for resource in ("CPU", "GPU"):
+            need = sorted((b.get(resource, 0) for b in bundles), reverse=True)
+            have = sorted((n.get("Resources", {}).get(resource, 0) for n in nodes), reverse=True)
+            for i, amount in enumerate(need):
+                if amount > have[i]:
+                    raise RuntimeError(
+                        f"resource pool '{self.name_prefix}' (process_on_nodes={self.store}) needs {amount:g} "
+                        f"{resource} on each of {i + 1} node(s), but the nodes hold {have} {resource}: node "
+                        f"{i + 1} is short by {amount - have[i]:g} {resource}. Lower trainer.n_gpus_per_node "
+                        f"(processes per node) or cpus_per_process, or start the nodes with more "
+                        f"{'--num-cpus' if resource == 'CPU' else '--num-gpus'}."
+                    )
 
     def reserve_group_slot(self, group_name: str) -> None:
         if self.groups_placed >= self.max_colocate_count:
