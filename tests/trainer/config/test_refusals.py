@@ -100,3 +100,14 @@ def test_docs_config_md_is_up_to_date():
     assert render(text) == text, "run: python -m verl.trainer.config.docs --write"
     for key, _, _ in iter_refusals(PPOTrainerConfig):
         assert f"`{key}`" in text
+
+
+def test_megatron_is_refused_with_what_to_use_instead(cfg):
+    set_keys(cfg, actor_rollout_ref__actor__strategy="megatron", critic__strategy="megatron")
+    found = problems_of(cfg)
+    # the ref follows the actor's strategy in ppo_trainer.yaml
+    keys = ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")
+    assert [p.split("=", 1)[0] for p in found] == list(keys)
+    for message in found:
+        assert "='megatron' is refused: the Megatron-LM backend" in message
+        assert "Use strategy=fsdp2" in message and "docs/scaling.md" in message

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field, refused
-from verl.trainer.config.engine import TRAIN_STRATEGIES, CheckpointConfig, OptimConfig, WorkerFSDPConfig
+from verl.trainer.config.engine import CheckpointConfig, OptimConfig, WorkerFSDPConfig, train_strategy
 from verl.trainer.config.registries import KL_PENALTIES, LOSS_AGG_MODES, POLICY_LOSSES, policy_loss_registered
 from verl.trainer.config.rollout import RolloutConfig
 
@@ -79,7 +79,7 @@ class PolicyLossConfig(BaseConfig):
 
 @dataclass
 class ActorConfig(BaseConfig):
-    strategy: str = choice("fsdp", TRAIN_STRATEGIES)
+    strategy: str = train_strategy("fsdp")
     rollout_n: int = at_least(1, 1)  # ${actor_rollout_ref.rollout.n} in the yaml
     use_remove_padding: bool = True  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
     ppo_mini_batch_size: int = at_least(4, 1)  # in prompts; the workers multiply by rollout.n
@@ -111,7 +111,7 @@ class ActorConfig(BaseConfig):
 
 @dataclass
 class RefConfig(BaseConfig):
-    strategy: str = choice("fsdp", TRAIN_STRATEGIES)
+    strategy: str = train_strategy("fsdp")
     use_remove_padding: bool = True  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
     fsdp_config: WorkerFSDPConfig = field(default_factory=WorkerFSDPConfig)
     use_torch_compile: bool = refused(False, *NO_TORCH_COMPILE)  # ${actor_rollout_ref.actor.use_torch_compile}

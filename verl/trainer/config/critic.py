@@ -7,7 +7,7 @@ from typing import Any
 
 from verl.trainer.config.actor import NO_ACTIVATION_OFFLOAD, NO_EXTERNAL_LIB, NO_ULYSSES
 from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field, refused
-from verl.trainer.config.engine import TRAIN_STRATEGIES, CheckpointConfig, OptimConfig, WorkerFSDPConfig
+from verl.trainer.config.engine import CheckpointConfig, OptimConfig, WorkerFSDPConfig, train_strategy
 from verl.trainer.config.registries import LOSS_AGG_MODES
 
 
@@ -35,7 +35,7 @@ class CriticModelConfig(BaseConfig):
 @dataclass
 class CriticConfig(BaseConfig):
     rollout_n: int = at_least(1, 1)
-    strategy: str = choice("fsdp", TRAIN_STRATEGIES)
+    strategy: str = train_strategy("fsdp")
     optim: OptimConfig = field(default_factory=_critic_optim)
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
     ppo_mini_batch_size: int = at_least(4, 1)  # in prompts, like the actor's

@@ -4,12 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.trainer.config.base import BaseConfig, choice, list_field, refused
+from verl.trainer.config.base import BaseConfig, Refusal, choice, list_field, refused, refused_values
 
 DTYPES = ("fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
 WARMUP_STYLES = ("constant", "cosine")
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 TRAIN_STRATEGIES = ("fsdp", "fsdp2")
+MEGATRON_REFUSAL = Refusal(
+    "the Megatron-LM backend (tensor, pipeline and expert parallelism, mcore checkpoints) is not built",
+    "Use strategy=fsdp2: FSDP2 shards parameters, gradients and optimizer state over all ranks, "
+    "ulysses_sequence_parallel_size splits long sequences, model.lora_rank trains an adapter; see docs/scaling.md "
+    "(Megatron).",
+)
+
+
+def train_strategy(default: str = "fsdp"):
+    """A trained role's `strategy`: fsdp or fsdp2 (both FSDP2); `megatron`, upstream's other backend, refused with
+    what to use instead rather than as an unknown name."""
+    return refused_values(choice(default, TRAIN_STRATEGIES), {"megatron": MEGATRON_REFUSAL})
 
 
 @dataclass
