@@ -2,7 +2,8 @@
 trainer.n_gpus_per_node=1` joins a cluster started with `ray start --head` / `ray start --address=...` (two raylets on
 this machine, 2 CPUs each) through RAY_ADDRESS. Actor, rollout and reference (use_kl_loss) share one process per rank,
 the critic (GAE) too; rank 0 runs on one node and rank 1 on the other. The run saves a checkpoint, a second driver
-resumes from it on the same cluster and ends with a validation score. A third driver asks for trainer.nnodes=3 and
+(joined through +ray_kwargs.ray_init.address this time) resumes from it on the same cluster and ends with a
+validation score. A third driver asks for trainer.nnodes=3 and
 must be refused within seconds, naming the pool.
 """
 
@@ -62,8 +63,14 @@ def overrides(assets: dict[str, Path], steps: int, nnodes: int = 2) -> list[str]
     ]
 
 
-def run_driver(cluster: RayStartCluster, args: list[str], log: Path, timeout: float = RUN_TIMEOUT_S):
-    env = {**cluster.env, "RAY_ADDRESS": cluster.address, "VERL_PROGRESS": "0"}
+def run_driver(cluster: RayStartCluster, args: list[str], log: Path, timeout: float = RUN_TIMEOUT_S,
+               join_by_config: bool = False):
+    """join_by_config: the address goes as `+ray_kwargs.ray_init.address=...` instead of RAY_ADDRESS."""
+    env = {**cluster.env, "VERL_PROGRESS": "0"}
+    if join_by_config:
+        args = [*args, f"+ray_kwargs.ray_init.address={cluster.address}"]
+    else:
+        env["RAY_ADDRESS"] = cluster.address
     start = time.monotonic()
     with open(log, "wb") as out:
         proc = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *args], cwd=log.parent, env=env,
@@ -106,7 +113,8 @@ def test_ppo_across_two_nodes_saves_and_resumes(cluster, assets):
     assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     print(f"first run ({wall:.0f}s): ranks on nodes {first}; saved global_step_2")
 
-    code, log, wall = run_driver(cluster, overrides(assets, steps=3), assets["root"] / "resumed.log")
+    code, log, wall = run_driver(cluster, overrides(assets, steps=3), assets["root"] / "resumed.log",
+                                 join_by_config=True)
     assert code == 0, f"resumed run failed (exit {code}):\n{log[-4000:]}"
     assert re.search(r"\[checkpoint\] resumed from \S*global_step_2 \(step 2", log), log[-3000:]
     resumed = ranks_on_nodes(log)
