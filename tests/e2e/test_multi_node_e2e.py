@@ -3,8 +3,8 @@ trainer.n_gpus_per_node=1` joins a cluster started with `ray start --head` / `ra
 this machine, 2 CPUs each) through RAY_ADDRESS. Actor, rollout and reference (use_kl_loss) share one process per rank,
 the critic (GAE) too; rank 0 runs on one node and rank 1 on the other. The run saves a checkpoint, a second driver
 (joined through +ray_kwargs.ray_init.address this time) resumes from it on the same cluster and ends with a
-validation score. A third driver asks for trainer.nnodes=3 and
-must be refused within seconds, naming the pool.
+validation score. A third driver asks for trainer.nnodes=3 and must be refused within seconds, naming the pool.
+Last, the driver goes through `ray job submit` to a cluster's job server, as docs/scaling.md shows.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.e2e import REPO, make_arithmetic_data, make_tiny_model_dir
-from tests.helpers.ray_cluster import RayStartCluster
+from tests.helpers.ray_cluster import RAY_BIN, RayStartCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -135,3 +135,25 @@ def test_three_nodes_on_a_two_node_cluster_is_refused_quickly(cluster, assets, t
     assert code != 0
     assert re.search(r"resource pool 'global_pool'.*needs 3 distinct Ray nodes.*has 2 alive node", log), log[-3000:]
     print(f"nnodes=3 refused after {wall:.1f}s (driver start included)")
+
+
+def test_ray_job_submit_runs_the_driver_on_the_cluster(assets, tmp_path):
+    job_cluster = RayStartCluster([2, 2], extra_pythonpath=[str(REPO)], job_server=True)
+    try:
+        replaced = {"trainer.default_local_dir": str(tmp_path / "run"), "trainer.report_dir": str(tmp_path / "report"),
+                    "trainer.total_training_steps": "1", "trainer.test_freq": "1"}
+        args = [a for a in overrides(assets, steps=1) if a.split("=", 1)[0] not in replaced]
+        args += [f"{k}={v}" for k, v in replaced.items()]
+        cmd = [str(RAY_BIN), "job", "submit", f"--address={job_cluster.dashboard_url}", "--",
+               sys.executable, "-m", "verl.trainer.main_ppo", *args]
+        start = time.monotonic()
+        proc = subprocess.run(cmd, env=job_cluster.env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        log = proc.stdout + proc.stderr
+        assert proc.returncode == 0, log[-4000:]
+        assert re.search(r"Job '\w+' succeeded", log), log[-3000:]
+        nodes = ranks_on_nodes(log)
+        assert nodes[0] != nodes[1]
+        assert (tmp_path / "run" / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+        print(f"ray job submit ({time.monotonic() - start:.0f}s): ranks on nodes {nodes}; saved global_step_1")
+    finally:
+        job_cluster.stop()

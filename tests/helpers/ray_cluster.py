@@ -57,7 +57,9 @@ class RayStartCluster:
     joins (RAY_ADDRESS); `.stop()` kills every process the `ray start` commands left behind."""
 
     def __init__(self, cpus_per_node: list[int], extra_pythonpath: list[str] | None = None,
-                 object_store_bytes: int = 150 * 1024**2) -> None:
+                 object_store_bytes: int = 150 * 1024**2, job_server: bool = False) -> None:
+        """job_server: start the head's dashboard (Ray's job server) on loopback, at `.dashboard_url`, for
+        `ray job submit`."""
         self.env = cluster_env(extra_pythonpath)
         self.temp_dir = tempfile.mkdtemp(prefix="vrc", dir="/tmp")  # short: Ray's unix socket paths are bounded
         self.sids: list[int] = []
@@ -68,8 +70,11 @@ class RayStartCluster:
         port = free_port()
         self.address = f"{get_node_ip_address()}:{port}"
         try:
-            self._start(["--head", f"--port={port}", f"--temp-dir={self.temp_dir}", "--include-dashboard=false",
-                         f"--dashboard-port={free_port()}", f"--ray-client-server-port={free_port()}"],
+            dashboard_port = free_port()
+            self.dashboard_url = f"http://127.0.0.1:{dashboard_port}" if job_server else None
+            self._start(["--head", f"--port={port}", f"--temp-dir={self.temp_dir}",
+                         f"--include-dashboard={'true' if job_server else 'false'}", "--dashboard-host=127.0.0.1",
+                         f"--dashboard-port={dashboard_port}", f"--ray-client-server-port={free_port()}"],
                         cpus_per_node[0], object_store_bytes)
             for cpus in cpus_per_node[1:]:
                 self._start([f"--address={self.address}"], cpus, object_store_bytes)
