@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PackedSequences", "pack_sequences", "scatter_to_padded", "accepts_logits_to_keep", "logits_at"]
+__all__ = ["PackedSequences", "pack_sequences", "scatter_to_padded", "accepts_logits_to_keep", "logits_at",
+           "SequenceShard", "shard_for_sequence_parallel"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,40 @@ class PackedSequences:
         return {"input_ids": self.input_ids, "position_ids": self.position_ids, "attention_mask": None,
                 "cu_seq_lens_q": self.cu_seqlens, "cu_seq_lens_k": self.cu_seqlens,
                 "max_length_q": self.max_seqlen, "max_length_k": self.max_seqlen}
+
+
+@dataclass(frozen=True)
+class SequenceShard:
+    """One rank's share of a packed row under Ulysses sequence parallelism (``verl.utils.ulysses``)."""
+    inputs: dict  # model kwargs: this rank's (1, T_pad/sp) ids and global position ids, the whole row's cu_seqlens
+    start: int  # first packed position of this shard
+    width: int  # tokens per rank (T_pad / sp)
+    pad: int  # tokens added at the end of the row so sp divides it
+
+    def local(self, positions: torch.Tensor) -> torch.Tensor:
+        """Which of ``positions`` (packed, global) fall in this shard: a (width,) bool mask."""
+        mask = torch.zeros(self.width, dtype=torch.bool, device=positions.device)
+        inside = positions[(positions >= self.start) & (positions < self.start + self.width)]
+        mask[inside - self.start] = True
+        return mask
+
+
+def shard_for_sequence_parallel(packed: PackedSequences, sp_size: int, sp_rank: int) -> SequenceShard:
+    """This rank's slice of ``packed`` padded to a multiple of ``sp_size``; the pad is one more segment, so
+    attention over the real tokens is unchanged."""
+    from verl.utils.ulysses import ulysses_pad_and_slice_inputs
+
+    input_ids, position_ids, pad = ulysses_pad_and_slice_inputs(packed.input_ids, packed.position_ids, sp_size,
+                                                                sp_rank)
+    cu_seqlens, max_seqlen = packed.cu_seqlens, packed.max_seqlen
+    if pad:
+        cu_seqlens = torch.cat([cu_seqlens, cu_seqlens.new_tensor([packed.num_tokens + pad])])
+        max_seqlen = max(max_seqlen, pad)
+    width = input_ids.size(1)
+    inputs = {"input_ids": input_ids, "position_ids": position_ids, "attention_mask": None,
+              "cu_seq_lens_q": cu_seqlens, "cu_seq_lens_k": cu_seqlens, "max_length_q": max_seqlen,
+              "max_length_k": max_seqlen}
+    return SequenceShard(inputs=inputs, start=sp_rank * width, width=width, pad=pad)
 
 
 def pack_sequences(input_ids: torch.Tensor, attention_mask: torch.Tensor,

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
+from verl.utils.ulysses import active_ulysses_group, gather_heads_scatter_seq, gather_seq_scatter_heads
+
 __all__ = ["enable_varlen_attention", "packed_forward", "varlen_implementation_name", "VARLEN_PREFIX"]
 
 VARLEN_PREFIX = "verl_varlen_"
@@ -104,10 +106,45 @@ def _upcast_for_backward(query: torch.Tensor) -> bool:
             and torch.is_grad_enabled() and query.requires_grad)
 
 
+def _sequence_parallel_attention(base: str, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                                 value: torch.Tensor, dropout: float, scaling: float | None, cu_seqlens: torch.Tensor,
+                                 kwargs: dict, group) -> tuple[torch.Tensor, None]:
+    """Ulysses: this rank's T/sp tokens of all heads -> all T tokens of H/sp heads, attention, and back.
+
+    query (1, Hq, T/sp, D), key/value (1, Hkv, T/sp, D) -> (1, T/sp, Hq, D), the layout the output projection reads.
+    """
+    sp = torch.distributed.get_world_size(group)
+    num_q, num_kv = query.size(1), key.size(1)
+    if num_q % sp:
+        raise NotImplementedError(f"{type(module).__name__} has {num_q} attention heads, not divisible by "
+                                  f"ulysses_sequence_parallel_size={sp}; pick an sp that divides the head count")
+    if num_kv % sp:  # fewer kv heads than ranks: give every query head its own copy, which any sp dividing Hq splits
+        key = key.repeat_interleave(num_q // num_kv, dim=1)
+        value = value.repeat_interleave(num_q // num_kv, dim=1)
+    query, key, value = (gather_seq_scatter_heads(t, seq_dim=2, head_dim=1, group=group) for t in (query, key, value))
+    if base in _NATIVE_VARLEN:
+        out, _ = _base_attention(base, module)(module, query, key, value, None, dropout=dropout, scaling=scaling,
+                                               **kwargs)
+    else:
+        _check_supported(module, int(kwargs.get("max_length_q") or query.size(2)), kwargs)
+        out, _ = _varlen_forward(module, query, key, value, scaling, dropout, cu_seqlens)
+    return gather_heads_scatter_seq(out, head_dim=2, seq_dim=1, group=group), None
+
+
 def _make_attention(base: str):
     def attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
                   **kwargs):
         cu_seqlens = kwargs.get("cu_seq_lens_q")
+        group = active_ulysses_group()
+        if group is not None:
+            if cu_seqlens is None or attention_mask is not None or kwargs.get("past_key_values") is not None:
+                raise RuntimeError(f"{type(module).__name__}: ulysses_sequence_parallel_size > 1 runs only on packed "
+                                   "rows; set use_remove_padding=true")
+            return _sequence_parallel_attention(base, module, query, key, value, dropout, scaling, cu_seqlens,
+                                                kwargs, group)
+        if base in _NATIVE_VARLEN:
+            return _base_attention(base, module)(module, query, key, value, attention_mask, dropout=dropout,
+                                                 scaling=scaling, **kwargs)
         if cu_seqlens is None or attention_mask is not None or kwargs.get("past_key_values") is not None:
             if _in_packed_forward.get() and attention_mask is None:
                 raise RuntimeError(f"{type(module).__name__} got a packed row without cu_seq_lens_q: this model does "
@@ -144,16 +181,17 @@ def varlen_implementation_name(base: str) -> str:
     return name
 
 
-def enable_varlen_attention(model: torch.nn.Module) -> str:
+def enable_varlen_attention(model: torch.nn.Module, sequence_parallel: bool = False) -> str:
     """Switch ``model`` (an HF model, possibly peft- or FSDP-wrapped) to per-segment attention on packed rows.
 
-    Returns the implementation now in use. Flash attention already handles packed rows and is left alone.
+    Returns the implementation now in use. Flash attention already handles packed rows and is left alone, unless
+    ``sequence_parallel`` (Ulysses), which needs the head all-to-all around it.
     """
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "_attn_implementation"):
         raise TypeError(f"use_remove_padding needs a transformers model with a config; got {type(model).__name__}")
     base = config._attn_implementation or "sdpa"
-    if base.startswith(VARLEN_PREFIX) or base in _NATIVE_VARLEN:
+    if base.startswith(VARLEN_PREFIX) or (base in _NATIVE_VARLEN and not sequence_parallel):
         return base
     config._attn_implementation = varlen_implementation_name(base)
     return config._attn_implementation

@@ -26,14 +26,22 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from tensordict import TensorDict
 
 from verl import algos as core_algos
 from verl.algos.rollout_correction import ROLLOUT_CORRECTION_META_KEY, bypass_mode_policy_loss
-from verl.models.packing import accepts_logits_to_keep, logits_at, pack_sequences, scatter_to_padded
+from verl.models.packing import (
+    accepts_logits_to_keep,
+    logits_at,
+    pack_sequences,
+    scatter_to_padded,
+    shard_for_sequence_parallel,
+)
 from verl.models.varlen_attention import enable_varlen_attention, packed_forward
 from verl.protocol import DataProto
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+from verl.utils.ulysses import gather_outputs_and_unpad, resolve_ulysses_group, ulysses_sequence_parallel
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.actor.on_policy import EntropyTally, check_single_step, wants_on_policy
 from verl.workers.micro_batching import (
@@ -54,8 +62,11 @@ _FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
 
 class DataParallelPPOActor(BasePPOActor):
     def __init__(self, config: Any, actor_module: torch.nn.Module,
-                 actor_optimizer: torch.optim.Optimizer | None = None) -> None:
-        """``config``: an ActorConfig (or a RefConfig for a reference policy, which never updates)."""
+                 actor_optimizer: torch.optim.Optimizer | None = None, ulysses_group=None) -> None:
+        """``config``: an ActorConfig (or a RefConfig for a reference policy, which never updates).
+
+        ``ulysses_group``: the sequence-parallel group when ``config.ulysses_sequence_parallel_size`` > 1 (default:
+        the worker's, ``verl.utils.ulysses.set_ulysses_sequence_parallel_group``)."""
         super().__init__(config)
         self.actor_module = actor_module
         self.actor_optimizer = actor_optimizer
@@ -66,8 +77,13 @@ class DataParallelPPOActor(BasePPOActor):
             "actor", getattr(config, "max_consecutive_nonfinite_grad_skips", None), "actor_rollout_ref.actor.max_consecutive_nonfinite_grad_skips")
         # follows actor_rollout_ref.model.use_remove_padding (the yaml interpolates it), as upstream
         self.use_remove_padding = config.use_remove_padding
+        sp_size = int(getattr(config, "ulysses_sequence_parallel_size", 1) or 1)
+        self.ulysses_group = resolve_ulysses_group(sp_size, "actor.ulysses_sequence_parallel_size", ulysses_group)
+        if self.ulysses_group is not None and not self.use_remove_padding:
+            raise ValueError(f"actor.ulysses_sequence_parallel_size={sp_size} splits packed rows; set "
+                             "actor_rollout_ref.model.use_remove_padding=true")
         if self.use_remove_padding:
-            enable_varlen_attention(actor_module)
+            enable_varlen_attention(actor_module, sequence_parallel=self.ulysses_group is not None)
 
     # -- state that shapes the next update (saved with the checkpoint's extra state) -------------------------------
 
@@ -112,6 +128,9 @@ class DataParallelPPOActor(BasePPOActor):
         if bool((predictors < 0).any()):
             raise ValueError("use_remove_padding: a response token follows a padding position; expected a "
                              "left-padded prompt and a right-padded response (attention_mask 0 only at the ends)")
+        if self.ulysses_group is not None:
+            return self._forward_sequence_parallel(packed, predictors, responses[targets], targets, temperature,
+                                                   calculate_entropy)
         # at least one position, so every rank runs the LM head and its backward (FSDP collectives need that)
         keep = predictors if predictors.numel() else predictors.new_zeros(1)
         with packed_forward():
@@ -124,6 +143,37 @@ class DataParallelPPOActor(BasePPOActor):
             logits = logits / temperature
         log_probs = scatter_to_padded(logprobs_from_logits(logits, responses[targets]), targets)
         entropy = scatter_to_padded(entropy_from_logits(logits), targets) if calculate_entropy else None
+        return log_probs, entropy
+
+    def _forward_sequence_parallel(self, packed, predictors: torch.Tensor, labels: torch.Tensor,
+                                   targets: torch.Tensor, temperature: float,
+                                   calculate_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Ulysses: this rank runs its T/sp tokens; the LM head only on its own predictor positions; the per-token
+        results are gathered over the SP group (same on every rank of it) and read at ``predictors``."""
+        group = self.ulysses_group
+        shard = shard_for_sequence_parallel(packed, dist.get_world_size(group), dist.get_rank(group))
+        mine = shard.local(predictors)
+        inside = (predictors >= shard.start) & (predictors < shard.start + shard.width)
+        local_labels = torch.zeros(shard.width, dtype=labels.dtype, device=labels.device)
+        local_labels[predictors[inside] - shard.start] = labels[inside]
+        keep = torch.nonzero(mine).squeeze(-1)
+        count = keep.numel()
+        if not count:  # still run the LM head (and its backward): FSDP's collectives need every rank in them
+            keep = keep.new_zeros(1)
+        with packed_forward(), ulysses_sequence_parallel(group):
+            logits = logits_at(self.actor_module, keep, self._logits_to_keep, use_cache=False,
+                               **shard.inputs).squeeze(0)[:count]
+        if temperature != 1.0:
+            logits = logits / temperature
+        mask = mine[None]
+
+        def gathered(local: torch.Tensor) -> torch.Tensor:
+            full = gather_outputs_and_unpad(scatter_to_padded(local, mask)[0], gather_dim=0, padding_size=shard.pad,
+                                            group=group)
+            return scatter_to_padded(full[predictors], targets)
+
+        log_probs = gathered(logprobs_from_logits(logits, local_labels[keep[:count]]))
+        entropy = gathered(entropy_from_logits(logits)) if calculate_entropy else None
         return log_probs, entropy
 
     def compute_log_prob(self, data: DataProto, calculate_entropy: bool = False

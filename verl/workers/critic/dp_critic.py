@@ -17,14 +17,16 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from tensordict import TensorDict
 
 from verl import algos as core_algos
-from verl.models.packing import pack_sequences, scatter_to_padded
+from verl.models.packing import pack_sequences, scatter_to_padded, shard_for_sequence_parallel
 from verl.models.value_head import values_from_output
 from verl.models.varlen_attention import enable_varlen_attention, packed_forward
 from verl.protocol import DataProto
 from verl.utils.torch_masked import masked_mean
+from verl.utils.ulysses import gather_outputs_and_unpad, resolve_ulysses_group, ulysses_sequence_parallel
 from verl.workers.critic.base import BasePPOCritic
 from verl.workers.micro_batching import forwards_context, make_micro_batches, module_device, restore_order
 from verl.workers.nonfinite_grads import NonFiniteGradStreak
@@ -37,8 +39,9 @@ _FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
 
 class DataParallelPPOCritic(BasePPOCritic):
     def __init__(self, config: Any, critic_module: torch.nn.Module,
-                 critic_optimizer: torch.optim.Optimizer | None = None) -> None:
-        """``config``: a CriticConfig."""
+                 critic_optimizer: torch.optim.Optimizer | None = None, ulysses_group=None) -> None:
+        """``config``: a CriticConfig. ``ulysses_group``: the sequence-parallel group when
+        ``config.ulysses_sequence_parallel_size`` > 1 (default: the worker's, as the actor)."""
         super().__init__(config)
         self.critic_module = critic_module
         self.critic_optimizer = critic_optimizer
@@ -47,8 +50,13 @@ class DataParallelPPOCritic(BasePPOCritic):
         self._nonfinite_streak = NonFiniteGradStreak(
             "critic", getattr(config, "max_consecutive_nonfinite_grad_skips", None), "critic.max_consecutive_nonfinite_grad_skips")
         self.use_remove_padding = config.model.use_remove_padding
+        sp_size = int(getattr(config, "ulysses_sequence_parallel_size", 1) or 1)
+        self.ulysses_group = resolve_ulysses_group(sp_size, "critic.ulysses_sequence_parallel_size", ulysses_group)
+        if self.ulysses_group is not None and not self.use_remove_padding:
+            raise ValueError(f"critic.ulysses_sequence_parallel_size={sp_size} splits packed rows; set "
+                             "critic.model.use_remove_padding=true")
         if self.use_remove_padding:
-            enable_varlen_attention(critic_module)
+            enable_varlen_attention(critic_module, sequence_parallel=self.ulysses_group is not None)
 
     def step_state(self) -> dict[str, int]:
         """What shapes the next update beyond weights and optimizer: the update count seeds the shuffle."""
@@ -75,9 +83,18 @@ class DataParallelPPOCritic(BasePPOCritic):
         if bool((predictors < 0).any()):
             raise ValueError("critic.model.use_remove_padding: a response token follows a padding position; expected "
                              "a left-padded prompt and a right-padded response")
-        with packed_forward():
-            output = self.critic_module(use_cache=False, **packed.model_inputs())
-        return scatter_to_padded(values_from_output(output)[0, predictors], targets)
+        if self.ulysses_group is None:
+            with packed_forward():
+                output = self.critic_module(use_cache=False, **packed.model_inputs())
+            return scatter_to_padded(values_from_output(output)[0, predictors], targets)
+        # Ulysses: values of this rank's T/sp tokens, gathered over the SP group (verl.utils.ulysses)
+        group = self.ulysses_group
+        shard = shard_for_sequence_parallel(packed, dist.get_world_size(group), dist.get_rank(group))
+        with packed_forward(), ulysses_sequence_parallel(group):
+            output = self.critic_module(use_cache=False, **shard.inputs)
+        values = gather_outputs_and_unpad(values_from_output(output)[0], gather_dim=0, padding_size=shard.pad,
+                                          group=group)
+        return scatter_to_padded(values[predictors], targets)
 
     @staticmethod
     def _response_mask(batch: TensorDict) -> torch.Tensor:
