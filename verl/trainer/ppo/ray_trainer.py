@@ -51,6 +51,8 @@ from verl.workers.rollout.metrics import rollout_probs_diff_metrics
 def _print_placement(pool_name: str, infos: list[dict[str, Any]]) -> None:
     """One line per pool saying which Ray node holds each rank: the node id, since raylets on one machine (or
     behind one NAT) share an IP."""
+    if not infos:  # a group of plain (non-Worker) classes reports no placement
+        return
     nodes = {info.get("node_id") for info in infos}
     ranks = ", ".join(f"rank {i['rank']} on node {str(i.get('node_id'))[:12]} ({i.get('node_ip')}, pid {i.get('pid')})"
                       for i in infos)
@@ -141,7 +143,7 @@ class RayPPOTrainer:
             wg = self.ray_worker_group_cls(resource_pool=pool, ray_cls_with_init=create_colocated_worker_cls(class_dict),
                                            name_prefix="verl", deadlines=worker_deadlines(self.config.trainer))
             groups.update(wg.spawn(prefix_set=class_dict.keys()))
-            _print_placement(pool.name_prefix, wg.worker_info)
+            _print_placement(getattr(pool, "name_prefix", str(pool)), getattr(wg, "worker_info", []))
         self.critic_wg = groups.get("critic")  # worker groups by role, not config
         self.ref_policy_wg = groups.get("ref")
         self.rm_wg = groups.get("rm")
