@@ -1,6 +1,7 @@
 """Ulysses sequence parallelism on 2 gloo ranks (one SP group, dp=1) against sp=1 on one process: the same
 log-probs, entropies, values, losses and updated weights, with packed micro-batches of unequal sequences whose
-packed length is odd (so the row is padded to a multiple of sp) and grouped-query attention."""
+packed length is odd (so the row is padded to a multiple of sp), grouped-query attention and gradient
+checkpointing on the actor."""
 
 from __future__ import annotations
 
@@ -96,6 +97,8 @@ def _worker(rank: int, port: int, results) -> None:
         out = {}
         # actor, GQA with 2 kv heads for 4 query heads
         base = tiny_llama(seed=1, num_key_value_heads=2)
+        # recomputed layers run in the backward, outside the forward's SP context: they must still split heads
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         data = _actor_data(base)
         ref_model = copy.deepcopy(base)
         ref_lp, ref_ent, ref_metrics = _run_actor(ref_model, data, sp=1)

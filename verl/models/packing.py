@@ -61,11 +61,15 @@ class SequenceShard:
         return mask
 
 
-def shard_for_sequence_parallel(packed: PackedSequences, sp_size: int, sp_rank: int) -> SequenceShard:
-    """This rank's slice of ``packed`` padded to a multiple of ``sp_size``; the pad is one more segment, so
-    attention over the real tokens is unchanged."""
+def shard_for_sequence_parallel(packed: PackedSequences, group) -> SequenceShard:
+    """This rank's slice of ``packed`` padded to a multiple of the SP ``group``'s size; the pad is one more segment,
+    so attention over the real tokens is unchanged. The inputs carry the group to the attention."""
+    import torch.distributed as dist
+
+    from verl.models.varlen_attention import ULYSSES_GROUP_KWARG
     from verl.utils.ulysses import ulysses_pad_and_slice_inputs
 
+    sp_size, sp_rank = dist.get_world_size(group), dist.get_rank(group)
     input_ids, position_ids, pad = ulysses_pad_and_slice_inputs(packed.input_ids, packed.position_ids, sp_size,
                                                                 sp_rank)
     cu_seqlens, max_seqlen = packed.cu_seqlens, packed.max_seqlen
@@ -75,7 +79,7 @@ def shard_for_sequence_parallel(packed: PackedSequences, sp_size: int, sp_rank: 
     width = input_ids.size(1)
     inputs = {"input_ids": input_ids, "position_ids": position_ids, "attention_mask": None,
               "cu_seq_lens_q": cu_seqlens, "cu_seq_lens_k": cu_seqlens, "max_length_q": max_seqlen,
-              "max_length_k": max_seqlen}
+              "max_length_k": max_seqlen, ULYSSES_GROUP_KWARG: group}
     return SequenceShard(inputs=inputs, start=sp_rank * width, width=width, pad=pad)
 
 

@@ -25,9 +25,11 @@ import torch.nn.functional as F
 
 from verl.utils.ulysses import active_ulysses_group, gather_heads_scatter_seq, gather_seq_scatter_heads
 
-__all__ = ["enable_varlen_attention", "packed_forward", "varlen_implementation_name", "VARLEN_PREFIX"]
+__all__ = ["enable_varlen_attention", "packed_forward", "varlen_implementation_name", "VARLEN_PREFIX",
+           "ULYSSES_GROUP_KWARG"]
 
 VARLEN_PREFIX = "verl_varlen_"
+ULYSSES_GROUP_KWARG = "verl_ulysses_group"  # the model forward kwarg that carries the SP group to the attention
 # Implementations that already run packed rows per segment from the position ids / cu_seqlens.
 _NATIVE_VARLEN = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
 _in_packed_forward: contextvars.ContextVar[bool] = contextvars.ContextVar("verl_in_packed_forward", default=False)
@@ -135,7 +137,8 @@ def _make_attention(base: str):
     def attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
                   **kwargs):
         cu_seqlens = kwargs.get("cu_seq_lens_q")
-        group = active_ulysses_group()
+        # from the forward's kwargs too: a gradient-checkpointing recompute runs in the backward, outside the context
+        group = kwargs.pop(ULYSSES_GROUP_KWARG, None) or active_ulysses_group()
         if group is not None:
             if cu_seqlens is None or attention_mask is not None or kwargs.get("past_key_values") is not None:
                 raise RuntimeError(f"{type(module).__name__}: ulysses_sequence_parallel_size > 1 runs only on packed "

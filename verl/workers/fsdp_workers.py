@@ -34,6 +34,7 @@ from verl.workers.fsdp_utils import (
     mixed_precision_policy,
     to_torch_dtype,
 )
+from verl.workers.ulysses_dispatch import SequenceParallelRole
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +121,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         self._init_distributed()
         torch.manual_seed(MODEL_INIT_SEED + self.rank)
         cfg = self.config
+        self._sp = _actor_sequence_parallel(cfg)
         self.tokenizer = None
         if self._is_actor or self._is_rollout:
             fsdp_cfg = cfg.actor.fsdp_config
@@ -142,7 +144,8 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
     def _build_actor(self) -> None:
         from verl.workers.actor import DataParallelPPOActor
 
-        actor_cfg = normalize_ppo_batch_sizes(self.config.actor, "actor_rollout_ref.actor", self.world_size)
+        actor_cfg = normalize_ppo_batch_sizes(self.config.actor, "actor_rollout_ref.actor", self._sp.dp_size)
+        actor_cfg = self._sp.scale_token_budgets(actor_cfg, "ppo_max_token_len_per_gpu")
         self.actor_optimizer = build_optimizer(self.actor_module, actor_cfg.optim, "actor_rollout_ref.actor.optim")
         self.actor_lr_scheduler = build_lr_scheduler(self.actor_optimizer, actor_cfg.optim, "actor_rollout_ref.actor.optim")
         self.actor = DataParallelPPOActor(actor_cfg, self.actor_module, self.actor_optimizer)
@@ -237,35 +240,38 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
     def _log_prob_meta(self, data: DataProto, section: Any) -> None:
         """The log-prob pass's batching from the rollout's (old log-probs) or the ref's section."""
         data.meta_info.setdefault("temperature", self.config.rollout.temperature)
-        data.meta_info["micro_batch_size"] = _log_prob_micro_batch(section, self.world_size)
+        data.meta_info["micro_batch_size"] = _log_prob_micro_batch(section, self._sp.dp_size)
         data.meta_info["use_dynamic_bsz"] = section.log_prob_use_dynamic_bsz
-        data.meta_info["max_token_len"] = section.log_prob_max_token_len_per_gpu
+        data.meta_info["max_token_len"] = section.log_prob_max_token_len_per_gpu * self._sp.sp_size
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """old_log_probs (and per-token entropy) under the current policy, at the rollout temperature."""
+        data, own_rows = self._sp.gather(data)
         self._log_prob_meta(data, self.config.rollout)
         log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
-        tensors = {"old_log_probs": log_probs}
+        tensors = {"old_log_probs": log_probs[own_rows]}
         if entropys is not None:
-            tensors["entropys"] = entropys
+            tensors["entropys"] = entropys[own_rows]
         return DataProto.from_dict(tensors=tensors, meta_info={"temperature": data.meta_info["temperature"]})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         assert self._is_ref or self._ref_in_actor, f"compute_ref_log_prob called on a worker with role {self.role!r}"
+        data, own_rows = self._sp.gather(data)
         self._log_prob_meta(data, self.config.ref)
         if getattr(self, "ref_policy", None) is None:  # LoRA (_ref_in_actor): no reference module was built
             with self.actor_module.disable_adapter():  # the base model: the actor's weights without the adapter
                 log_probs, _ = self.actor.compute_log_prob(data, calculate_entropy=False)
         else:
             log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
-        return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
+        return DataProto.from_dict(tensors={"ref_log_prob": log_probs[own_rows]})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto) -> DataProto:
         assert self._is_actor, f"update_actor called on a worker with role {self.role!r}"
         data.meta_info.setdefault("temperature", self.config.rollout.temperature)
+        data, _ = self._sp.gather(data)  # the SP group trains on its rows together; metrics are the group's
         start = time.perf_counter()
         metrics = self.actor.update_policy(data)
         self.actor_lr_scheduler.step()
@@ -318,7 +324,10 @@ class CriticWorker(_FSDPWorkerBase):
         # the value head is freshly initialised: the same seed on every rank gives every rank the same head and
         # every run the same critic (a resumed run is compared against an uninterrupted one)
         torch.manual_seed(MODEL_INIT_SEED)
-        cfg = normalize_ppo_batch_sizes(self.config, "critic", self.world_size)
+        self._sp = SequenceParallelRole(self.config.ulysses_sequence_parallel_size,
+                                        "critic.ulysses_sequence_parallel_size")
+        cfg = normalize_ppo_batch_sizes(self.config, "critic", self._sp.dp_size)
+        cfg = self._sp.scale_token_budgets(cfg, "ppo_max_token_len_per_gpu", "forward_max_token_len_per_gpu")
         fsdp_cfg = cfg.model.fsdp_config
         module, _ = load_causal_lm(cfg.model, "critic.model", dtype=self._model_dtype(fsdp_cfg, "critic.model"),
                                    value_head=True)
@@ -333,14 +342,16 @@ class CriticWorker(_FSDPWorkerBase):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
-        data.meta_info["micro_batch_size"] = _forward_micro_batch(self._cfg, self.world_size)
+        data, own_rows = self._sp.gather(data)
+        data.meta_info["micro_batch_size"] = _forward_micro_batch(self._cfg, self._sp.dp_size)
         data.meta_info["use_dynamic_bsz"] = self._cfg.use_dynamic_bsz
         data.meta_info["max_token_len"] = self._cfg.forward_max_token_len_per_gpu
         values = self.critic.compute_values(data)
-        return DataProto.from_dict(tensors={"values": values})
+        return DataProto.from_dict(tensors={"values": values[own_rows]})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
+        data, _ = self._sp.gather(data)  # the SP group trains on its rows together
         start = time.perf_counter()
         metrics = self.critic.update_critic(data)
         self.critic_lr_scheduler.step()
@@ -378,6 +389,16 @@ class CriticWorker(_FSDPWorkerBase):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False) -> None:
         self._checkpoint_manager().load_checkpoint(local_path, hdfs_path, del_local_after_load)
+
+
+def _actor_sequence_parallel(cfg: Any) -> SequenceParallelRole:
+    """The policy's SP group; the reference policy in the same worker shares it (its size must match)."""
+    sp, ref_sp = cfg.actor.ulysses_sequence_parallel_size, cfg.ref.ulysses_sequence_parallel_size
+    if ref_sp != sp:
+        raise ValueError(f"actor_rollout_ref.ref.ulysses_sequence_parallel_size ({ref_sp}) differs from "
+                         f"actor_rollout_ref.actor.ulysses_sequence_parallel_size ({sp}): they share one worker's "
+                         "sequence-parallel group; leave the ref's at its default (the actor's)")
+    return SequenceParallelRole(sp, "actor_rollout_ref.actor.ulysses_sequence_parallel_size")
 
 
 def _log_prob_micro_batch(section: Any, dp_size: int) -> int | None:

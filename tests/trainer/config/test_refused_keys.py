@@ -9,8 +9,6 @@ import sys
 # (override, the dotted key the message must name)
 FORMERLY_SILENT = [
     ("reward_model.ulysses_sequence_parallel_size=2", "reward_model.ulysses_sequence_parallel_size"),
-    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "actor_rollout_ref.actor.ulysses_sequence_parallel_size"),
-    ("critic.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size"),
     ("actor_rollout_ref.rollout.multi_turn.use_inference_chat_template=true",
      "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template"),
     ("actor_rollout_ref.rollout.multi_turn.format=llama3_json", "actor_rollout_ref.rollout.multi_turn.format"),

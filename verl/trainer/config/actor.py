@@ -20,10 +20,6 @@ NO_EXTERNAL_LIB = (
     "Remove it; use a model folder whose classes transformers knows (model.trust_remote_code=true for code "
     "shipped with the model).",
 )
-NO_ULYSSES = (
-    "Ulysses sequence parallelism is not built; every worker holds whole sequences",
-    "Set it to 1; use use_remove_padding=true and smaller micro-batches for long sequences.",
-)
 NO_TORCH_COMPILE = ("torch.compile of the model is not built", "Set it to false.")
 NO_DEPRECATED_LOG_PROB_MICRO = (
     "the deprecated global size is not built for log-prob passes",
@@ -102,7 +98,7 @@ class ActorConfig(BaseConfig):
     kl_loss_type: str = choice("low_var_kl", KL_PENALTIES)
     ppo_epochs: int = at_least(1, 1)
     shuffle: bool = False
-    ulysses_sequence_parallel_size: int = refused(at_least(1, 1), *NO_ULYSSES)
+    ulysses_sequence_parallel_size: int = at_least(1, 1)  # Ulysses: verl.utils.ulysses
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -119,7 +115,7 @@ class RefConfig(BaseConfig):
     log_prob_micro_batch_size_per_gpu: int | None = at_least(2, 1)
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = at_least(16384, 1)
-    ulysses_sequence_parallel_size: int = refused(at_least(1, 1), *NO_ULYSSES)
+    ulysses_sequence_parallel_size: int = at_least(1, 1)
 
 
 @dataclass

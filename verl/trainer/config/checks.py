@@ -21,6 +21,7 @@ from verl.trainer.config.lora_checks import check_lora
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.config.registries import GROUP_ADV_ESTIMATORS
 from verl.trainer.config.reward import check_reward_model
+from verl.trainer.config.ulysses_checks import check_ulysses
 
 N = "actor_rollout_ref.rollout.n"
 
@@ -54,6 +55,7 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_conditional_refusals(cfg)
     problems += check_reward_model(cfg)
     problems += check_lora(cfg)
+    problems += check_ulysses(cfg)
     return problems
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.actor import NO_ACTIVATION_OFFLOAD, NO_EXTERNAL_LIB, NO_ULYSSES
+from verl.trainer.config.actor import NO_ACTIVATION_OFFLOAD, NO_EXTERNAL_LIB
 from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field, refused
 from verl.trainer.config.engine import CheckpointConfig, OptimConfig, WorkerFSDPConfig, train_strategy
 from verl.trainer.config.registries import LOSS_AGG_MODES
@@ -51,7 +51,7 @@ class CriticConfig(BaseConfig):
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = at_least(32768, 1)
     forward_max_token_len_per_gpu: int = at_least(32768, 1)
-    ulysses_sequence_parallel_size: int = refused(at_least(1, 1), *NO_ULYSSES)
+    ulysses_sequence_parallel_size: int = at_least(1, 1)  # Ulysses: verl.utils.ulysses
     ppo_epochs: int = at_least(1, 1)
     shuffle: bool = False
     grad_clip: float = 1.0

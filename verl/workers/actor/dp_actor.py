@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from tensordict import TensorDict
 
 from verl import algos as core_algos
@@ -151,7 +150,7 @@ class DataParallelPPOActor(BasePPOActor):
         """Ulysses: this rank runs its T/sp tokens; the LM head only on its own predictor positions; the per-token
         results are gathered over the SP group (same on every rank of it) and read at ``predictors``."""
         group = self.ulysses_group
-        shard = shard_for_sequence_parallel(packed, dist.get_world_size(group), dist.get_rank(group))
+        shard = shard_for_sequence_parallel(packed, group)
         mine = shard.local(predictors)
         inside = (predictors >= shard.start) & (predictors < shard.start + shard.width)
         local_labels = torch.zeros(shard.width, dtype=labels.dtype, device=labels.device)

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from tensordict import TensorDict
 
 from verl import algos as core_algos
@@ -89,7 +88,7 @@ class DataParallelPPOCritic(BasePPOCritic):
             return scatter_to_padded(values_from_output(output)[0, predictors], targets)
         # Ulysses: values of this rank's T/sp tokens, gathered over the SP group (verl.utils.ulysses)
         group = self.ulysses_group
-        shard = shard_for_sequence_parallel(packed, dist.get_world_size(group), dist.get_rank(group))
+        shard = shard_for_sequence_parallel(packed, group)
         with packed_forward(), ulysses_sequence_parallel(group):
             output = self.critic_module(use_cache=False, **shard.inputs)
         values = gather_outputs_and_unpad(values_from_output(output)[0], gather_dim=0, padding_size=shard.pad,
