@@ -271,9 +271,10 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
     def update_actor(self, data: DataProto) -> DataProto:
         assert self._is_actor, f"update_actor called on a worker with role {self.role!r}"
         data.meta_info.setdefault("temperature", self.config.rollout.temperature)
-        data, _ = self._sp.gather(data)  # the SP group trains on its rows together; metrics are the group's
+        # the SP group trains on its rows together; this rank's own chunk is its share of the work (MFU)
+        group_data, _ = self._sp.gather(data)
         start = time.perf_counter()
-        metrics = self.actor.update_policy(data)
+        metrics = self.actor.update_policy(group_data)
         self.actor_lr_scheduler.step()
         metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
         seconds = time.perf_counter() - start
@@ -351,9 +352,9 @@ class CriticWorker(_FSDPWorkerBase):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
-        data, _ = self._sp.gather(data)  # the SP group trains on its rows together
+        group_data, _ = self._sp.gather(data)  # as update_actor
         start = time.perf_counter()
-        metrics = self.critic.update_critic(data)
+        metrics = self.critic.update_critic(group_data)
         self.critic_lr_scheduler.step()
         metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]
         seconds = time.perf_counter() - start
