@@ -31,6 +31,7 @@ _LOAD_REWARD = "tests/workers/reward_manager/test_load_reward_manager.py"
 _FIT = "tests/trainer/ppo/test_fit_loop.py"
 _LORA = "tests/models/test_lora.py"
 _LORA_W = "tests/workers/test_lora_workers.py"
+_ULYSSES_W = "tests/workers/test_ulysses_workers.py"
 _TRAINER_KEYS = "tests/trainer/ppo/test_trainer_keys.py"  # helper H1's runtime-key tests
 _BATCHES = "tests/trainer/config/test_config_batch_sizes.py"
 _EFFECTS = "tests/trainer/config/test_honoured_effects.py"
@@ -110,6 +111,10 @@ HONOURED: dict[str, str] = {
     f"{ARR}.model.target_modules": f"{_LORA}::test_target_and_exclude_modules_pick_the_adapted_layers",
     f"{ARR}.model.exclude_modules": f"{_LORA}::test_target_and_exclude_modules_pick_the_adapted_layers",
     f"{ARR}.model.lora_adapter_path": f"{_LORA_W}::test_lora_checkpoint_resumes_exactly_and_its_adapter_starts_a_run",
+    # Ulysses: the ref follows the actor's size (one SP group per worker; a different one is refused)
+    f"{ARR}.actor.ulysses_sequence_parallel_size": f"{_ULYSSES_W}::test_workers_with_sp2_answer_their_own_rows",
+    f"{ARR}.ref.ulysses_sequence_parallel_size": f"{_ULYSSES_W}::test_workers_with_sp2_answer_their_own_rows",
+    "critic.ulysses_sequence_parallel_size": f"{_ULYSSES_W}::test_workers_with_sp2_answer_their_own_rows",
     f"{ARR}.model.trust_remote_code": f"{_KEYS}::test_model_trust_remote_code_reaches_every_load_of_the_worker",
     # ------------------------------------------------------------ actor
     f"{ARR}.actor.strategy": f"{_KEYS}::{_STRATEGY}",
