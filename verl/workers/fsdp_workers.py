@@ -62,6 +62,15 @@ def normalize_ppo_batch_sizes(cfg: Any, key_prefix: str, dp_size: int) -> Any:
 
 
 class _FSDPWorkerBase(Worker):
+    _sp: SequenceParallelRole | None = None  # set by init_model; a worker built without it runs as sp 1
+
+    def _sp_gather(self, data: DataProto) -> tuple[DataProto, slice]:
+        return self._sp.gather(data) if self._sp is not None else (data, slice(0, len(data)))
+
+    @property
+    def _dp_size(self) -> int:
+        return self._sp.dp_size if self._sp is not None else self.world_size
+
     def _init_distributed(self) -> None:
         self.init_torch_distributed()
         self.device_mesh = create_device_mesh(dist.get_world_size())
@@ -144,7 +153,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
     def _build_actor(self) -> None:
         from verl.workers.actor import DataParallelPPOActor
 
-        actor_cfg = normalize_ppo_batch_sizes(self.config.actor, "actor_rollout_ref.actor", self._sp.dp_size)
+        actor_cfg = normalize_ppo_batch_sizes(self.config.actor, "actor_rollout_ref.actor", self._dp_size)
         actor_cfg = self._sp.scale_token_budgets(actor_cfg, "ppo_max_token_len_per_gpu")
         self.actor_optimizer = build_optimizer(self.actor_module, actor_cfg.optim, "actor_rollout_ref.actor.optim")
         self.actor_lr_scheduler = build_lr_scheduler(self.actor_optimizer, actor_cfg.optim, "actor_rollout_ref.actor.optim")
@@ -240,14 +249,14 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
     def _log_prob_meta(self, data: DataProto, section: Any) -> None:
         """The log-prob pass's batching from the rollout's (old log-probs) or the ref's section."""
         data.meta_info.setdefault("temperature", self.config.rollout.temperature)
-        data.meta_info["micro_batch_size"] = _log_prob_micro_batch(section, self._sp.dp_size)
+        data.meta_info["micro_batch_size"] = _log_prob_micro_batch(section, self._dp_size)
         data.meta_info["use_dynamic_bsz"] = section.log_prob_use_dynamic_bsz
-        data.meta_info["max_token_len"] = section.log_prob_max_token_len_per_gpu * self._sp.sp_size
+        data.meta_info["max_token_len"] = section.log_prob_max_token_len_per_gpu * (self.world_size // self._dp_size)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """old_log_probs (and per-token entropy) under the current policy, at the rollout temperature."""
-        data, own_rows = self._sp.gather(data)
+        data, own_rows = self._sp_gather(data)
         self._log_prob_meta(data, self.config.rollout)
         log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
         tensors = {"old_log_probs": log_probs[own_rows]}
@@ -258,7 +267,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         assert self._is_ref or self._ref_in_actor, f"compute_ref_log_prob called on a worker with role {self.role!r}"
-        data, own_rows = self._sp.gather(data)
+        data, own_rows = self._sp_gather(data)
         self._log_prob_meta(data, self.config.ref)
         if getattr(self, "ref_policy", None) is None:  # LoRA (_ref_in_actor): no reference module was built
             with self.actor_module.disable_adapter():  # the base model: the actor's weights without the adapter
@@ -272,7 +281,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         assert self._is_actor, f"update_actor called on a worker with role {self.role!r}"
         data.meta_info.setdefault("temperature", self.config.rollout.temperature)
         # the SP group trains on its rows together; this rank's own chunk is its share of the work (MFU)
-        group_data, _ = self._sp.gather(data)
+        group_data, _ = self._sp_gather(data)
         start = time.perf_counter()
         metrics = self.actor.update_policy(group_data)
         self.actor_lr_scheduler.step()
@@ -327,7 +336,7 @@ class CriticWorker(_FSDPWorkerBase):
         torch.manual_seed(MODEL_INIT_SEED)
         self._sp = SequenceParallelRole(self.config.ulysses_sequence_parallel_size,
                                         "critic.ulysses_sequence_parallel_size")
-        cfg = normalize_ppo_batch_sizes(self.config, "critic", self._sp.dp_size)
+        cfg = normalize_ppo_batch_sizes(self.config, "critic", self._dp_size)
         cfg = self._sp.scale_token_budgets(cfg, "ppo_max_token_len_per_gpu", "forward_max_token_len_per_gpu")
         fsdp_cfg = cfg.model.fsdp_config
         module, _ = load_causal_lm(cfg.model, "critic.model", dtype=self._model_dtype(fsdp_cfg, "critic.model"),
@@ -343,8 +352,8 @@ class CriticWorker(_FSDPWorkerBase):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
-        data, own_rows = self._sp.gather(data)
-        data.meta_info["micro_batch_size"] = _forward_micro_batch(self._cfg, self._sp.dp_size)
+        data, own_rows = self._sp_gather(data)
+        data.meta_info["micro_batch_size"] = _forward_micro_batch(self._cfg, self._dp_size)
         data.meta_info["use_dynamic_bsz"] = self._cfg.use_dynamic_bsz
         data.meta_info["max_token_len"] = self._cfg.forward_max_token_len_per_gpu
         values = self.critic.compute_values(data)
@@ -352,7 +361,7 @@ class CriticWorker(_FSDPWorkerBase):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
-        group_data, _ = self._sp.gather(data)  # as update_actor
+        group_data, _ = self._sp_gather(data)  # as update_actor
         start = time.perf_counter()
         metrics = self.critic.update_critic(group_data)
         self.critic_lr_scheduler.step()
