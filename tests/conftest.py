@@ -14,3 +14,21 @@ from __future__ import annotations
 import os
 
 os.environ["RAY_AUTH_MODE"] = "disabled"
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked ``gpu`` skip, with the reason, where verl would not compute on CUDA (no GPU visible, or
+    VERL_DEVICE=cpu): the default run on a CPU box reports them skipped, never failed or errored."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    import pytest
+
+    from verl.utils.device import is_cuda_available
+
+    if is_cuda_available():
+        return
+    skip = pytest.mark.skip(reason="gpu test: no CUDA device visible to torch (or VERL_DEVICE=cpu); "
+                                   "run `pytest -m gpu` on a machine with a GPU")
+    for item in gpu_items:
+        item.add_marker(skip)
