@@ -53,9 +53,14 @@ def load_causal_lm(model: Any, key: str, dtype: torch.dtype = torch.float32, val
         hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
     except Exception as err:  # noqa: BLE001
         raise _explain(err, path, f"{key}.path", "model config") from err
-    for name, value in model.override_config.items():  # free-form: HF config attributes
+    overrides = dict(model.override_config)
+    # the attention kernel is a from_pretrained argument: set on the config it would be ignored (sdpa loaded)
+    attn_implementation = overrides.pop("attn_implementation", None)
+    for name, value in overrides.items():  # free-form: HF config attributes
         setattr(hf_config, name, value)
     kwargs = dict(dtype=dtype, trust_remote_code=trust)
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
     try:
         if value_head:
             from verl.models.value_head import load_value_model

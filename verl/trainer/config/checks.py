@@ -15,6 +15,7 @@ import warnings
 from dataclasses import dataclass
 
 from verl.trainer.config.algorithm import rollout_correction_problems
+from verl.trainer.config.attention_checks import check_attn_implementation
 from verl.trainer.config.base import Refusal
 from verl.trainer.config.errors import ConfigWarning
 from verl.trainer.config.lora_checks import check_lora
@@ -56,6 +57,7 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_reward_model(cfg)
     problems += check_lora(cfg)
     problems += check_ulysses(cfg)
+    problems += check_attn_implementation(cfg)
     return problems
 
 
