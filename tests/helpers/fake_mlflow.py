@@ -8,14 +8,21 @@ import types
 
 def install_fake_mlflow(monkeypatch) -> dict:
     """Puts the stand-in in sys.modules for this test; returns its record (uri, experiment, run_name, params,
-    metrics as (step, metrics) pairs, ended)."""
+    metrics as (step, metrics) pairs, artifacts as (artifact_path, path) pairs once any, ended)."""
     calls: dict = {"params": {}, "metrics": []}
     module = types.ModuleType("mlflow")
     module.set_tracking_uri = lambda uri: calls.__setitem__("uri", uri)
     module.set_experiment = lambda name: calls.__setitem__("experiment", name)
-    module.start_run = lambda run_name: calls.__setitem__("run_name", run_name)
+
+    def start_run(run_name):
+        calls["run_name"] = run_name
+        return types.SimpleNamespace(info=types.SimpleNamespace(run_id="fake-run"))
+
+    module.start_run = start_run
     module.log_params = lambda params: calls["params"].update(params)
     module.log_metrics = lambda metrics, step: calls["metrics"].append((step, metrics))
+    module.log_artifact = lambda path, artifact_path=None: calls.setdefault("artifacts", []).append(
+        (artifact_path, path))
     module.end_run = lambda: calls.__setitem__("ended", True)
     monkeypatch.setitem(sys.modules, "mlflow", module)
     return calls

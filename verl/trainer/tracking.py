@@ -7,6 +7,7 @@ Backends (``trainer.logger`` in the config; a name or a list of names):
   else ``tensorboard_log/<project>/<experiment>``,
 - ``wandb``: imported only when chosen; offline unless ``WANDB_MODE`` or ``WANDB_API_KEY`` is set,
 - ``mlflow``: imported only when chosen; ``$MLFLOW_TRACKING_URI``, else a local ``file:`` store in ``<log_dir>/mlruns``,
+- ``swanlab``: imported only when chosen; offline unless ``SWANLAB_MODE`` or ``SWANLAB_API_KEY`` is set,
 - ``file`` / ``jsonl``: one JSON object per step (``{"step": N, key: value, ...}``) appended to
   ``<log_dir>/metrics.jsonl`` — the input of :func:`verl.trainer.run_report.write_run_report`.
 """
@@ -18,16 +19,25 @@ import json
 import math
 import numbers
 import os
-import re
 import sys
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl.trainer.tracking_backends import (
+    MlflowBackend,
+    SwanlabBackend,
+    TensorboardBackend,
+    WandbBackend,
+    flatten_dict,
+    sanitize_mlflow_key,
+)
+from verl.trainer.tracking_backends import as_scalar as _as_scalar
+
 __all__ = ["Tracking", "format_console_line", "format_value", "flatten_dict", "sanitize_mlflow_key", "SUPPORTED_BACKENDS"]
 
-SUPPORTED_BACKENDS = ("console", "tensorboard", "wandb", "mlflow", "file", "jsonl")
+SUPPORTED_BACKENDS = ("console", "tensorboard", "wandb", "mlflow", "swanlab", "file", "jsonl")
 # trainer.log_val_generations samples, next to metrics.jsonl.
 GENERATIONS_FILE = "val_generations.jsonl"
 
@@ -41,13 +51,6 @@ class _Backend(Protocol):
 # ---------------------------------------------------------------------------------------------------------------
 # value helpers
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def _as_scalar(value: Any) -> Any:
-    """numpy / torch scalars -> Python numbers; anything else unchanged."""
-    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
-        return value.item()
-    return value
 
 
 def format_value(value: Any) -> str:
@@ -80,18 +83,6 @@ def format_console_line(data: Mapping[str, Any], step: int) -> str:
         if isinstance(value, numbers.Number):
             parts.append(f"{key}:{format_value(value)}")
     return " - ".join(parts)
-
-
-def flatten_dict(nested: Mapping[str, Any], sep: str = ".", prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}; lists are kept as values."""
-    flat: dict[str, Any] = {}
-    for key, value in nested.items():
-        name = f"{prefix}{sep}{key}" if prefix else str(key)
-        if isinstance(value, Mapping):
-            flat.update(flatten_dict(value, sep, name))
-        else:
-            flat[name] = value
-    return flat
 
 
 def _plain_config(config: Any) -> dict[str, Any] | None:
@@ -146,111 +137,6 @@ class _JsonlBackend:
             self._fh.close()
 
 
-class _TensorboardBackend:
-    def __init__(self, log_dir: str) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
-        os.makedirs(log_dir, exist_ok=True)
-        self.log_dir = log_dir
-        self._writer = SummaryWriter(log_dir=log_dir)
-
-    def log(self, data: dict[str, Any], step: int) -> None:
-        for key, value in data.items():
-            value = _as_scalar(value)
-            if isinstance(value, numbers.Number):
-                self._writer.add_scalar(key, value, step)
-        self._writer.flush()
-
-    def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
-        text = "\n\n".join(f"**input**: {i}\n\n**output**: {o}\n\n**score**: {s}" for i, o, s in samples)
-        self._writer.add_text("val/generations", text, step)
-        self._writer.flush()
-
-    def finish(self) -> None:
-        self._writer.close()
-
-
-class _WandbBackend:
-    def __init__(self, project_name: str, experiment_name: str, config: dict[str, Any] | None) -> None:
-        try:
-            import wandb
-        except ImportError as exc:
-            raise ImportError("trainer.logger includes 'wandb' but wandb is not installed; "
-                              "run `pip install verl[wandb]` (or `pip install wandb`), or drop 'wandb' from "
-                              "trainer.logger") from exc
-        settings: dict[str, Any] = {}
-        if not os.environ.get("WANDB_MODE") and not os.environ.get("WANDB_API_KEY"):
-            # Without credentials an online init would prompt for a login or fail; offline runs can be
-            # uploaded later with `wandb sync`.
-            settings["mode"] = "offline"
-            print("wandb: WANDB_MODE and WANDB_API_KEY are unset -> offline mode "
-                  "(set WANDB_MODE=online to sync live)", file=sys.stderr)
-        self._wandb = wandb
-        self._run = wandb.init(project=project_name, name=experiment_name, config=config, **settings)
-
-    def log(self, data: dict[str, Any], step: int) -> None:
-        self._run.log({k: _as_scalar(v) for k, v in data.items()}, step=step)
-
-    def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
-        import wandb
-
-        # upstream's layout: one row per validation, step then input/output/score of each sample
-        columns = ["step"] + [f"{name}_{i + 1}" for i in range(len(samples)) for name in ("input", "output", "score")]
-        row = [step] + [value for sample in samples for value in sample]
-        self._run.log({"val/generations": wandb.Table(columns=columns, data=[row])}, step=step)
-
-    def finish(self) -> None:
-        self._run.finish()
-
-
-# mlflow accepts alphanumerics, underscores, dashes, periods, spaces, colons and slashes in names.
-_MLFLOW_BAD_CHARS = re.compile(r"[^0-9A-Za-z_\-. :/]")
-_MLFLOW_PARAMS_PER_CALL = 100
-_MLFLOW_PARAM_VALUE_LIMIT = 500
-
-
-def sanitize_mlflow_key(key: str) -> str:
-    """``val-core/gsm8k/acc/mean@4`` -> ``val-core/gsm8k/acc/mean_at_4``; other rejected characters -> ``_``."""
-    return _MLFLOW_BAD_CHARS.sub("_", key.replace("@", "_at_"))
-
-
-class _MlflowBackend:
-    def __init__(self, project_name: str, experiment_name: str, config: dict[str, Any] | None,
-                 log_dir: str) -> None:
-        try:
-            import mlflow
-        except ImportError as exc:
-            raise ImportError("trainer.logger includes 'mlflow' but mlflow is not installed; "
-                              "run `pip install verl[mlflow]` (or `pip install mlflow`), or drop 'mlflow' from "
-                              "trainer.logger") from exc
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or "file:" + os.path.abspath(os.path.join(log_dir, "mlruns"))
-        mlflow.set_tracking_uri(uri)
-        mlflow.set_experiment(project_name)
-        self._mlflow = mlflow
-        self._run = mlflow.start_run(run_name=experiment_name)
-        if config:
-            params = {sanitize_mlflow_key(k): str(v)[:_MLFLOW_PARAM_VALUE_LIMIT]
-                      for k, v in flatten_dict(config).items()}
-            items = list(params.items())
-            for i in range(0, len(items), _MLFLOW_PARAMS_PER_CALL):
-                mlflow.log_params(dict(items[i:i + _MLFLOW_PARAMS_PER_CALL]))
-
-    def log(self, data: dict[str, Any], step: int) -> None:
-        metrics = {}
-        for key, value in data.items():
-            value = _as_scalar(value)
-            if isinstance(value, numbers.Number):
-                metrics[sanitize_mlflow_key(key)] = float(value)
-        self._mlflow.log_metrics(metrics, step=step)
-
-    def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
-        rows = [{"input": i, "output": o, "score": s} for i, o, s in samples]
-        self._mlflow.log_text(json.dumps(rows, indent=2, ensure_ascii=False), f"val_generations_step_{step}.json")
-
-    def finish(self) -> None:
-        self._mlflow.end_run()
-
-
 def _canonical(name: str) -> str:
     # "jsonl" is our alias of upstream's "file" backend: both write the same metrics.jsonl once.
     return "file" if name == "jsonl" else name
@@ -277,6 +163,7 @@ class Tracking:
         self.experiment_name = experiment_name
         self.log_dir = log_dir or os.path.join("tracking_logs", project_name, experiment_name)
         self.metrics_path: str | None = None
+        self.last_step: int | None = None  # where log_artifacts puts the report's images by default
         plain_config = _plain_config(config)
 
         self.logger: dict[str, _Backend] = {}
@@ -296,11 +183,14 @@ class Tracking:
             self.metrics_path = os.path.join(self.log_dir, "metrics.jsonl")
             return _JsonlBackend(self.metrics_path)
         if name == "tensorboard":
-            return _TensorboardBackend(os.environ.get("TENSORBOARD_DIR") or os.path.join(self.log_dir, "tensorboard"))
+            return TensorboardBackend(os.environ.get("TENSORBOARD_DIR") or os.path.join(self.log_dir, "tensorboard"),
+                                      config)
         if name == "wandb":
-            return _WandbBackend(self.project_name, self.experiment_name, config)
+            return WandbBackend(self.project_name, self.experiment_name, config, self.log_dir)
         if name == "mlflow":
-            return _MlflowBackend(self.project_name, self.experiment_name, config, self.log_dir)
+            return MlflowBackend(self.project_name, self.experiment_name, config, self.log_dir)
+        if name == "swanlab":
+            return SwanlabBackend(self.project_name, self.experiment_name, config, self.log_dir)
         raise AssertionError(f"backend {name!r} passed validation but has no constructor")
 
     def log(self, data: Mapping[str, Any], step: int, backend: str | list[str] | None = None) -> None:
@@ -314,6 +204,7 @@ class Tracking:
         for name, logger in self.logger.items():
             if only is None or name in only:
                 logger.log(payload, step)
+        self.last_step = step if self.last_step is None else max(self.last_step, step)
 
     def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
         """trainer.log_val_generations: (input, output, score) samples, to every backend that can show text."""
@@ -322,6 +213,21 @@ class Tracking:
         for logger in self.logger.values():
             if hasattr(logger, "log_generations"):
                 logger.log_generations(samples, step)
+
+    def log_artifacts(self, paths: list[str], step: int | None = None) -> None:
+        """The run report's PNGs, as images, to every backend that keeps files (tensorboard, wandb, mlflow,
+        swanlab), at ``step`` (default: the last logged step, which the trackers require not to go back)."""
+        if getattr(self, "_finished", False):
+            raise RuntimeError("Tracking.log_artifacts called after finish(); log the report before finish()")
+        missing = [p for p in paths if not os.path.isfile(p)]
+        if missing:
+            raise FileNotFoundError(f"Tracking.log_artifacts: no such file(s) {missing}")
+        if not paths:
+            return
+        at = step if step is not None else (self.last_step if self.last_step is not None else 0)
+        for logger in self.logger.values():
+            if hasattr(logger, "log_artifacts"):
+                logger.log_artifacts(list(paths), at)
 
     def finish(self) -> None:
         """Flush and close every backend; safe to call more than once."""

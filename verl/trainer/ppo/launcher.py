@@ -144,16 +144,19 @@ def run_training(config: PPOTrainerConfig | Any) -> dict:
     except RunFinished as done:  # said plainly, exit 0, nothing started or written
         print(f"[checkpoint] {done}", file=sys.stderr, flush=True)
         return {"finished": True, "global_step": done.step, "total_training_steps": done.total}
+    metrics_file = os.path.join(report_dir, "metrics.jsonl")
     try:
         trainer.init_workers()
         trainer.fit()
+        # before finish(): the trackers keep the report's plots with the run (metrics.jsonl is line-buffered,
+        # so the report already sees every step)
+        summary = write_run_report(metrics_file, report_dir)
+        tracker.log_artifacts([os.path.join(report_dir, f) for f in summary["files"] if f.endswith(".png")])
     finally:
         tracker.finish()
         if trainer.local_sandbox is not None:
             trainer.local_sandbox.stop()
         release_checkpoint_dir(_run_dir(trainer.config))
-    metrics_file = os.path.join(report_dir, "metrics.jsonl")
-    summary = write_run_report(metrics_file, report_dir)
     print_learning_curve(metrics_file)
     summary["wall_time_s"] = round(time.time() - start, 1)
     with open(os.path.join(report_dir, "summary.json"), "w") as f:
