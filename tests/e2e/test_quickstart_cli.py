@@ -49,7 +49,7 @@ def test_quickstart_ppo_command_line(tmp_path: Path) -> None:
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.4",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
         "critic.optim.lr=1e-5", f"critic.model.path={model}", "critic.ppo_micro_batch_size_per_gpu=1",
-        "algorithm.kl_ctrl.kl_coef=0.001", "trainer.logger=console", "trainer.val_before_train=False",
+        "algorithm.kl_ctrl.kl_coef=0.001", "trainer.logger=console", "trainer.console_format=full", "trainer.val_before_train=False",
         "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.save_freq=10", "trainer.test_freq=10",
         "trainer.total_epochs=1", f"trainer.default_local_dir={tmp_path / 'run'}",
     ]

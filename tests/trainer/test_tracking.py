@@ -48,7 +48,8 @@ def test_console_line_sorted_and_numeric_only():
 
 
 def test_console_backend_prints_one_line_per_step_to_stdout(capsys, tmp_path):
-    tracker = Tracking("proj", "exp", default_backend="console", log_dir=str(tmp_path))
+    tracker = Tracking("proj", "exp", default_backend="console", log_dir=str(tmp_path),
+                       config={"trainer": {"console_format": "full"}})  # the compact row: test_console_table.py
     tracker.log({"b": 2.5, "a": 1.0}, step=3)
     tracker.log({"actor/pg_loss": 0.25}, step=4)
     tracker.finish()

@@ -2,7 +2,8 @@
 
 Backends (``trainer.logger`` in the config; a name or a list of names):
 
-- ``console``: one line per step on stdout, ``step:N - key:value - ...`` with keys sorted,
+- ``console``: one compact row per step on stdout (``trainer.console_format=compact``, the default), or
+  upstream's ``step:N - key:value - ...`` line with keys sorted (``trainer.console_format=full``),
 - ``tensorboard``: event files under ``$TENSORBOARD_DIR``, else ``<log_dir>/tensorboard``,
   else ``tensorboard_log/<project>/<experiment>``,
 - ``wandb``: imported only when chosen; offline unless ``WANDB_MODE`` or ``WANDB_API_KEY`` is set,
@@ -102,7 +103,20 @@ def _plain_config(config: Any) -> dict[str, Any] | None:
 
 
 class _ConsoleBackend:
+    """trainer.console_format: ``compact`` one aligned row per step (verl.trainer.console_table), ``full``
+    upstream's line of every numeric metric."""
+
+    def __init__(self, console_format: str = "compact", config: dict[str, Any] | None = None) -> None:
+        from verl.trainer.console_table import CONSOLE_FORMATS, ConsoleTable, columns_for_config
+
+        if console_format not in CONSOLE_FORMATS:
+            raise ValueError(f"trainer.console_format={console_format!r}: expected one of {list(CONSOLE_FORMATS)}")
+        self._table = ConsoleTable(columns_for_config(config)) if console_format == "compact" else None
+
     def log(self, data: dict[str, Any], step: int) -> None:
+        if self._table is not None:
+            self._table.log(data, step)
+            return
         print(format_console_line(data, step), file=sys.stdout, flush=True)
 
     def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
@@ -178,7 +192,8 @@ class Tracking:
 
     def _make_backend(self, name: str, config: dict[str, Any] | None) -> _Backend:
         if name == "console":
-            return _ConsoleBackend()
+            trainer_section = (config or {}).get("trainer") or {}
+            return _ConsoleBackend(trainer_section.get("console_format", "compact"), config)
         if name == "file":
             self.metrics_path = os.path.join(self.log_dir, "metrics.jsonl")
             return _JsonlBackend(self.metrics_path)

@@ -314,6 +314,7 @@ HONOURED: dict[str, str] = {
     "trainer.project_name": f"{_DATA}::{_TRACKER}",
     "trainer.experiment_name": f"{_DATA}::{_TRACKER}",
     "trainer.logger": f"{_DATA}::{_TRACKER}",
+    "trainer.console_format": f"{_DATA}::{_TRACKER}",
     "trainer.log_val_generations": f"{_TRAINER_KEYS}::test_log_val_generations_logs_samples",
     "trainer.rollout_data_dir": f"{_TRAINER_KEYS}::test_rollout_data_dir_dumps_jsonl",
     "trainer.validation_data_dir": f"{_TRAINER_KEYS}::test_validation_data_dir_dumps_jsonl",

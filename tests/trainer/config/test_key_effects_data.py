@@ -121,9 +121,10 @@ def test_logger_and_names_choose_the_trackers_backends(monkeypatch, tmp_path, mo
 
     tracker = _launch(monkeypatch, tmp_path, model_dir, f"trainer.report_dir={report}",
                       "trainer.logger=[console,tensorboard,mlflow]", "trainer.project_name=proj_x",
-                      "trainer.experiment_name=exp_y")["tracker"]
+                      "trainer.experiment_name=exp_y", "trainer.console_format=full")["tracker"]
     assert list(tracker.logger) == ["console", "tensorboard", "mlflow", "file"]
-    assert "step:2 - critic/score/mean:0.5" in capsys.readouterr().out  # the stub fit's second step, on stdout
+    # trainer.console_format=full: upstream's line of every metric (the stub fit's second step, on stdout)
+    assert "step:2 - critic/score/mean:0.5" in capsys.readouterr().out
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(report / "tensorboard"))
     # mlflow's experiment is the project, its run the experiment, with the steps the stub fit logged
     assert (calls["experiment"], calls["run_name"]) == ("proj_x", "exp_y")
@@ -131,6 +132,11 @@ def test_logger_and_names_choose_the_trackers_backends(monkeypatch, tmp_path, mo
     assert calls["metrics"] == [(1, {"critic/score/mean": 0.25}), (2, {"critic/score/mean": 0.5})]
     assert calls["params"]["trainer.project_name"] == "proj_x"  # the whole typed config, flattened
     assert calls["ended"]
+
+    # the default trainer.console_format=compact: a header, then one aligned row per step
+    _launch(monkeypatch, tmp_path, model_dir, f"trainer.report_dir={report}", "trainer.logger=[console]")
+    out = capsys.readouterr().out
+    assert "step:2" not in out and " step  train reward  val score" in out and "\n    2        0.5000\n" in out
 
 
 # ---------------------------------------------------------------- data.max_response_length

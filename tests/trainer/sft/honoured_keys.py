@@ -77,6 +77,7 @@ HONOURED_SFT = {
     "trainer.project_name": _SK + "test_tracker_gets_loggers_and_run_names",
     "trainer.experiment_name": _SK + "test_tracker_gets_loggers_and_run_names",
     "trainer.logger": _SK + "test_tracker_gets_loggers_and_run_names",
+    "trainer.console_format": "tests/trainer/test_console_table.py::test_sft_runs_get_sft_columns_and_the_key",
     "trainer.total_epochs": _SK + "test_run_length_checkpoints_and_report",
     "trainer.seed": _SK + "test_seed_sets_the_shuffle_order",
     "trainer.nnodes": _SK + "test_nnodes_multiplies_the_ranks",

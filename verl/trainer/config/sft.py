@@ -29,7 +29,7 @@ from verl.trainer.config.engine import (
     MixedPrecisionConfig,
     OptimConfig,
 )
-from verl.trainer.config.trainer import DEVICES, RESUME_MODES
+from verl.trainer.config.trainer import CONSOLE_FORMATS, DEVICES, RESUME_MODES
 
 # What verl.data.sft_dataset.fit_to_length does with a sample longer than data.max_length.
 SFT_TRUNCATION_MODES = ("error", "left", "right")
@@ -154,6 +154,7 @@ class SFTTrainerSection(BaseConfig):
     total_epochs: int = 1
     total_training_steps: int | None = at_least(None, 1)  # None: total_epochs x steps per epoch
     logger: list[str] = refused_values(list_field(["console"], SFT_LOGGERS), LOGGER_REFUSALS)
+    console_format: str = choice("compact", CONSOLE_FORMATS)  # ours: see the ppo trainer section
     seed: int = 1
     save_freq: int = -1  # -1: only at the end
     test_freq: int = -1

@@ -18,6 +18,7 @@ from verl.trainer.config.base import (
 
 RESUME_MODES = ("auto", "disable", "resume_path")
 DEVICES = ("auto", "cpu", "cuda")
+CONSOLE_FORMATS = ("compact", "full")  # verl.trainer.console_table.CONSOLE_FORMATS, kept equal by a test
 # Everything upstream's Tracking knows; whether a backend is installed is checked when it starts.
 LOGGERS = ("console", "tensorboard", "wandb", "mlflow", "swanlab", "vemlp_wandb", "clearml", "file")
 
@@ -43,6 +44,9 @@ class TrainerConfig(BaseConfig):
             for name in ("swanlab", "vemlp_wandb", "clearml")
         },
     )
+    # Ours (upstream has no such key): what trainer.logger=console prints per step. compact: one aligned row
+    # (verl.trainer.console_table); full: upstream's line of every numeric metric.
+    console_format: str = choice("compact", CONSOLE_FORMATS)
     log_val_generations: int = at_least(0, 0)
     rollout_data_dir: str | None = None
     validation_data_dir: str | None = None
