@@ -27,10 +27,10 @@ STEP_1 = {
     "actor/ppo_kl": 0.0002134, "actor/entropy": 0.8125, "timing_s/step": 71.3, "timing_s/gen": 20.0,
     "perf/total_num_tokens": 6784, "perf/throughput": 95.15, "actor/pg_loss": -0.01, "note": "text",
 }
-# written out by hand: "0.3125" in 12, blank val score (9), "31.40" in 8, KL "2.13e-04" in 10 (below 1e-3:
-# exponent form), "0.8125" in 8, "71.30s" in 9, 6784 tokens / 71.3 s = 95.147 -> "95.15" in 8
-ROW_1 = ("    1" + "        0.3125" + "  " + " " * 9 + "     31.40" + "    2.13e-04" + "    0.8125" + "     71.30s"
-         + "     95.15")
+# written out by hand: "0.3125" in 12, blank val score (9), "31.4" in 8 (3 digits), KL "2.13e-04" in 10 (below
+# 1e-3: exponent form), "0.8125" in 8, "71.3s" in 9, 6784 tokens / 71.3 s = 95.147 -> "95.1" in 8 (3 digits)
+ROW_1 = ("    1" + "        0.3125" + "  " + " " * 9 + "      31.4" + "    2.13e-04" + "    0.8125" + "      71.3s"
+         + "      95.1")
 
 
 def test_row_of_a_training_step_written_out():
@@ -63,7 +63,7 @@ def test_kl_column_is_the_kl_loss_when_the_actor_uses_it():
 
 def test_tokens_per_s_falls_back_to_perf_throughput():
     table = ConsoleTable(PPO_COLUMNS)
-    assert table.row({"perf/throughput": 12.5}, step=1).endswith("   12.50")
+    assert table.row({"perf/throughput": 12.25}, step=1).endswith("    12.2")
 
 
 @pytest.mark.parametrize(("value", "text"), [
@@ -71,6 +71,11 @@ def test_tokens_per_s_falls_back_to_perf_throughput():
 ])
 def test_format_cell(value, text):
     assert format_cell(value, 6) == text
+
+
+def test_format_cell_digits_and_unit():
+    assert format_cell(71.34, 7, unit="s", digits=3) == "  71.3s"
+    assert format_cell(2345.6, 6, digits=3) == "  2346"  # the integer part is never cut
 
 
 def test_plain_text_header_once_when_not_a_terminal(capsys):
@@ -163,8 +168,8 @@ def test_sft_runs_get_sft_columns_and_the_key(capsys, tmp_path):
     tracker.finish()
     header, row = capsys.readouterr().out.splitlines()
     assert header == " step      loss  val loss         lr  grad norm  step time  tokens/s"
-    # 1.25 -> "1.250", lr 1e-5 -> "1.00e-05", 0.75 -> "0.7500", 2.0 s, 512 / 2 = 256 tokens/s -> "256.0"
-    assert row == "    4     1.250" + " " * 10 + "   1.00e-05     0.7500     2.000s     256.0"
+    # 1.25 -> "1.250", lr 1e-5 -> "1.00e-05", 0.75 -> "0.7500", 2.0 s -> "2.00s", 512 / 2 = 256 tokens/s -> "256"
+    assert row == "    4     1.250" + " " * 10 + "   1.00e-05     0.7500      2.00s       256"
 
     config = validate_sft_config({"trainer": {"console_format": "full"}}, world_size=1, check_files=False)
     assert config.trainer.console_format == "full"

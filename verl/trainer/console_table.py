@@ -49,6 +49,7 @@ class Column:
     width: int
     value: Extractor
     unit: str = ""
+    digits: int = 4  # significant digits: 3 where the fourth is noise (lengths, times, rates)
 
 
 def _number(value: Any) -> float | None:
@@ -101,12 +102,12 @@ def _tokens_per_s(metrics: Mapping[str, Any]) -> float | None:
 PPO_COLUMNS: tuple[Column, ...] = (
     Column("train reward", 12, _first("critic/score/mean", "critic/rewards/mean")),
     Column("val score", 9, val_score),
-    Column("resp len", 8, _first("response_length/mean")),
+    Column("resp len", 8, _first("response_length/mean"), digits=3),
     # actor/kl_loss exists only with actor.use_kl_loss; otherwise the PPO-ratio KL to the rollout policy.
     Column("KL", 10, _first("actor/kl_loss", "actor/ppo_kl")),
     Column("entropy", 8, _first("actor/entropy")),
-    Column("step time", 9, _first("timing_s/step"), unit="s"),
-    Column("tokens/s", 8, _tokens_per_s),
+    Column("step time", 9, _first("timing_s/step"), unit="s", digits=3),
+    Column("tokens/s", 8, _tokens_per_s, digits=3),
 )
 
 SFT_COLUMNS: tuple[Column, ...] = (
@@ -114,8 +115,8 @@ SFT_COLUMNS: tuple[Column, ...] = (
     Column("val loss", 8, _first("val/loss")),
     Column("lr", 9, _first("train/lr")),
     Column("grad norm", 9, _first("train/grad_norm")),
-    Column("step time", 9, _first("timing_s/step"), unit="s"),
-    Column("tokens/s", 8, _ratio("train/tokens", "timing_s/step")),
+    Column("step time", 9, _first("timing_s/step"), unit="s", digits=3),
+    Column("tokens/s", 8, _ratio("train/tokens", "timing_s/step"), digits=3),
 )
 
 
@@ -126,8 +127,9 @@ def columns_for_config(config: Mapping[str, Any] | None) -> tuple[Column, ...]:
     return PPO_COLUMNS
 
 
-def format_cell(value: float | None, width: int, unit: str = "") -> str:
-    """About 4 significant digits in ``width`` characters, right-aligned; blank for a missing value."""
+def format_cell(value: float | None, width: int, unit: str = "", digits: int = 4) -> str:
+    """``digits`` significant digits (all of the integer part) in ``width`` characters, right-aligned; exponent
+    form below 1e-3 and from 1e5; blank for a missing value."""
     if value is None:
         return " " * width
     if math.isnan(value) or math.isinf(value):
@@ -139,7 +141,7 @@ def format_cell(value: float | None, width: int, unit: str = "") -> str:
         if magnitude >= 1e5 or magnitude < 1e-3:
             text = f"{value:.2e}"
         else:
-            decimals = max(0, 3 - math.floor(math.log10(magnitude)))
+            decimals = max(0, digits - 1 - math.floor(math.log10(magnitude)))
             text = f"{value:.{decimals}f}"
     return f"{text}{unit}".rjust(width)
 
@@ -165,7 +167,8 @@ class ConsoleTable:
     def row(self, metrics: Mapping[str, Any], step: int) -> str:
         cells = [str(step).rjust(5)]
         for column in self.columns:
-            cells.append(format_cell(column.value(metrics), max(column.width, len(column.header)), column.unit))
+            width = max(column.width, len(column.header))
+            cells.append(format_cell(column.value(metrics), width, column.unit, column.digits))
         return "  ".join(cells).rstrip()
 
     def _header_due(self) -> bool:
