@@ -15,7 +15,7 @@ def test_all_problems_are_reported_at_once(cfg):
         reward_model__ulysses_sequence_parallel_size=2,
         actor_rollout_ref__rollout__name="sglang",
         actor_rollout_ref__model__use_liger=True,
-        trainer__logger=["console", "swanlab"],
+        trainer__logger=["console", "clearml"],
     )
     keys = [p.split("=", 1)[0] for p in problems_of(cfg)]
     assert keys == [

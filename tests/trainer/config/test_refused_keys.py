@@ -19,7 +19,7 @@ FORMERLY_SILENT = [
     ("actor_rollout_ref.actor.fsdp_config.fsdp_size=1", "actor_rollout_ref.actor.fsdp_config.fsdp_size"),
     ("critic.model.fsdp_config.fsdp_size=1", "critic.model.fsdp_config.fsdp_size"),
     ("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.name"),
-    ("trainer.logger=[console,swanlab,clearml,vemlp_wandb]", "trainer.logger"),
+    ("trainer.logger=[console,clearml,vemlp_wandb]", "trainer.logger"),
 ]
 
 
@@ -33,6 +33,6 @@ def test_formerly_silent_keys_exit_2_naming_each_key(tmp_path):
     refusals = [line for line in proc.stderr.splitlines() if " is refused: " in line or " refused: " in line]
     for _, key in FORMERLY_SILENT:
         assert any(key in line for line in refusals), f"{key} not named in:\n{proc.stderr}"
-    for logger in ("swanlab", "clearml", "vemlp_wandb"):
+    for logger in ("clearml", "vemlp_wandb"):
         assert f"trainer.logger='{logger}' is refused" in proc.stderr
     assert "Traceback" not in proc.stderr

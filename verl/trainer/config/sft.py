@@ -36,10 +36,10 @@ SFT_TRUNCATION_MODES = ("error", "left", "right")
 
 LR_SCHEDULERS = ("cosine", "constant")
 # What verl.trainer.tracking.Tracking builds; the other upstream names are refused below.
-SFT_LOGGERS = ("console", "tensorboard", "wandb", "mlflow", "file", "jsonl")
+SFT_LOGGERS = ("console", "tensorboard", "wandb", "mlflow", "swanlab", "file", "jsonl")
 _NO_BACKEND = "this build has no {} logger backend"
-_LOGGER_TODO = "Use console, tensorboard, wandb, mlflow or file."
-LOGGER_REFUSALS = {name: Refusal(_NO_BACKEND.format(name), _LOGGER_TODO) for name in ("swanlab", "vemlp_wandb", "clearml")}
+_LOGGER_TODO = "Use console, tensorboard, wandb, mlflow, swanlab or file."
+LOGGER_REFUSALS = {name: Refusal(_NO_BACKEND.format(name), _LOGGER_TODO) for name in ("vemlp_wandb", "clearml")}
 
 
 @dataclass

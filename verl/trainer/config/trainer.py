@@ -37,11 +37,11 @@ class TrainerConfig(BaseConfig):
         list_field(["console"], LOGGERS),
         {
             name: Refusal(
-                f"the {name} backend is not built (verl.trainer.tracking has console, tensorboard, wandb, mlflow "
-                "and file)",
+                f"the {name} backend is not built (verl.trainer.tracking has console, tensorboard, wandb, mlflow, "
+                "swanlab and file)",
                 "Use trainer.logger=[console,tensorboard] or another built backend.",
             )
-            for name in ("swanlab", "vemlp_wandb", "clearml")
+            for name in ("vemlp_wandb", "clearml")
         },
     )
     # Ours (upstream has no such key): what trainer.logger=console prints per step. compact: one aligned row
