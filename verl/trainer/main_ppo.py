@@ -5,6 +5,9 @@ The config is checked in two places before any worker starts: override keys befo
 PPOTrainerConfig every later stage receives. Nothing heavy (torch, ray) is imported until the config has
 passed, so mistakes are reported in about a second. The train and val files are then checked row by row
 (verl/data/data_check.py) before Ray starts; their problems are reported the same way, exit status 2.
+
+The run itself goes through the Python API (verl.trainer.api.run_typed, what `verl.train` calls): this module
+only turns its exceptions into plain lines and exit status 2.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from omegaconf import DictConfig
 
 from verl.checkpoint.lock import CheckpointDirLocked
 from verl.data.data_check import DataCheckError
+from verl.trainer.api.builder import device_problems
 from verl.trainer.config import ConfigError, ConfigWarning, PPOTrainerConfig, prepare_argv, validate_config
 from verl.trainer.ppo.resume_guard import ResumeRefused
 
@@ -27,25 +31,15 @@ CONFIG_ERROR_EXIT = 2
 def main(config: DictConfig) -> None:
     typed = check(config)
     try:
-        run_ppo(typed)
+        from verl.trainer.api.training import run_typed
+
+        run_typed(typed)
     except DataCheckError as error:  # found by the data check before Ray started: plain lines, no traceback
         print(f"Invalid data:\n{error}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT)
     except (ResumeRefused, CheckpointDirLocked) as refused:  # the run folder, checked before Ray: no traceback
         print(f"Refused to start:\n{refused}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT)
-
-
-def device_problems(config: PPOTrainerConfig) -> list[str]:
-    """trainer.device=cuda is a promise the machine must keep before any worker is started."""
-    if config.trainer.device != "cuda":
-        return []
-    import torch  # only here: a config asking for CUDA has passed every other check
-
-    if torch.cuda.is_available():
-        return []
-    return ["trainer.device=cuda but no CUDA GPU is visible to this process (torch.cuda.is_available() is "
-            "False). Set trainer.device=auto (use a GPU when there is one) or trainer.device=cpu."]
 
 
 def check(config: DictConfig) -> PPOTrainerConfig:

@@ -31,13 +31,14 @@ def has_builtin_scorer(data_source: str) -> bool:
     return False
 
 
-def row_needs(config: PPOTrainerConfig) -> RowNeeds:
+def row_needs(config: PPOTrainerConfig, custom_reward: bool = False) -> RowNeeds:
     """Judged from the config: a reward model or an agent loop scores without the rows' reward columns; a custom
     reward function gets them but decides itself what a missing ground truth means; only the built-in rules need a
     ground truth in every row and a scorer for every data_source."""
     data = config.data
     model_or_loop = config.reward_model.enable or agent_loop_scores(config)
-    builtin = not model_or_loop and not config.custom_reward_function.path
+    # custom_reward: a Python callable (verl.train's reward_fn) scores in place of the file
+    builtin = not model_or_loop and not config.custom_reward_function.path and not custom_reward
     return RowNeeds(
         prompt_key=data.prompt_key,
         reward_fn_key=data.reward_fn_key,
@@ -53,7 +54,7 @@ def _summary(reports: list[SplitReport], seconds: float, max_prompt_length: int)
             f"the chat template); {seconds:.1f} s")
 
 
-def check_data(config: PPOTrainerConfig, tokenizer: Any) -> list[SplitReport]:
+def check_data(config: PPOTrainerConfig, tokenizer: Any, custom_reward: bool = False) -> list[SplitReport]:
     """Check the train and val files as configured; raise DataCheckError listing every problem, else log one line.
 
     A custom dataset class (data.custom_cls.path) reads the files its own way, so the check is skipped for it."""
@@ -63,7 +64,7 @@ def check_data(config: PPOTrainerConfig, tokenizer: Any) -> list[SplitReport]:
               file=sys.stderr, flush=True)
         return []
     start = time.perf_counter()
-    needs = row_needs(config)
+    needs = row_needs(config, custom_reward)
     reports = [check_split("data.train_files", data.train_files, data, tokenizer, needs,
                            max_samples=data.train_max_samples, min_rows=data.resolved_gen_batch_size)]
     if data.val_files:

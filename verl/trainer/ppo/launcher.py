@@ -58,9 +58,10 @@ def role_worker_mapping(config: PPOTrainerConfig):
     return mapping, manager
 
 
-def build_trainer(config: PPOTrainerConfig | Any):
+def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, callbacks: Any = None):
     """Everything fit() needs, with Ray started; returns (trainer, tracker, report_dir). Workers not yet built.
-    A DictConfig is validated first."""
+    A DictConfig is validated first. `compute_score` (verl.train's reward_fn) takes the place of
+    custom_reward_function.path; `callbacks` is what the trainer calls on step end, validation and checkpoint."""
     from verl.checkpoint.lock import hold_checkpoint_dir, release_checkpoint_dir
     from verl.data.rl_dataset import collate_fn
     from verl.data.rl_loading import create_rl_dataset, create_rl_sampler
@@ -88,7 +89,7 @@ def build_trainer(config: PPOTrainerConfig | Any):
     tokenizer = load_tokenizer(data.tokenizer or model.path, "data.tokenizer",
                                trust_remote_code=data.trust_remote_code, custom_chat_template=model.custom_chat_template)
     # every row of the train and val files, before Ray: a bad row must not surface when its batch comes up
-    check_data(config, tokenizer)
+    check_data(config, tokenizer, custom_reward=compute_score is not None)
     train_dataset = create_rl_dataset(data.train_files, data, tokenizer, max_samples=data.train_max_samples)
     val_dataset = None
     if data.val_files:
@@ -103,11 +104,13 @@ def build_trainer(config: PPOTrainerConfig | Any):
     except BaseException:
         release_checkpoint_dir(run_dir)
         raise
-    sandbox = start_run_sandbox(config)  # before the reward managers (its url) and Ray (the workers' env)
+    # before the reward managers (its url) and Ray (the workers' env)
+    sandbox = start_run_sandbox(config, custom_reward=compute_score is not None)
     try:
         reward_kwargs = dict(config.reward_model.reward_kwargs)
-        reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **reward_kwargs)
-        val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **reward_kwargs)
+        reward_fn = load_reward_manager(config, tokenizer, num_examine=0, compute_score=compute_score, **reward_kwargs)
+        val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, compute_score=compute_score,
+                                            **reward_kwargs)
         workers = config.trainer.n_gpus_per_node * config.trainer.nnodes
         if config.reward_model.enable and config.reward_model.enable_resource_pool:
             workers += config.reward_model.n_gpus_per_node * config.reward_model.nnodes
@@ -125,11 +128,12 @@ def build_trainer(config: PPOTrainerConfig | Any):
         release_checkpoint_dir(run_dir)
         raise
     trainer.local_sandbox = sandbox
+    trainer.callbacks = callbacks
     trainer.run_identity, trainer.identity_checked = checked.identity, checked.checked_folder
     return trainer, tracker, report_dir
 
 
-def run_training(config: PPOTrainerConfig | Any) -> dict:
+def run_training(config: PPOTrainerConfig | Any, compute_score: Any = None, callbacks: Any = None) -> dict:
     """Train as configured; returns the run summary (also written to the report folder).
 
     Takes the typed PPOTrainerConfig, or a composed DictConfig, which is validated here once."""
@@ -140,7 +144,7 @@ def run_training(config: PPOTrainerConfig | Any) -> dict:
 
     start = time.time()
     try:
-        trainer, tracker, report_dir = build_trainer(config)
+        trainer, tracker, report_dir = build_trainer(config, compute_score=compute_score, callbacks=callbacks)
     except RunFinished as done:  # said plainly, exit 0, nothing started or written
         print(f"[checkpoint] {done}", file=sys.stderr, flush=True)
         return {"finished": True, "global_step": done.step, "total_training_steps": done.total}

@@ -86,6 +86,7 @@ class RayPPOTrainer:
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
         self.validator = Validator(config, tokenizer, val_reward_fn, self.val_dataloader)
         self.global_steps = 0
+        self.callbacks = None  # verl.train's hooks (verl.trainer.api.callbacks.CallbackList), set by the launcher
 
     # -- setup ----------------------------------------------------------------------------------------------------
 
@@ -194,6 +195,7 @@ class RayPPOTrainer:
                 last_val = self._validate()
                 metrics.update(last_val)
             self._log(metrics, step=self.global_steps)
+            self._notify("on_step_end", metrics)
             progress.advance(_summary(metrics))
             if trainer.save_freq > 0 and (self.global_steps % trainer.save_freq == 0 or is_last):
                 self._save_checkpoint()
@@ -206,7 +208,13 @@ class RayPPOTrainer:
         n = self.config.trainer.log_val_generations
         if n > 0 and self.tracker is not None and hasattr(self.tracker, "log_generations"):
             self.tracker.log_generations(sample_generations(self.validator.last_generations, n), self.global_steps)
+        self._notify("on_validation", metrics)
         return metrics
+
+    def _notify(self, hook: str, payload: Any) -> None:
+        """A callback's error propagates: it stops the run like any other failure of the step."""
+        if self.callbacks is not None:
+            self.callbacks.call(hook, self.global_steps, payload)
 
     # -- checkpoint state -------------------------------------------------------------------------------------
 
@@ -231,7 +239,7 @@ class RayPPOTrainer:
     def _save_checkpoint(self) -> None:
         from verl.trainer.ppo.checkpointing import save_checkpoint
 
-        save_checkpoint(self)
+        self._notify("on_checkpoint", save_checkpoint(self))
 
     def _load_checkpoint(self) -> int:
         from verl.trainer.ppo.checkpointing import load_checkpoint

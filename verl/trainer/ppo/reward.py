@@ -137,12 +137,15 @@ def _default_score(config: Any) -> RawRewardFn:
     return SandboxScore(sandbox.url, sandbox.max_concurrent, sandbox.memory_limit_mb)
 
 
-def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, **reward_kwargs: Any) -> AbstractRewardManager:
-    """The reward manager named by reward_model.reward_manager of the typed PPOTrainerConfig, scoring with the
-    custom function when one is configured, else default_compute_score."""
+def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, compute_score: RawRewardFn | None = None,
+                        **reward_kwargs: Any) -> AbstractRewardManager:
+    """The reward manager named by reward_model.reward_manager of the typed PPOTrainerConfig, scoring with
+    `compute_score` when given (verl.train's reward_fn, already adapted), else the custom function when one is
+    configured, else default_compute_score."""
     manager_name = config.reward_model.reward_manager
     manager_cls = get_reward_manager_cls(manager_name)
-    compute_score = get_custom_reward_fn(config, manager_name) or _default_score(config)
+    if compute_score is None:
+        compute_score = get_custom_reward_fn(config, manager_name) or _default_score(config)
     reward_fn_key = config.data.reward_fn_key
     kwargs = {**manager_cls.kwargs_from_config(config), **reward_kwargs}
     return manager_cls(

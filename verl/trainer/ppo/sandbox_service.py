@@ -48,20 +48,20 @@ def _code_sources(files: list[str] | None, key: str) -> set[str]:
     return found
 
 
-def sandbox_needs(config: Any) -> tuple[list[str], set[str]]:
+def sandbox_needs(config: Any, custom_reward: bool = False) -> tuple[list[str], set[str]]:
     """(tools that need the run's sandbox, code data sources whose reward needs it) for the typed config."""
     rollout = config.actor_rollout_ref.rollout
     tools = _tools_without_url(rollout.multi_turn.tool_config_path) if rollout.multi_turn.enable else []
     sources: set[str] = set()
-    if not config.reward_model.sandbox_fusion.url and not config.custom_reward_function.path:
+    if not config.reward_model.sandbox_fusion.url and not config.custom_reward_function.path and not custom_reward:
         key = config.data.reward_fn_key
         sources = _code_sources(config.data.train_files, key) | _code_sources(config.data.val_files, key)
     return tools, sources
 
 
-def start_run_sandbox(config: Any):
+def start_run_sandbox(config: Any, custom_reward: bool = False):
     """The started LocalSandbox (stop it at the end), or None when the run needs none."""
-    tools, sources = sandbox_needs(config)
+    tools, sources = sandbox_needs(config, custom_reward)
     if not tools and not sources:
         return None
     from verl.sandbox.local import LocalSandbox
