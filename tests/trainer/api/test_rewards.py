@@ -111,3 +111,23 @@ def test_weighted_parts_reach_the_reward_extra_info() -> None:
         manager.close()
     assert reward.sum(-1).tolist() == [2.0 * 1 - 1.0, 2.0 * 0 - 1.0]
     assert extra["per_sample"] == [1.0, 0.0] and extra["reward_1"] == [1.0, 1.0]
+
+
+def test_the_manager_ships_to_a_fresh_interpreter_by_value(tmp_path) -> None:
+    """launch_reward_fn_async sends the manager to a Ray task with Ray's cloudpickle: a lambda and a function of
+    this test module (not importable there) must arrive by value."""
+    import subprocess
+    import sys
+
+    from ray import cloudpickle
+
+    offset = 3.0
+    manager = _manager_for([per_sample, lambda data_source, solution_str, ground_truth, extra_info: offset])
+    blob = tmp_path / "manager.pkl"
+    blob.write_bytes(cloudpickle.dumps(manager))
+    code = ("import pickle, sys; m = pickle.loads(open(sys.argv[1], 'rb').read());"
+            "print(m.compute_score(data_source='a', solution_str='#### 14', ground_truth='14', extra_info={}))")
+    out = subprocess.run([sys.executable, "-c", code, str(blob)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120, env={"PATH": "", "PYTHONPATH": ""})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str({"score": 4.0, "per_sample": 1.0, "reward_1": 3.0})
