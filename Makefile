@@ -3,8 +3,9 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
 
-.PHONY: setup demo test test-all test-e2e lint bench clean clean-venv
+.PHONY: setup demo test test-all test-e2e lint docs bench clean clean-venv
 
 setup:
 	@bash scripts/setup.sh
@@ -15,6 +16,7 @@ demo: setup
 # Default suite: unit tests plus the small e2e set; whole-run tests marked `slow` are left to `make test-all`.
 test: setup
 	$(VENV)/bin/lint-imports --no-cache
+	$(MKDOCS) build --strict
 	$(PY) -m pytest -m "not slow" --durations=15 $(PYTEST_ARGS)
 
 test-all: setup
@@ -27,8 +29,12 @@ lint: setup
 	$(VENV)/bin/ruff check verl tests benchmarks examples
 	$(VENV)/bin/lint-imports --no-cache
 
+# The user docs site (mkdocs.yml) into site/. No -q: mkdocs 1.6 then hides the warnings --strict would fail on.
+docs: setup
+	$(MKDOCS) build --strict
+
 clean:
-	rm -rf outputs .pytest_cache
+	rm -rf outputs .pytest_cache site
 
 clean-venv:
 	rm -rf $(VENV)
