@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import sys
+
 import pytest
 
 from verl.trainer.progress import TrainingProgress, progress_enabled_by_default, summarize_metrics
@@ -37,3 +40,30 @@ def test_env_flag(monkeypatch, flag, expected):
 def test_summarize_metrics():
     text = summarize_metrics({"critic/score/mean": 0.41234, "response_length/mean": 87.25, "other": 1.0})
     assert text == "score 0.4123 | len 87.25"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_rows_go_through_the_bar_and_the_eta_averages_the_whole_run(monkeypatch):
+    from verl.trainer.console_table import ConsoleTable
+
+    screen_out, screen_err = _Terminal(), _Terminal()
+    monkeypatch.setattr(sys, "stdout", screen_out)
+    monkeypatch.setattr(sys, "stderr", screen_err)
+    bar = TrainingProgress(total_steps=10, enabled=True)
+    assert bar._progress is not None  # the rich bar, not the plain lines
+    clock = iter([0.0, 100.0, 200.0])
+    bar._progress.get_time = lambda: next(clock)  # three steps of 100 s: longer than rich's default 30 s window
+    table = ConsoleTable()
+    for step in (1, 2, 3):
+        table.log({"critic/score/mean": 0.5}, step)
+        bar.advance()
+    (task,) = bar._progress.tasks
+    assert task.time_remaining == pytest.approx(700.0)  # 2 steps in 200 s -> 0.01 steps/s, 7 steps left
+    bar.close()
+    # stdout was redirected through the bar's console (on stderr), so its redraws never overwrite a row
+    assert screen_out.getvalue() == ""
+    assert "    3        0.5000" in screen_err.getvalue()

@@ -25,6 +25,9 @@ _SUMMARY_KEYS: tuple[tuple[str, str], ...] = (
 )
 
 
+_WHOLE_RUN_S = 30 * 24 * 3600.0
+
+
 def progress_enabled_by_default() -> bool:
     """``VERL_PROGRESS`` = 1/true/yes forces the bar on, 0/false/no off; unset: on when stderr is a terminal."""
     flag = os.environ.get("VERL_PROGRESS", "").strip().lower()
@@ -86,6 +89,9 @@ class TrainingProgress:
             TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[summary]}"),
             console=Console(file=sys.stderr), refresh_per_second=2,
             redirect_stdout=share_terminal, redirect_stderr=share_terminal,
+            # rich estimates speed from the steps of the last 30 s by default; a training step takes longer than
+            # that, so the ETA would stay unknown. Averaging over the whole run gives one from the second step.
+            speed_estimate_period=_WHOLE_RUN_S,
         )
         self._progress.start()
         self._task = self._progress.add_task(self._description, total=self.total_steps, completed=self.completed,
