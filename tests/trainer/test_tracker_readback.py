@@ -225,3 +225,33 @@ def test_trackers_run_with_no_network_at_all(tmp_path):
     assert glob.glob(str(tmp_path / "report" / "swanlog" / "run-*" / "run-*.swanlab"))
     assert (tmp_path / "report" / "mlruns").is_dir()
     assert _numeric_rows(str(tmp_path / "report" / "metrics.jsonl")) == {1: {"x": 0.5}, 2: {"x": 1.0}}
+
+
+def test_swanlab_is_a_built_backend_in_the_ppo_and_sft_configs():
+    from verl.trainer.config import validate_config
+    from verl.trainer.config.validate import load_config
+    from verl.trainer.sft.config import validate_sft_config
+
+    typed = validate_config(load_config(["trainer.logger=[console,swanlab]"]), check_files=False)
+    assert list(typed.trainer.logger) == ["console", "swanlab"]
+    sft = validate_sft_config({"trainer": {"logger": ["console", "swanlab"]}}, world_size=1, check_files=False)
+    assert list(sft.trainer.logger) == ["console", "swanlab"]
+
+
+def test_swanlab_missing_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "swanlab", None)  # makes `import swanlab` raise ImportError
+    with pytest.raises(ImportError, match=r"'swanlab'.*pip install verl\[tracking\]"):
+        Tracking("proj", "exp", default_backend="swanlab", log_dir=str(tmp_path))
+
+
+def test_wandb_dir_env_moves_the_run_folder(monkeypatch, tmp_path):
+    for name in TRACKER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "elsewhere"))
+    tracker = Tracking("proj", "exp", default_backend="wandb", log_dir=str(tmp_path / "report"))
+    run_dir = tracker.logger["wandb"].run_dir
+    tracker.log({"x": 1.0}, step=1)
+    tracker.finish()
+    assert run_dir.startswith(str(tmp_path / "elsewhere" / "wandb" / "offline-run-"))
+    assert read_wandb_offline_run(run_dir)["history"][1] == {"x": 1.0}
+    assert not (tmp_path / "report" / "wandb").exists()
