@@ -55,7 +55,16 @@ def run_typed(config: PPOTrainerConfig, compute_score: Callable[..., Any] | None
     hooks = callbacks if callbacks is not None else CallbackList()
     recorder = Recorder()
     hooks.append(recorder)
-    summary = run_training(config, compute_score=compute_score, callbacks=hooks)
+    import ray
+
+    # a Ray this call starts ends with it, so a second verl.train in the same process gets the whole machine; a Ray
+    # the caller started (ray.init, a cluster address) is left running
+    owns_ray = not ray.is_initialized()
+    try:
+        summary = run_training(config, compute_score=compute_score, callbacks=hooks)
+    finally:
+        if owns_ray and ray.is_initialized():
+            ray.shutdown()
     last_val = recorder.validations[-1][1] if recorder.validations else {}
     last_ckpt = recorder.checkpoints[-1][1] if recorder.checkpoints else None
     report_dir = _report_dir(config)
