@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.helpers.tracker_readers import read_wandb_offline_run
@@ -253,5 +254,7 @@ def test_wandb_dir_env_moves_the_run_folder(monkeypatch, tmp_path):
     tracker.log({"x": 1.0}, step=1)
     tracker.finish()
     assert run_dir.startswith(str(tmp_path / "elsewhere" / "wandb" / "offline-run-"))
+    # finish() also stops wandb's service process: a driver that goes on after training does not keep it
+    assert not [p for p in psutil.Process().children(recursive=True) if "wandb" in p.name()]
     assert read_wandb_offline_run(run_dir)["history"][1] == {"x": 1.0}
     assert not (tmp_path / "report" / "wandb").exists()

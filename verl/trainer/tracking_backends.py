@@ -158,6 +158,10 @@ class WandbBackend:
 
     def finish(self) -> None:
         self._run.finish()
+        # finish() leaves wandb's service process (wandb-core) running until the interpreter exits; a driver
+        # that goes on after training (verl.train) should not keep it, unless the caller has a run of its own
+        if getattr(self._wandb, "run", None) is None and hasattr(self._wandb, "teardown"):
+            self._wandb.teardown()
 
 
 # ---------------------------------------------------------------------------------------------------------------
