@@ -152,7 +152,8 @@ def _parts(reward_fn: Any, reward_kwargs: dict) -> list[Part]:
         fn, weight = item if _is_pair(item) else (item, 1.0)
         if not isinstance(weight, int | float) or isinstance(weight, bool):
             raise TypeError(f"reward_fn[{i}]: the weight of {fn_name(fn)} must be a number, got {weight!r}")
-        name = fn_name(fn)
+        # the name keys the part's score in reward_extra/<name>/mean: a lambda's or a repeated name gets its index
+        name = getattr(fn, "__name__", None) or type(fn).__name__
         name = f"reward_{i}" if name == "<lambda>" or name in names or name == "score" else name
         names.add(name)
         parts.append(Part(fn, float(weight), is_batched(fn, reward_kwargs), name))
