@@ -47,6 +47,7 @@ HONOURED_SFT = {
     "optim.lr_scheduler": _KEYS + "test_optim_keys_reach_optimizer_and_schedule",
     "optim.min_lr_ratio": _KEYS + "test_optim_keys_reach_optimizer_and_schedule",
     "use_remove_padding": _SFT + "test_loss_is_a_global_token_mean_whatever_the_micro_batching",
+    "ulysses_sequence_parallel_size": "tests/trainer/sft/test_sft_ulysses.py::test_sp2_matches_sp1_in_loss_and_gradients",
     "trainer.default_local_dir": _SFT + "test_resume_continues_exactly_where_it_stopped",
     "trainer.total_training_steps": _SFT + "test_resume_continues_exactly_where_it_stopped",
     "trainer.save_freq": _SFT + "test_resume_continues_exactly_where_it_stopped",

@@ -30,6 +30,7 @@ from verl.trainer.config.engine import (
     OptimConfig,
 )
 from verl.trainer.config.trainer import CONSOLE_FORMATS, DEVICES, RESUME_MODES
+from verl.trainer.config.ulysses_checks import check_sft_ulysses
 
 # What verl.data.sft_dataset.fit_to_length does with a sample longer than data.max_length.
 SFT_TRUNCATION_MODES = ("error", "left", "right")
@@ -179,8 +180,8 @@ class SFTTrainerConfig(BaseConfig):
     data: SFTDataConfig = field(default_factory=SFTDataConfig)
     model: SFTModelConfig = field(default_factory=SFTModelConfig)
     optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
-    ulysses_sequence_parallel_size: int = refused(
-        1, "Ulysses sequence parallelism is not built", "Set it to 1; use_remove_padding=true packs sequences instead.")
+    # Ulysses: each packed row split over sp consecutive ranks; data parallelism over world / sp (verl.utils.ulysses)
+    ulysses_sequence_parallel_size: int = at_least(1, 1)
     use_remove_padding: bool = True  # upstream's default (its hf_model.yaml); false pads every row
     trainer: SFTTrainerSection = field(default_factory=SFTTrainerSection)
     ray_kwargs: SFTRayKwargsConfig = field(default_factory=SFTRayKwargsConfig)
@@ -189,24 +190,34 @@ class SFTTrainerConfig(BaseConfig):
 # ---------------------------------------------------------------- checks across keys
 
 
+def sft_data_parallel_size(config: SFTTrainerConfig, world: int) -> int:
+    """Ranks that read different samples: the ranks of one Ulysses group share theirs."""
+    sp = config.ulysses_sequence_parallel_size
+    return world // sp if world % sp == 0 else world
+
+
 def with_micro_batch_per_gpu(config: SFTTrainerConfig, world: int) -> SFTTrainerConfig:
     """A copy in which the deprecated global data.micro_batch_size fills an unset micro_batch_size_per_gpu."""
     data = config.data
     if data.micro_batch_size_per_gpu is not None or data.micro_batch_size is None:
         return config
-    per_gpu = max(1, data.micro_batch_size // world)
+    per_gpu = max(1, data.micro_batch_size // sft_data_parallel_size(config, world))
     return dataclasses.replace(config, data=dataclasses.replace(data, micro_batch_size_per_gpu=per_gpu))
 
 
-def _batch_problems(data: SFTDataConfig, world: int) -> list[str]:
+def _batch_problems(data: SFTDataConfig, world: int, sp: int = 1) -> list[str]:
     micro, total = data.micro_batch_size_per_gpu, data.train_batch_size
     if micro is None:
         return ["data.micro_batch_size_per_gpu is null and so is data.micro_batch_size; set "
                 "data.micro_batch_size_per_gpu"]
-    if total % world:
-        return [f"data.train_batch_size={total} must be divisible by the {world} ranks"]
-    if (total // world) % micro:
-        return [f"data.train_batch_size / ranks = {total // world} must be divisible by "
+    if world % sp:
+        return []  # reported by check_sft_ulysses
+    ranks = "ranks" if sp == 1 else "data-parallel ranks (ranks / ulysses_sequence_parallel_size)"
+    dp = world // sp
+    if total % dp:
+        return [f"data.train_batch_size={total} must be divisible by the {dp} {ranks}"]
+    if (total // dp) % micro:
+        return [f"data.train_batch_size / {ranks} = {total // dp} must be divisible by "
                 f"data.micro_batch_size_per_gpu={micro}"]
     return []
 
@@ -235,7 +246,8 @@ def sft_problems(config: SFTTrainerConfig, world: int) -> list[str]:
     """Problems that need more than one key (or the machine) to see."""
     import torch
 
-    problems = _batch_problems(config.data, world)
+    problems = _batch_problems(config.data, world, config.ulysses_sequence_parallel_size)
+    problems += check_sft_ulysses(config, world)
     if not config.data.train_files:
         problems.append("data.train_files is not set: point it at a parquet file "
                         "(see examples/data_preprocess/arithmetic_sft.py)")

@@ -1,8 +1,10 @@
-"""Ulysses sequence parallelism (``*.ulysses_sequence_parallel_size``): the combinations the workers cannot run,
-refused before Ray starts. The split itself is verl.utils.ulysses; divisibility of the GPUs by sp and the token
-budgets are in checks.py with the other batch arithmetic."""
+"""Ulysses sequence parallelism (``*.ulysses_sequence_parallel_size``): the combinations the workers (main_ppo)
+or the SFT trainer cannot run, refused before Ray or any rank starts. The split itself is verl.utils.ulysses;
+divisibility of the GPUs by sp and the token budgets are in checks.py with the other batch arithmetic."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 
@@ -23,4 +25,45 @@ def check_ulysses(cfg: PPOTrainerConfig) -> list[str]:
     if cfg.use_critic and critic_sp > 1 and not cfg.critic.model.use_remove_padding:
         problems.append(f"critic.ulysses_sequence_parallel_size={critic_sp} splits packed sequences; set "
                         "critic.model.use_remove_padding=true.")
+    return problems
+
+
+def _attention_heads(model_path: str | None, override: dict) -> int | None:
+    """num_attention_heads of an HF model folder from its config.json (and model.override_config), without loading
+    transformers; None when the folder or the field is not there (the attention then names the problem)."""
+    import json
+    import os
+
+    if "num_attention_heads" in override:
+        return int(override["num_attention_heads"])
+    if not model_path:
+        return None
+    path = os.path.join(os.path.expanduser(model_path), "config.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            heads = json.load(f).get("num_attention_heads")
+    except (OSError, ValueError):
+        return None
+    return int(heads) if isinstance(heads, int) else None
+
+
+def check_sft_ulysses(cfg: Any, world: int) -> list[str]:
+    """The SFT trainer's ulysses_sequence_parallel_size (top level, as upstream's sft_trainer.yaml). ``cfg``: an
+    SFTTrainerConfig (not imported: sft.py calls this, and the config package has no import cycles)."""
+    sp = cfg.ulysses_sequence_parallel_size
+    if sp == 1:
+        return []
+    problems = []
+    if world % sp:
+        problems.append(f"ulysses_sequence_parallel_size={sp} must divide the {world} ranks (torchrun's "
+                        "--nproc_per_node, or trainer.nnodes * trainer.n_gpus_per_node); data parallelism runs over "
+                        "ranks / sp.")
+    if not cfg.use_remove_padding:
+        problems.append(f"ulysses_sequence_parallel_size={sp} splits packed sequences; set use_remove_padding=true.")
+    heads = _attention_heads(cfg.model.partial_pretrain, cfg.model.override_config)
+    if heads is not None and heads % sp:
+        problems.append(f"ulysses_sequence_parallel_size={sp} must divide the model's {heads} attention heads "
+                        f"(model.partial_pretrain={cfg.model.partial_pretrain}): each rank attends over heads / sp.")
     return problems

@@ -8,6 +8,8 @@ Two layouts give the same numbers:
 - packed (`use_remove_padding=true`): the real tokens of every row laid end to end in one row, positions
   restarting at 0 for each sample and no attention mask; transformers then builds a block-diagonal causal mask
   from the position ids, so samples do not see each other, and no compute is spent on padding.
+- Ulysses (`ulysses_sequence_parallel_size` > 1, packed only): each rank of an SP group runs its slice of the
+  packed row and returns its slice's share of the sum and count.
 """
 
 from __future__ import annotations
@@ -15,10 +17,18 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from verl.models.packing import accepts_logits_to_keep, logits_at, pack_sequences
+from verl.models.packing import (
+    PackedSequences,
+    accepts_logits_to_keep,
+    logits_at,
+    pack_sequences,
+    shard_for_sequence_parallel,
+)
+from verl.models.varlen_attention import packed_forward
+from verl.utils.ulysses import ulysses_sequence_parallel
 
 __all__ = ["trained_positions", "count_trained_tokens", "accepts_logits_to_keep", "padded_nll_sum", "pack",
-           "packed_nll_sum", "sft_nll_sum"]
+           "packed_nll_sum", "sequence_parallel_nll_sum", "sft_nll_sum"]
 
 BatchDict = dict[str, torch.Tensor]
 
@@ -57,9 +67,7 @@ def padded_nll_sum(module: torch.nn.Module, batch: BatchDict) -> tuple[torch.Ten
                            attention_mask=batch["attention_mask"], position_ids=batch["position_ids"])
 
 
-def pack(batch: BatchDict) -> BatchDict:
-    """One row holding every sample's real tokens, positions restarting per sample, and a loss mask in which
-    the last token of each sample predicts nothing (its successor in the row is the next sample)."""
+def _pack_with_loss_mask(batch: BatchDict) -> tuple[PackedSequences, torch.Tensor]:
     attention_mask = batch["attention_mask"].bool()
     lengths = attention_mask.sum(-1)
     if not torch.equal(attention_mask, torch.arange(attention_mask.size(1), device=lengths.device) < lengths[:, None]):
@@ -68,6 +76,13 @@ def pack(batch: BatchDict) -> BatchDict:
     packed = pack_sequences(batch["input_ids"], attention_mask)
     loss_mask = batch["loss_mask"][attention_mask].clone()
     loss_mask[packed.cu_seqlens[1:].long() - 1] = 0
+    return packed, loss_mask
+
+
+def pack(batch: BatchDict) -> BatchDict:
+    """One row holding every sample's real tokens, positions restarting per sample, and a loss mask in which
+    the last token of each sample predicts nothing (its successor in the row is the next sample)."""
+    packed, loss_mask = _pack_with_loss_mask(batch)
     return {"input_ids": packed.input_ids, "position_ids": packed.position_ids, "loss_mask": loss_mask[None]}
 
 
@@ -77,8 +92,34 @@ def packed_nll_sum(module: torch.nn.Module, batch: BatchDict) -> tuple[torch.Ten
                            position_ids=packed["position_ids"], attention_mask=None)
 
 
-def sft_nll_sum(module: torch.nn.Module, batch: BatchDict, use_remove_padding: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum of NLL over trained tokens, number of trained tokens) of one micro-batch."""
+def sequence_parallel_nll_sum(module: torch.nn.Module, batch: BatchDict,
+                              group) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ulysses: the NLL sum and count over the trained positions of this rank's T/sp slice of the packed row.
+
+    Every rank of the SP group holds the same micro-batch and runs the model on its own slice (the attention
+    all-to-alls join the slices). The labels come from the whole row, so a slice's last position still predicts
+    the first token of the next slice. Summed over the group's ranks these are the whole row's sum and count, and
+    the sum of the ranks' gradients is the whole row's gradient: no gather of per-token losses is needed.
+    """
+    packed, loss_mask = _pack_with_loss_mask(batch)
+    shard = shard_for_sequence_parallel(packed, group)
+    trained = torch.nonzero(loss_mask[:-1]).flatten()
+    mine = trained[(trained >= shard.start) & (trained < shard.start + shard.width)]
+    count = mine.numel()
+    # at least one column, so every rank runs the LM head and the whole backward (the all-to-alls need all ranks)
+    columns = mine - shard.start if count else mine.new_zeros(1)
+    with packed_forward(), ulysses_sequence_parallel(group):
+        logits = logits_at(module, columns, use_cache=False, **shard.inputs)
+    nll = _nll(logits[:, :count], packed.input_ids[:, mine + 1])
+    return nll.sum(), torch.tensor(float(count), device=nll.device)
+
+
+def sft_nll_sum(module: torch.nn.Module, batch: BatchDict, use_remove_padding: bool,
+                ulysses_group=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of NLL over trained tokens, number of trained tokens) of one micro-batch; with ``ulysses_group`` this
+    rank's share of them (see sequence_parallel_nll_sum)."""
+    if ulysses_group is not None:
+        return sequence_parallel_nll_sum(module, batch, ulysses_group)
     if use_remove_padding:
         return packed_nll_sum(module, batch)
     return padded_nll_sum(module, batch)

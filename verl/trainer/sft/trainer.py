@@ -5,7 +5,9 @@ One process per rank, SPMD: a plain `python -m` run is one rank (gloo on CPU); `
 verl.trainer.fsdp_sft_trainer ...` gives N ranks, and `trainer.n_gpus_per_node=N` without torchrun starts the N
 ranks as Ray workers. Each step: the global batch (`data.train_batch_size` samples) is split over the ranks and
 into micro-batches of `data.micro_batch_size_per_gpu`; the loss is the mean NLL over every trained (response)
-token of the global batch. Checkpoints are HF folders that main_ppo's `actor_rollout_ref.model.path` loads (see
+token of the global batch. With `ulysses_sequence_parallel_size` = sp > 1 the ranks form world / sp data-parallel
+groups of sp ranks; a group reads one share of the batch and splits every packed micro-batch over its ranks
+(verl/trainer/sft/loss.py). Checkpoints are HF folders that main_ppo's `actor_rollout_ref.model.path` loads (see
 verl/trainer/sft/checkpoint.py); `trainer.resume_mode=auto` continues from the newest one.
 """
 
@@ -21,6 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from verl.models.varlen_attention import enable_varlen_attention
 from verl.trainer.config.sft import SFTTrainerConfig
 from verl.trainer.sft.checkpoint import SFTCheckpointer, resolve_resume_dir
 from verl.trainer.sft.data import build_dataloader, create_sft_dataset
@@ -51,8 +54,9 @@ class FSDPSFTTrainer:
         self.device = torch.device(get_device_name(), get_torch_device().current_device()) \
             if get_device_name() == "cuda" else torch.device("cpu")
         self.use_remove_padding = config.use_remove_padding
+        self._setup_sequence_parallel(ulysses_device_mesh)
         self.micro_batch_size = config.data.micro_batch_size_per_gpu
-        self.local_batch_size = config.data.train_batch_size // self.world_size
+        self.local_batch_size = config.data.train_batch_size // self.dp_size
         self._build_dataloaders(train_dataset, val_dataset)
         self.resume_dir = resolve_resume_dir(config.trainer)
         self._build_model_optimizer()
@@ -69,16 +73,30 @@ class FSDPSFTTrainer:
 
     # -- building -------------------------------------------------------------------------------------------------
 
+    def _setup_sequence_parallel(self, ulysses_device_mesh) -> None:
+        """Ulysses: the ("dp", "sp") mesh's sp group splits each packed row; the ranks of one group read the same
+        samples, so the data is split over the dp ranks only. FSDP still shards over every rank."""
+        self.sp_size = self.config.ulysses_sequence_parallel_size
+        if self.sp_size == 1:
+            self.ulysses_device_mesh, self.ulysses_group = None, None
+            self.dp_size, self.dp_rank = self.world_size, self.rank
+            return
+        if ulysses_device_mesh is None:
+            ulysses_device_mesh = create_ulysses_device_mesh(self.world_size, self.sp_size)
+        self.ulysses_device_mesh = ulysses_device_mesh
+        self.ulysses_group = ulysses_device_mesh.get_group("sp")
+        self.dp_size, self.dp_rank = ulysses_device_mesh.size(0), ulysses_device_mesh.get_local_rank("dp")
+
     def _build_dataloaders(self, train_dataset, val_dataset) -> None:
         seed = self.config.trainer.seed
         if len(train_dataset) < self.config.data.train_batch_size:
             raise ValueError(f"data.train_files has {len(train_dataset)} samples, fewer than one batch of "
                              f"data.train_batch_size={self.config.data.train_batch_size}")
         self.train_dataloader, self.train_sampler = build_dataloader(
-            train_dataset, self.local_batch_size, self.rank, self.world_size, seed, shuffle=True, drop_last=True)
+            train_dataset, self.local_batch_size, self.dp_rank, self.dp_size, seed, shuffle=True, drop_last=True)
         self.val_dataloader = None
         if val_dataset is not None and len(val_dataset) > 0:
-            self.val_dataloader, _ = build_dataloader(val_dataset, self.micro_batch_size, self.rank, self.world_size,
+            self.val_dataloader, _ = build_dataloader(val_dataset, self.micro_batch_size, self.dp_rank, self.dp_size,
                                                       seed, shuffle=False, drop_last=False)
         self.steps_per_epoch = len(self.train_dataloader)
         total = self.config.trainer.total_training_steps
@@ -86,6 +104,9 @@ class FSDPSFTTrainer:
 
     def _build_model_optimizer(self) -> None:
         self.fsdp_model = build_sft_module(self.config, self.device_mesh, self.resume_dir)
+        if self.ulysses_group is not None:
+            # attention per packed segment, after the head all-to-all (the same path as the PPO actor's)
+            enable_varlen_attention(self.fsdp_model, sequence_parallel=True)
         self.lora_scaling = None
         if lora_enabled(self.config):
             self.lora_scaling = self.config.model.lora_alpha / self.config.model.lora_rank
@@ -101,7 +122,8 @@ class FSDPSFTTrainer:
         if self.steps_in_epoch >= self.steps_per_epoch:
             self.epoch, self.steps_in_epoch = self.epoch + 1, 0
         elif self.steps_in_epoch > 0:
-            same_layout = state.get("world_size") == self.world_size and "dataloader" in state
+            saved_dp = state.get("dp_size", state.get("world_size"))
+            same_layout = saved_dp == self.dp_size and "dataloader" in state
             # a global batch is the same samples whatever the number of ranks (see build_dataloader), so on another
             # layout each rank just skips the batches already trained in this epoch
             self._pending_loader_state = state["dataloader"] if same_layout else {"skip_batches": self.steps_in_epoch}
@@ -130,13 +152,15 @@ class FSDPSFTTrainer:
         micro_batches = self._micro_batches(batch)
         tokens = _all_reduce_sum(torch.tensor(float(sum(count_trained_tokens(mb) for mb in micro_batches)),
                                               device=self.device))
-        global_tokens = float(tokens.item())
+        global_tokens = float(tokens.item()) / self.sp_size  # the ranks of an SP group hold the same samples
         nll_total = torch.zeros((), device=self.device)
-        # FSDP averages gradients over ranks; scaling by world / global tokens makes the sum a global token mean
+        # FSDP averages gradients over ranks; scaling by world / global tokens makes the sum a global token mean.
+        # Under Ulysses each rank's sum is its share of its group's, and the group's ranks' gradients add up to the
+        # group's, so the same scale holds.
         scale = self.world_size / max(global_tokens, 1.0)
         with GradientAccumulation(self.fsdp_model, len(micro_batches)) as accumulation:
             for micro_idx, micro in enumerate(micro_batches):
-                nll_sum, _ = sft_nll_sum(self.fsdp_model, micro, self.use_remove_padding)
+                nll_sum, _ = sft_nll_sum(self.fsdp_model, micro, self.use_remove_padding, self.ulysses_group)
                 accumulation.before_backward(micro_idx)
                 (nll_sum * scale).backward()
                 nll_total += nll_sum.detach()
@@ -158,7 +182,8 @@ class FSDPSFTTrainer:
         """(NLL sum, trained tokens) of one validation batch on this rank."""
         self.fsdp_model.eval()
         with torch.no_grad():
-            nll, tokens = sft_nll_sum(self.fsdp_model, self._micro_batches(batch)[0], self.use_remove_padding)
+            nll, tokens = sft_nll_sum(self.fsdp_model, self._micro_batches(batch)[0], self.use_remove_padding,
+                                      self.ulysses_group)
         return float(nll.item()), float(tokens.item())
 
     def validate(self) -> dict[str, float]:
@@ -171,7 +196,8 @@ class FSDPSFTTrainer:
 
     def save_checkpoint(self, step: int) -> str:
         extra = {"epoch": self.epoch, "steps_in_epoch": self.steps_in_epoch,
-                 "dataloader": self.train_dataloader.state_dict(), "world_size": self.world_size}
+                 "dataloader": self.train_dataloader.state_dict(), "world_size": self.world_size,
+                 "dp_size": self.dp_size}
         path = self.checkpointer.save(self.fsdp_model, hf_module(self.fsdp_model), self.optimizer, self.lr_scheduler,
                                       extra, step, lora_scaling=self.lora_scaling)
         self.last_checkpoint = path
@@ -243,6 +269,15 @@ def init_distributed() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def create_ulysses_device_mesh(world: int, sp: int):
+    """Upstream's ("dp", "sp") mesh: sp consecutive ranks per sequence-parallel group (the PPO workers' layout)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if world % sp:
+        raise ValueError(f"ulysses_sequence_parallel_size={sp} must divide the {world} ranks")
+    return init_device_mesh(get_device_name(), (world // sp, sp), mesh_dim_names=("dp", "sp"))
+
+
 def _tracker(config: SFTTrainerConfig, report_dir: str):
     from verl.trainer.tracking import Tracking
 
@@ -263,13 +298,15 @@ def create_trainer(config: SFTTrainerConfig) -> FSDPSFTTrainer:
         log_defaults(defaults)
     torch.manual_seed(config.trainer.seed)
     mesh = create_device_mesh(world, config.model.fsdp_config.fsdp_size)
+    sp = config.ulysses_sequence_parallel_size
+    ulysses_mesh = create_ulysses_device_mesh(world, sp) if sp > 1 else None
     tokenizer = load_tokenizer(base_model_path(config), "model.partial_pretrain",
                                trust_remote_code=config.model.trust_remote_code)
     data = config.data
     train_dataset = create_sft_dataset(data.train_files, data, tokenizer, data.train_max_samples)
     val_dataset = create_sft_dataset(data.val_files, data, tokenizer, data.val_max_samples) \
         if data.val_files else None
-    return FSDPSFTTrainer(config, mesh, None, tokenizer, train_dataset, val_dataset)
+    return FSDPSFTTrainer(config, mesh, ulysses_mesh, tokenizer, train_dataset, val_dataset)
 
 
 def run_sft(config: SFTTrainerConfig) -> dict[str, Any]:
