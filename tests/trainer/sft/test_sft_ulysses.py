@@ -138,17 +138,18 @@ def _losses(report_dir: Path) -> dict[int, float]:
 
 @pytest.mark.e2e
 @pytest.mark.timeout(120)
-def test_two_rank_sp2_run_matches_one_rank(gqa_model_dir, arithmetic_sft_files, tmp_path):
+def test_two_rank_sp2_run_matches_one_rank_and_resumes_on_one(gqa_model_dir, arithmetic_sft_files, tmp_path):
     """`torchrun --nproc_per_node=2 ... ulysses_sequence_parallel_size=2` trains as one plain rank: the same loss
-    at every step (SGD-like agreement of Adam steps from gradients equal to ~1e-7)."""
+    at every step; its mid-run checkpoint resumes on one rank (sp=1) and continues with the same losses."""
+    import os
     import sys
 
     from tests.trainer.sft.test_sft_multirank import launch
 
-    steps = ["trainer.total_training_steps=4", "trainer.resume_mode=disable", "use_remove_padding=true",
+    steps = ["trainer.total_training_steps=4", "trainer.save_freq=2", "use_remove_padding=true",
              "model.fsdp_config.mixed_precision.param_dtype=fp32"]
     torchrun = [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc_per_node=2"]
-    for name in ("one", "sp2"):
+    for name in ("one", "sp2", "resumed"):
         (tmp_path / name).mkdir()
     launch([sys.executable], gqa_model_dir, arithmetic_sft_files, tmp_path / "one", *steps)
     launch(torchrun, gqa_model_dir, arithmetic_sft_files, tmp_path / "sp2", *steps, "ulysses_sequence_parallel_size=2")
@@ -157,3 +158,10 @@ def test_two_rank_sp2_run_matches_one_rank(gqa_model_dir, arithmetic_sft_files, 
     for step in one:
         assert sp2[step] == pytest.approx(one[step], abs=1e-5), (step, one, sp2)
     assert one[4] < one[1]  # it did train
+    # step 2 of 4 is mid-epoch: the data position saved by the one data-parallel group carries over to one rank
+    os.symlink(tmp_path / "sp2" / "global_step_2", tmp_path / "resumed" / "global_step_2")
+    launch([sys.executable], gqa_model_dir, arithmetic_sft_files, tmp_path / "resumed", *steps)
+    resumed = _losses(tmp_path / "resumed" / "report")
+    assert sorted(resumed) == [3, 4]
+    for step in resumed:
+        assert resumed[step] == pytest.approx(one[step], abs=1e-5), (step, one, resumed)
