@@ -141,7 +141,7 @@ def test_tracker_gets_loggers_and_run_names(monkeypatch, tmp_path):
     runs = []
 
     class Recorder:
-        def __init__(self, project_name, experiment_name, config):
+        def __init__(self, project_name, experiment_name, config, log_dir=None):
             runs.append((project_name, experiment_name))
 
         def log(self, data, step):
@@ -150,7 +150,7 @@ def test_tracker_gets_loggers_and_run_names(monkeypatch, tmp_path):
         def finish(self):
             pass
 
-    monkeypatch.setattr(tracking, "_WandbBackend", Recorder)
+    monkeypatch.setattr(tracking, "WandbBackend", Recorder)
     config = validate_sft_config({"trainer": {"logger": ["wandb"], "project_name": "p1", "experiment_name": "e1"}},
                                  world_size=1, check_files=False)
     tracker = _tracker(config, str(tmp_path))
