@@ -135,6 +135,12 @@ def prepare_default_model(force: bool = False, verbose: bool = True) -> Path:
     return target
 
 
+def prepared_default_model_path() -> str | None:
+    """The default model's folder when setup has prepared it, else None; never prepares (config checks call it)."""
+    target = _target_dir()
+    return str(target) if _is_ready(target) else None
+
+
 def default_model_path() -> str:
     """Path of the default model folder, preparing it on first use."""
     target = _target_dir()

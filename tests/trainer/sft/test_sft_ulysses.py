@@ -165,3 +165,13 @@ def test_two_rank_sp2_run_matches_one_rank_and_resumes_on_one(gqa_model_dir, ari
     assert sorted(resumed) == [3, 4]
     for step in resumed:
         assert resumed[step] == pytest.approx(one[step], abs=1e-5), (step, one, resumed)
+
+
+def test_the_default_models_heads_are_checked_when_partial_pretrain_is_null():
+    from verl.utils.default_model import prepared_default_model_path
+
+    if prepared_default_model_path() is None:
+        pytest.skip("the default model is not prepared (make setup prepares it)")
+    with pytest.raises(ConfigError, match="must divide the model's 9 attention heads"):
+        validate_sft_config({"ulysses_sequence_parallel_size": 2, "use_remove_padding": True}, world_size=2,
+                            check_files=False)

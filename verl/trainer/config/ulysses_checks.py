@@ -36,8 +36,12 @@ def _attention_heads(model_path: str | None, override: dict) -> int | None:
 
     if "num_attention_heads" in override:
         return int(override["num_attention_heads"])
-    if not model_path:
-        return None
+    if not model_path:  # null: the bundled default model, measured when setup has prepared it
+        from verl.utils.default_model import prepared_default_model_path
+
+        model_path = prepared_default_model_path()
+        if model_path is None:
+            return None
     path = os.path.join(os.path.expanduser(model_path), "config.json")
     if not os.path.isfile(path):
         return None
@@ -65,5 +69,6 @@ def check_sft_ulysses(cfg: Any, world: int) -> list[str]:
     heads = _attention_heads(cfg.model.partial_pretrain, cfg.model.override_config)
     if heads is not None and heads % sp:
         problems.append(f"ulysses_sequence_parallel_size={sp} must divide the model's {heads} attention heads "
-                        f"(model.partial_pretrain={cfg.model.partial_pretrain}): each rank attends over heads / sp.")
+                        f"(model.partial_pretrain={cfg.model.partial_pretrain or 'the default model'}): each rank attends over "
+                        "heads / sp.")
     return problems
