@@ -98,8 +98,10 @@ def _validate(world: int, **keys):
     return validate_sft_config(keys, world_size=world, check_files=False)
 
 
-def test_sp_is_accepted_with_remove_padding_and_divides_the_batch_by_dp():
-    typed = _validate(4, ulysses_sequence_parallel_size=2, data={"train_batch_size": 4, "micro_batch_size_per_gpu": 2})
+def test_sp_is_accepted_with_remove_padding_and_divides_the_batch_by_dp(tiny_model_dir):
+    # a 4-head model: the default one (9 heads) would refuse sp=2
+    typed = _validate(4, ulysses_sequence_parallel_size=2, model={"partial_pretrain": tiny_model_dir},
+                      data={"train_batch_size": 4, "micro_batch_size_per_gpu": 2})
     assert typed.ulysses_sequence_parallel_size == 2
     # dp = 4 / 2 = 2: 4 samples / 2 = 2 per group; with sp=1 the same batch over 4 ranks is 1 per rank, refused
     with pytest.raises(ConfigError, match="data.train_batch_size / ranks = 1 must be divisible"):
