@@ -71,6 +71,7 @@ class _LocalWorkers:
 
 class _RayWorkers:
     def __init__(self, config: GenerationConfig, model_path: str) -> None:
+        from verl.single_controller.base.deadlines import WorkerDeadlines
         from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
         from verl.utils.device import is_cuda_available
         from verl.utils.ray_utils import init_ray
@@ -82,7 +83,8 @@ class _RayWorkers:
                  num_cpus=max(per_node * nnodes + 1, os.cpu_count() or 1))
         pool = RayResourcePool(process_on_nodes=[per_node] * nnodes, use_gpu=is_cuda_available(), max_colocate_count=1)
         cls = RayClassWithInitArgs(ActorRolloutRefWorker, config=config.worker_config(model_path), role="rollout")
-        self.group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, name_prefix="gen")
+        self.group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, name_prefix="gen",
+                                    deadlines=WorkerDeadlines.from_trainer(config.trainer))
         self.world_size = self.group.world_size
         self.group.init_model()
 

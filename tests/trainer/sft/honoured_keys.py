@@ -12,6 +12,7 @@ _KEYS = "tests/trainer/sft/test_sft_gen_eval_keys.py::"
 _GEN = "tests/trainer/test_main_generation_eval.py::"
 _MR = "tests/trainer/sft/test_sft_multirank.py::"
 _SK = "tests/trainer/sft/test_sft_keys.py::"
+_DL = "tests/trainer/test_worker_deadline_keys.py::"
 # Keys main_generation shares with main_ppo go through the same code (apply_fsdp2, build_rollout, the worker), so
 # they cite the PPO tests of tests/trainer/config/honoured_keys.py; _KEYS tests show they reach that code.
 _FSDP2 = "tests/workers/actor/test_fsdp2_two_ranks.py::test_actor_and_rollout_under_fsdp2_on_two_ranks"
@@ -82,6 +83,7 @@ HONOURED_SFT = {
     "trainer.total_epochs": _SK + "test_run_length_checkpoints_and_report",
     "trainer.seed": _SK + "test_seed_sets_the_shuffle_order",
     "trainer.nnodes": _SK + "test_nnodes_multiplies_the_ranks",
+    "trainer.ray_wait_register_center_timeout": _DL + "test_sft_ray_workers_get_the_start_up_deadline_and_no_call_deadline",
     "trainer.max_ckpt_to_keep": _SK + "test_run_length_checkpoints_and_report",
     "trainer.checkpoint.save_contents": _SK + "test_run_length_checkpoints_and_report",
     "trainer.checkpoint.load_contents": _SK + "test_load_contents_chooses_what_a_resume_restores",
@@ -117,6 +119,9 @@ HONOURED_GENERATION = {
     "actor.fsdp_config.mixed_precision.param_dtype": _KEYS + "test_generation_sections_reach_the_worker_config",
     "actor.strategy": _FSDP2,  # fsdp and fsdp2 both name FSDP2's fully_shard here
     "trainer.device": _KEYS + "test_generation_device_cuda_without_gpu_is_refused",
+    "trainer.ray_wait_register_center_timeout": _DL + "test_generation_workers_get_the_trainer_sections_deadlines",
+    "trainer.worker_call_timeout_s": _DL + "test_generation_workers_get_the_trainer_sections_deadlines",
+    "trainer.worker_call_timeout_per_sample_s": _DL + "test_generation_workers_get_the_trainer_sections_deadlines",
     "model.external_lib": _KEYS + "test_generation_imports_external_lib_before_loading",
     "ray_init": _KEYS + "test_generation_ray_init_reaches_ray",
     # engine keys: GenRolloutConfig.to_rollout carries them (test_generation_engine_keys_reach_the_rollout) into

@@ -55,6 +55,16 @@ class WorkerDeadlines:
             if value is not None and value < 0:
                 raise ValueError(f"WorkerDeadlines.{name} must be >= 0 seconds or None, got {value}")
 
+    @classmethod
+    def from_trainer(cls, trainer: object) -> WorkerDeadlines:
+        """From a config's trainer section (main_ppo, main_generation, the SFT trainer): its
+        ray_wait_register_center_timeout for start-up, worker_call_timeout_s (+ per sample) for calls; a section
+        without the call keys (SFT: one fit() call is the whole run) has no call deadline."""
+        startup = getattr(trainer, "ray_wait_register_center_timeout", None)
+        return cls(startup_s=float(startup) if startup is not None else None,
+                   call_s=getattr(trainer, "worker_call_timeout_s", None),
+                   per_sample_s=getattr(trainer, "worker_call_timeout_per_sample_s", 0.0))
+
     def for_call(self, method: str, samples: int = 0) -> float | None:
         """Seconds the driver waits for every rank of a call to `method` over `samples` rows; None: forever."""
         if method in STARTUP_METHODS:

@@ -25,6 +25,10 @@ class GenTrainerConfig(BaseConfig):
     nnodes: int = at_least(1, 1)
     n_gpus_per_node: int = at_least(1, 1)  # workers per node; on a CPU-only machine: processes
     device: str = choice("auto", DEVICES)
+    # the driver's deadlines on the Ray workers (nnodes x n_gpus_per_node > 1), as main_ppo's trainer section
+    ray_wait_register_center_timeout: int | None = at_least(300, 1)
+    worker_call_timeout_s: float | None = at_least(1800.0, 1.0)
+    worker_call_timeout_per_sample_s: float = at_least(30.0, 0.0)
 
 
 @dataclass

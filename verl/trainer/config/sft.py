@@ -161,6 +161,9 @@ class SFTTrainerSection(BaseConfig):
     test_freq: int = -1
     nnodes: int = at_least(1, 1)
     n_gpus_per_node: int = at_least(1, 1)
+    # with Ray workers (trainer.nnodes x n_gpus_per_node > 1): seconds their start-up may take. fit() is one call
+    # for the whole run; a rank that hangs there stalls the others in a collective, and its timeout ends the run.
+    ray_wait_register_center_timeout: int | None = at_least(300, 1)
     max_ckpt_to_keep: int | None = at_least(None, 1)  # None: keep all
     resume_mode: str = choice("auto", RESUME_MODES)
     resume_from_path: str | None = None

@@ -16,10 +16,7 @@ from verl.trainer.config import TrainerConfig
 
 def worker_deadlines(trainer: TrainerConfig) -> WorkerDeadlines:
     """trainer.ray_wait_register_center_timeout for start-up; worker_call_timeout_s (+ per sample) for calls."""
-    startup = trainer.ray_wait_register_center_timeout
-    return WorkerDeadlines(startup_s=float(startup) if startup is not None else None,
-                           call_s=trainer.worker_call_timeout_s,
-                           per_sample_s=trainer.worker_call_timeout_per_sample_s)
+    return WorkerDeadlines.from_trainer(trainer)
 
 
 def last_checkpoint_note(root: str) -> str:

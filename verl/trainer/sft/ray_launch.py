@@ -49,6 +49,7 @@ def absolute_paths(config: SFTTrainerConfig) -> SFTTrainerConfig:
 
 
 def run_sft_on_ray(config: SFTTrainerConfig) -> dict[str, Any]:
+    from verl.single_controller.base.deadlines import WorkerDeadlines
     from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
     from verl.utils.device import is_cuda_available, set_device_preference
     from verl.utils.ray_utils import init_ray
@@ -60,7 +61,7 @@ def run_sft_on_ray(config: SFTTrainerConfig) -> dict[str, Any]:
              num_cpus=max(per_node * nnodes + 1, os.cpu_count() or 1))
     pool = RayResourcePool(process_on_nodes=[per_node] * nnodes, use_gpu=is_cuda_available(), max_colocate_count=1)
     group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(SFTWorker, config=config),
-                           name_prefix="sft")
+                           name_prefix="sft", deadlines=WorkerDeadlines.from_trainer(config.trainer))
     summaries = group.fit()
     print(f"[sft] finished on {len(summaries)} Ray workers: {summaries[0]}", flush=True)
     return summaries[0]
