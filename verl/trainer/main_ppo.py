@@ -34,6 +34,9 @@ def main(config: DictConfig) -> None:
         from verl.trainer.api.training import run_typed
 
         run_typed(typed)
+    except ConfigError as error:  # found after the config check, still before Ray: the reward file's function
+        print(f"Invalid config:\n{error}", file=sys.stderr)
+        sys.exit(CONFIG_ERROR_EXIT)
     except DataCheckError as error:  # found by the data check before Ray started: plain lines, no traceback
         print(f"Invalid data:\n{error}", file=sys.stderr)
         sys.exit(CONFIG_ERROR_EXIT)

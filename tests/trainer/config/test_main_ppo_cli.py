@@ -93,3 +93,19 @@ def test_check_prints_warnings_as_plain_lines(cfg, local_run_files, capsys):
     main_ppo.check(cfg)
     err = capsys.readouterr().err
     assert err.startswith("Config warning: algorithm.use_kl_in_reward=true") and "Traceback" not in err
+
+
+def test_a_reward_file_without_its_function_is_a_plain_config_error_before_ray(tmp_path):
+    from tests.helpers.e2e import default_tokenizer_dir, make_arithmetic_data, tiny_run_overrides
+
+    data = make_arithmetic_data(tmp_path / "data")
+    reward_file = tmp_path / "my_reward.py"
+    reward_file.write_text("def score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n")
+    proc, _ = _run(*tiny_run_overrides(default_tokenizer_dir(), data, tmp_path / "run"),
+                   f"custom_reward_function.path={reward_file}", f"hydra.run.dir={tmp_path / 'hydra'}", cwd=tmp_path)
+    message = _message(proc.stderr)
+    assert proc.returncode == 2, message[-2000:]
+    assert "Invalid config:" in message and "Traceback" not in message
+    assert "custom_reward_function.name='compute_score' is not defined in" in message and "['score']" in message
+    assert "[data check]" in message  # found after the config and data checks, before build_trainer starts Ray
+    assert not list((tmp_path / "run").glob("global_step_*"))

@@ -14,6 +14,7 @@ from verl.trainer.config import (
     PPOTrainerConfig,
     RewardModelConfig,
 )
+from verl.trainer.config.errors import RewardFunctionError
 from verl.trainer.ppo.reward import compute_reward, get_custom_reward_fn, load_reward_manager
 from verl.workers.reward_manager import BatchRewardManager, DAPORewardManager, NaiveRewardManager
 
@@ -65,13 +66,13 @@ def test_default_function_name_is_compute_score(tmp_path):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="custom_reward_function.path=.*missing.py"):
+    with pytest.raises(RewardFunctionError, match="custom_reward_function.path=.*missing.py"):
         get_custom_reward_fn(make_config(str(tmp_path / "missing.py")))
 
 
 def test_missing_function_lists_what_is_there(tmp_path):
     path = write(tmp_path, "def score_a(**kw):\n    return 0\n", filename="other.py")
-    with pytest.raises(AttributeError, match="'compute_score' is not defined in .*other.py.*score_a"):
+    with pytest.raises(RewardFunctionError, match="'compute_score' is not defined in .*other.py.*score_a"):
         get_custom_reward_fn(make_config(path))
 
 

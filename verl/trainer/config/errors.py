@@ -15,5 +15,11 @@ class ConfigError(ValueError):
         super().__init__("\n".join(self.problems))
 
 
+class RewardFunctionError(ConfigError, TypeError):
+    """custom_reward_function.path/.name name no usable function: the file is missing, the name is not defined
+    there, or its signature does not take what the reward manager passes (a TypeError too, as a bad call would be).
+    Found before Ray starts; the command line prints it as a config problem."""
+
+
 class ConfigWarning(UserWarning):
     """A config that will run but probably not the way the user meant."""

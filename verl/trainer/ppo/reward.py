@@ -20,6 +20,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.rewards import default_compute_score
+from verl.trainer.config.errors import RewardFunctionError
 from verl.workers.reward_manager import AbstractRewardManager, RawRewardFn, get_reward_manager_cls
 from verl.workers.reward_manager.timed_scoring import TIMEOUT_FIELD
 
@@ -28,7 +29,7 @@ def _load_module_from_file(file_path: str) -> ModuleType:
     """Import a python file once per process under a name derived from its absolute path."""
     abs_path = os.path.abspath(os.path.expanduser(file_path))
     if not os.path.isfile(abs_path):
-        raise FileNotFoundError(
+        raise RewardFunctionError(
             f"custom_reward_function.path={file_path!r}: no such file ({abs_path}). "
             "Point it to a python file defining your scoring function."
         )
@@ -70,7 +71,7 @@ def _check_signature(fn: Any, params: tuple[str, ...], reward_kwargs: dict, wher
     try:
         signature.bind(**{name: None for name in params}, **reward_kwargs)
     except TypeError as exc:
-        raise TypeError(
+        raise RewardFunctionError(
             f"{where} must accept keyword arguments ({', '.join(params)}"
             f"{', ' + ', '.join(reward_kwargs) if reward_kwargs else ''}); its signature is {signature} ({exc}). "
             "Add the missing parameters (or **kwargs)."
@@ -94,7 +95,7 @@ def get_custom_reward_fn(config: Any, reward_manager: str = "naive") -> RawRewar
         defined = sorted(
             name for name, value in vars(module).items() if callable(value) and not name.startswith("_")
         )
-        raise AttributeError(
+        raise RewardFunctionError(
             f"custom_reward_function.name={function_name!r} is not defined in {module.__file__}; "
             f"callables there: {defined}"
         )
