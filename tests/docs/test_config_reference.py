@@ -39,3 +39,21 @@ def test_rows_say_type_default_rules_and_status():
     assert rows["actor_rollout_ref.model.override_config"][3].startswith("free-form")
     # the yaml's own default text: an interpolation is shown as written, not resolved
     assert rows["actor_rollout_ref.actor.use_remove_padding"][1].startswith("`${")
+
+
+def test_the_other_entry_points_have_every_key_too():
+    from verl.trainer.config.docs import OTHER_SCHEMAS, YAML, _all_markers
+
+    text = DOC.read_text()
+    for name, schema in OTHER_SCHEMAS:
+        begin, end = _all_markers(name)
+        section = text.split(begin)[1].split(end)[0]
+        assert section.strip() == all_keys_table(schema, YAML.with_name(f"{name}.yaml")), name
+        rows = {line.split(" | ")[0].strip("| `") for line in section.splitlines() if line.startswith("| `")}
+        keys, _ = schema_keys(schema)
+        missing = [k for k in keys if k not in rows and not any(k.startswith(r + ".") for r in rows)
+                   and not any(r.startswith(k + ".") for r in rows)]
+        assert not missing, (name, missing)
+    sft = text.split(_all_markers("sft_trainer")[0])[1].split(_all_markers("sft_trainer")[1])[0]
+    assert "| `ulysses_sequence_parallel_size` | int | `1` | >= 1 | honoured |" in sft  # a top-level key
+    assert "| `trainer.ray_wait_register_center_timeout` | int \\| None | `300` | >= 1 | honoured |" in sft
