@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers.e2e import REPO, make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides, train_step_rows
 
-pytestmark = pytest.mark.e2e  # ~40 s for both runs
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # ~40 s for both runs; unit equivalence: tests/workers/test_ulysses*.py
 
 
 def _run(tmp_path: Path, sp: int) -> list[dict]:

@@ -10,7 +10,7 @@ import pytest
 import verl
 from tests.helpers.e2e import make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # ~26 s; tests/examples/test_python_api_example.py runs train() in the default suite
 
 
 def test_callback_error_stops_the_run_then_a_second_call_trains(tmp_path: Path) -> None:

@@ -139,6 +139,7 @@ def _losses(report_dir: Path) -> dict[int, float]:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # ~24 s; the 2-rank loss/gradient equivalence above runs in the default suite
 @pytest.mark.timeout(120)
 def test_two_rank_sp2_run_matches_one_rank_and_resumes_on_one(gqa_model_dir, arithmetic_sft_files, tmp_path):
     """`torchrun --nproc_per_node=2 ... ulysses_sequence_parallel_size=2` trains as one plain rank: the same loss
