@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.e2e import REPO, make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides, train_step_rows
+from tests.helpers.e2e import REPO, fit_run, make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides
 from verl.protocol import DataProto
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -22,23 +22,10 @@ HASH_REWARD = f"custom_reward_function.path={REPO / 'tests/e2e/hash_reward.py'}"
 
 def _run(tmp_path: Path, adv_estimator: str, extra: list[str], body) -> list[dict]:
     """Build the trainer, hand it to `body(trainer)` (which calls fit), return the per-step metric rows."""
-    import ray
-
-    from verl.trainer.config import validate_config
-    from verl.trainer.config.validate import load_config
-    from verl.trainer.ppo.launcher import build_trainer
-
     model_dir = make_tiny_model_dir(tmp_path / "model")
     data_dir = make_arithmetic_data(tmp_path / "data")
     overrides = tiny_run_overrides(model_dir, data_dir, tmp_path / "run", adv_estimator=adv_estimator)
-    trainer, tracker, report_dir = build_trainer(validate_config(load_config([*overrides, HASH_REWARD, *extra])))
-    try:
-        trainer.init_workers()
-        body(trainer)
-    finally:
-        tracker.finish()
-        ray.shutdown()
-    steps = train_step_rows(report_dir)
+    steps = fit_run([*overrides, HASH_REWARD, *extra], body)
     assert [r["step"] for r in steps] == [1, 2]
     return steps
 
@@ -187,12 +174,6 @@ def test_ppo_kl_in_reward_with_the_adaptive_controller(tmp_path: Path) -> None:
 def test_dynamic_sampling_run_resumes_at_the_exact_data_position(tmp_path: Path) -> None:
     """GRPO with filter_groups through Ray: steps draw several rounds of gen_batch_size prompts, and a run stopped
     after step 2 and resumed generates exactly the prompts an uninterrupted run does (~60 s: three runs)."""
-    import ray
-
-    from verl.trainer.config import validate_config
-    from verl.trainer.config.validate import load_config
-    from verl.trainer.ppo.launcher import build_trainer
-
     model_dir = make_tiny_model_dir(tmp_path / "model")
     data_dir = make_arithmetic_data(tmp_path / "data")
     dapo = [HASH_REWARD, "data.gen_batch_size=2", "algorithm.filter_groups.enable=true",
@@ -201,23 +182,20 @@ def test_dynamic_sampling_run_resumes_at_the_exact_data_position(tmp_path: Path)
 
     def run(run_dir: Path, steps: int) -> tuple[list[list[int]], list[dict]]:
         overrides = tiny_run_overrides(model_dir, data_dir, run_dir) + [*dapo, f"trainer.total_training_steps={steps}"]
-        trainer, tracker, report_dir = build_trainer(validate_config(load_config(overrides)))
         rounds: list[list[int]] = []
-        new_batch = trainer._new_batch
 
-        def record(batch_dict: dict) -> DataProto:
-            batch = new_batch(batch_dict)
-            rounds.append([hash(tuple(row.tolist())) for row in batch.batch["input_ids"]])
-            return batch
+        def body(trainer) -> None:
+            new_batch = trainer._new_batch
 
-        trainer._new_batch = record
-        try:
-            trainer.init_workers()
+            def record(batch_dict: dict) -> DataProto:
+                batch = new_batch(batch_dict)
+                rounds.append([hash(tuple(row.tolist())) for row in batch.batch["input_ids"]])
+                return batch
+
+            trainer._new_batch = record
             trainer.fit()
-        finally:
-            tracker.finish()
-            ray.shutdown()
-        return rounds, train_step_rows(report_dir)
+
+        return rounds, fit_run(overrides, body)
 
     full_rounds, full_steps = run(tmp_path / "full", 3)
     assert [r["step"] for r in full_steps] == [1, 2, 3]

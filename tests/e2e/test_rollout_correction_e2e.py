@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.e2e import REPO, make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides, train_step_rows
+from tests.helpers.e2e import REPO, fit_run, make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides
 
 pytestmark = pytest.mark.e2e  # both runs take ~36 s together
 
@@ -16,25 +16,11 @@ RC = "algorithm.rollout_correction"
 
 
 def _run(tmp_path: Path, *extra: str) -> list[dict]:
-    import ray
-
-    from verl.trainer.config import validate_config
-    from verl.trainer.config.validate import load_config
-    from verl.trainer.ppo.launcher import build_trainer
-
     model_dir = make_tiny_model_dir(tmp_path / "model")
     data_dir = make_arithmetic_data(tmp_path / "data")
-    overrides = tiny_run_overrides(model_dir, data_dir, tmp_path / "run", n_workers=1) + [
+    return fit_run(tiny_run_overrides(model_dir, data_dir, tmp_path / "run", n_workers=1) + [
         f"custom_reward_function.path={REPO / 'tests/e2e/hash_reward.py'}",
-        "actor_rollout_ref.rollout.calculate_log_probs=true", *extra]
-    trainer, tracker, report_dir = build_trainer(validate_config(load_config(overrides)))
-    try:
-        trainer.init_workers()
-        trainer.fit()
-    finally:
-        tracker.finish()
-        ray.shutdown()
-    return train_step_rows(report_dir)
+        "actor_rollout_ref.rollout.calculate_log_probs=true", *extra])
 
 
 def test_decoupled_token_tis_and_rejection_run(tmp_path: Path) -> None:

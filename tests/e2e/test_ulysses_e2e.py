@@ -10,32 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.e2e import REPO, make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides, train_step_rows
+from tests.helpers.e2e import REPO, fit_run, make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # ~40 s for both runs; unit equivalence: tests/workers/test_ulysses*.py
 
 
 def _run(tmp_path: Path, sp: int) -> list[dict]:
-    import ray
-
-    from verl.trainer.config import validate_config
-    from verl.trainer.config.validate import load_config
-    from verl.trainer.ppo.launcher import build_trainer
-
     model_dir = make_tiny_model_dir(tmp_path / "model")
     data_dir = make_arithmetic_data(tmp_path / "data")
-    overrides = tiny_run_overrides(model_dir, data_dir, tmp_path / f"run_sp{sp}", adv_estimator="gae") + [
+    return fit_run(tiny_run_overrides(model_dir, data_dir, tmp_path / f"run_sp{sp}", adv_estimator="gae") + [
         f"custom_reward_function.path={REPO / 'tests/e2e/hash_reward.py'}",
         "actor_rollout_ref.actor.use_kl_loss=true",
-        f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp}", f"critic.ulysses_sequence_parallel_size={sp}"]
-    trainer, tracker, report_dir = build_trainer(validate_config(load_config(overrides)))
-    try:
-        trainer.init_workers()
-        trainer.fit()
-    finally:
-        tracker.finish()
-        ray.shutdown()
-    return train_step_rows(report_dir)
+        f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp}", f"critic.ulysses_sequence_parallel_size={sp}"])
 
 
 def test_sp2_run_matches_sp1_run(tmp_path: Path) -> None:

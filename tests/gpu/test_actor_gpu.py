@@ -11,8 +11,7 @@ import torch
 
 from tests.gpu.ranks import actor_worker, compute_dtypes, full_weights, hf_log_probs, join_one_rank, leave
 from tests.helpers.ranks import free_port, run_ranks
-from tests.helpers.tiny_model import tiny_llama
-from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
+from tests.helpers.tiny_model import save_tiny_model_dir
 from tests.workers.test_lora_workers import ARR, _batch, _train_batch
 from verl.utils.device import get_device_name
 
@@ -27,10 +26,7 @@ BF16 = (f"{ARR}.actor.fsdp_config.mixed_precision.param_dtype=bf16",
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> str:
     """A tiny Llama built from a config (hidden 32, 2 layers, vocab 128) and the tiny tokenizer, as an HF folder."""
-    path = tmp_path_factory.mktemp("tiny_gpu_model")
-    tiny_llama().save_pretrained(path)
-    build_tiny_tokenizer().save_pretrained(path)
-    return str(path)
+    return save_tiny_model_dir(tmp_path_factory.mktemp("tiny_gpu_model"))
 
 
 def _mean(value) -> float:

@@ -63,6 +63,29 @@ def tiny_run_overrides(model_dir: Path, data_dir: Path, run_dir: Path, adv_estim
     ]
 
 
+def fit_run(overrides: list[str], body=None) -> list[dict]:
+    """Build the trainer as main_ppo does, start its workers, train (`body(trainer)` instead of `trainer.fit()` when
+    given: it wraps stages, calls fit, probes after), and return the per-step metric rows; the tracker and Ray are
+    closed whatever happens."""
+    import ray
+
+    from verl.trainer.config import validate_config
+    from verl.trainer.config.validate import load_config
+    from verl.trainer.ppo.launcher import build_trainer
+
+    trainer, tracker, report_dir = build_trainer(validate_config(load_config(overrides)))
+    try:
+        trainer.init_workers()
+        if body is None:
+            trainer.fit()
+        else:
+            body(trainer)
+    finally:
+        tracker.finish()
+        ray.shutdown()
+    return train_step_rows(report_dir)
+
+
 def train_step_rows(report_dir: str | Path) -> list[dict]:
     """The rows of a run's metrics.jsonl that a training step wrote (validation-only rows have no actor loss)."""
     rows = [json.loads(line) for line in (Path(report_dir) / "metrics.jsonl").read_text().splitlines()]

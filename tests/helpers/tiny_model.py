@@ -34,6 +34,15 @@ def tiny_llama(seed: int = 0, vocab_size: int = VOCAB_SIZE, **overrides) -> Llam
     return model.float()
 
 
+def save_tiny_model_dir(folder) -> str:
+    """tiny_llama() and the tiny tokenizer saved together as an HF folder; returns its path."""
+    from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
+
+    tiny_llama().save_pretrained(folder)
+    build_tiny_tokenizer().save_pretrained(folder)
+    return str(folder)
+
+
 def left_padded_prompts(lengths: list[int], prompt_len: int, seed: int = 0,
                         vocab_size: int = VOCAB_SIZE) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(input_ids, attention_mask, position_ids) of random prompts, left-padded to ``prompt_len`` with PAD_ID.

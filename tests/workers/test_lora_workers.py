@@ -10,8 +10,7 @@ import os
 import pytest
 import torch
 
-from tests.helpers.tiny_model import rollout_batch, tiny_llama
-from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
+from tests.helpers.tiny_model import rollout_batch, save_tiny_model_dir
 from tests.trainer.config.test_key_effects import typed
 
 ARR = "actor_rollout_ref"
@@ -192,10 +191,7 @@ def lora_actor(model_dir, tmp_path_factory) -> tuple[dict, str]:
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> str:
     """A tiny Llama (tied embeddings) and the tiny tokenizer saved as a HF folder."""
-    path = tmp_path_factory.mktemp("tiny_lora_model")
-    tiny_llama().save_pretrained(path)
-    build_tiny_tokenizer().save_pretrained(path)
-    return str(path)
+    return save_tiny_model_dir(tmp_path_factory.mktemp("tiny_lora_model"))
 
 
 @pytest.mark.timeout(240)

@@ -10,8 +10,7 @@ import os
 import pytest
 import torch
 
-from tests.helpers.tiny_model import tiny_llama
-from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
+from tests.helpers.tiny_model import save_tiny_model_dir
 from tests.workers.test_lora_workers import ARR, _base_log_probs, _batch, _train_batch
 
 WORLD = 2
@@ -73,8 +72,7 @@ def _ranks(rank: int, port: int, model_dir: str, results) -> None:
 def test_workers_with_sp2_answer_their_own_rows(tmp_path):
     from tests.helpers.ranks import free_port, run_ranks
 
-    tiny_llama().save_pretrained(tmp_path)
-    build_tiny_tokenizer().save_pretrained(tmp_path)
+    save_tiny_model_dir(tmp_path)
     results = run_ranks(_ranks, free_port(), str(tmp_path), nprocs=WORLD, timeout_s=190)
     for rank in range(WORLD):
         out = results[rank]

@@ -11,8 +11,7 @@ import os
 import pytest
 import torch
 
-from tests.helpers.tiny_model import EOS_ID, PAD_ID, left_padded_prompts, tiny_llama
-from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
+from tests.helpers.tiny_model import EOS_ID, PAD_ID, left_padded_prompts, save_tiny_model_dir, tiny_llama
 from tests.trainer.ppo.test_fit_loop import SMALL
 from tests.utils.test_torch_functional import _lrs
 from tests.workers.actor.test_dp_actor import actor_config, training_batch
@@ -39,10 +38,7 @@ def problems(*overrides: str) -> list[str]:
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> str:
     """A tiny Llama and the tiny tokenizer saved as a HF folder."""
-    path = tmp_path_factory.mktemp("tiny_model")
-    tiny_llama().save_pretrained(path)
-    build_tiny_tokenizer().save_pretrained(path)
-    return str(path)
+    return save_tiny_model_dir(tmp_path_factory.mktemp("tiny_model"))
 
 
 # ---------------------------------------------------------------- actor.policy_loss.loss_mode
