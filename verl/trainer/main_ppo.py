@@ -20,8 +20,8 @@ from omegaconf import DictConfig
 
 from verl.checkpoint.lock import CheckpointDirLocked
 from verl.data.data_check import DataCheckError
-from verl.trainer.api.builder import device_problems
-from verl.trainer.config import ConfigError, ConfigWarning, PPOTrainerConfig, prepare_argv, validate_config
+from verl.trainer.api import builder
+from verl.trainer.config import ConfigError, ConfigWarning, PPOTrainerConfig, prepare_argv
 from verl.trainer.ppo.resume_guard import ResumeRefused
 
 CONFIG_ERROR_EXIT = 2
@@ -53,10 +53,7 @@ def check(config: DictConfig) -> PPOTrainerConfig:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConfigWarning)
         try:
-            typed = validate_config(config)
-            problems = device_problems(typed)
-            if problems:
-                raise ConfigError(problems)
+            typed = builder.check(config)
         except ConfigError as e:
             error = e
     for warning in caught:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl.trainer.config import ConfigError
+from verl.trainer.ppo.reward import ship_module_by_value
 from verl.workers.reward_manager import get_reward_manager_cls
 from verl.workers.reward_manager.scoring import unpack_score
 
@@ -31,8 +32,7 @@ BATCHED = ("data_sources", "solution_strs", "ground_truths", "extra_infos")
 
 
 def fn_name(fn: Callable[..., Any]) -> str:
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
-    return name
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
 
 def _binds(signature: inspect.Signature, params: Sequence[str], kwargs: dict) -> bool:
@@ -78,14 +78,7 @@ def ship_by_value(fn: Callable[..., Any]) -> None:
                                               sysconfig.get_paths()["stdlib"])}
     if not path or any(path.startswith(root + os.sep) for root in installed):
         return
-    import cloudpickle
-
-    cloudpickle.register_pickle_by_value(module)
-    try:
-        from ray import cloudpickle as ray_cloudpickle
-    except ImportError:
-        return
-    ray_cloudpickle.register_pickle_by_value(module)
+    ship_module_by_value(module)
 
 
 @dataclass(frozen=True)

@@ -46,11 +46,11 @@ def _load_module_from_file(file_path: str) -> ModuleType:
     except BaseException:
         del sys.modules[module_name]
         raise
-    _ship_by_value(module)
+    ship_module_by_value(module)
     return module
 
 
-def _ship_by_value(module: ModuleType) -> None:
+def ship_module_by_value(module: ModuleType) -> None:
     """Ray workers and scoring processes cannot import the user's file by our synthetic module name; have
     cloudpickle (Ray's vendored copy, and the package the reward managers' scoring pool uses) send its code."""
     import cloudpickle
