@@ -33,6 +33,8 @@ def _args() -> argparse.Namespace:
     p.add_argument("--model", default=None, help="HF folder (default: the bundled SmolLM2-135M-Instruct)")
     p.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto", help="auto: bf16 where native")
     p.add_argument("--no-checkpointing", action="store_true", help="gradient checkpointing off")
+    p.add_argument("--checkpointing-policy", choices=["auto", "full", "selective"], default="auto",
+                   help="gradient_checkpointing_policy (auto: selective on a CPU)")
     p.add_argument("--padded", action="store_true", help="use_remove_padding=false")
     p.add_argument("--micro", type=int, default=8, help="rows per micro-batch (ppo_micro_batch_size_per_gpu)")
     p.add_argument("--token-budget", type=int, default=0, help=">0: dynamic bsz with this ppo_max_token_len_per_gpu")
@@ -91,6 +93,7 @@ def main() -> None:
     from throughput import _actor, _init_single_rank
     from torch.profiler import ProfilerActivity, profile
 
+    from verl.models.checkpoint_policy import resolve_checkpointing_policy
     from verl.utils.default_model import default_model_path
     from verl.utils.device import has_fast_bf16
     from verl.utils.flops_counter import FlopsCounter, measure_matmul_peak
@@ -103,7 +106,9 @@ def main() -> None:
     overrides = {"ppo_mini_batch_size": 32, "ppo_micro_batch_size_per_gpu": args.micro,
                  "use_remove_padding": not args.padded, "use_dynamic_bsz": args.token_budget > 0,
                  "ppo_max_token_len_per_gpu": args.token_budget or 16384}
-    actor, module, optimizer = _actor(path, dtype, overrides, checkpointing=not args.no_checkpointing)
+    actor, module, optimizer = _actor(path, dtype, overrides, checkpointing=not args.no_checkpointing,
+                                      policy=args.checkpointing_policy)
+    policy = "off" if args.no_checkpointing else resolve_checkpointing_policy(args.checkpointing_policy)[0]
     data = _demo_batch(module.config.vocab_size, int(module.config.eos_token_id),
                        int(module.config.pad_token_id or 0), args.seed)
     old, _ = actor.compute_log_prob(data.__class__.from_dict(
@@ -113,7 +118,7 @@ def main() -> None:
     response_tokens = int(data.batch["response_mask"].sum())
     flops = FlopsCounter(module).training_flops(lengths, response_tokens)
     print(f"batch: {len(data)} rows, {sum(lengths)} real tokens ({response_tokens} response); dtype {dtype}, "
-          f"remove padding {not args.padded}, checkpointing {not args.no_checkpointing}, "
+          f"remove padding {not args.padded}, checkpointing {policy}, "
           f"micro {args.token_budget and f'{args.token_budget} tokens' or f'{args.micro} rows'}", flush=True)
 
     actor.update_policy(data[:8])  # warm-up: kernels' primitives, the heap grown to a micro-batch's peak
@@ -126,8 +131,9 @@ def main() -> None:
         best = min(best, time.perf_counter() - start)
     peaks.append(measure_matmul_peak("cpu", peak_dtype, repeats=10, fresh=True))
     peak = max(peaks)
-    # checkpointing runs each layer's forward twice; the LM head and the loss once (they are not checkpointed)
-    recompute = 0.0 if args.no_checkpointing else flops / 3 * (1 - _lm_head_share(module, lengths, response_tokens))
+    # full checkpointing runs each layer's forward twice; the LM head and the loss once (they are not checkpointed);
+    # selective runs no matmul twice
+    recompute = 0.0 if policy != "full" else flops / 3 * (1 - _lm_head_share(module, lengths, response_tokens))
     print(f"update_s: {best:.2f}")
     print(f"matmul_peak_gflops: {peak / 1e9:.1f} ({peak_dtype})")
     print(f"update_model_gflop: {flops / 1e9:.1f}")

@@ -6,16 +6,19 @@ Prints `name: value` lines, the target last:
     update_s                                      update_policy with the trainer's defaults: the run's dtype (bf16
                                                   mixed precision where native, fp32 where emulated), remove padding
                                                   + dynamic bsz (--token-budget), gradient checkpointing
-    update_no_checkpointing_s, checkpointing_cost the same without checkpointing, and the ratio (time and peak RSS)
+                                                  under gradient_checkpointing_policy=auto (selective on a CPU)
+    update_full_checkpointing_s                   the same with policy full (upstream's: whole layers recomputed)
+    update_no_checkpointing_s, checkpointing_cost the same without checkpointing, and the ratios (time and peak RSS)
     update_padded_s, update_rmpad_over_padded     padded fixed micro-batches of --micro rows (no checkpointing)
     update_fp32_no_checkpointing_s,               the other dtype: fp32 where bf16 is native; where bf16 is emulated
     update_bf16_over_fp32                         (no AVX512-BF16 / AMX) both on the --bf16-slice-rows shortest rows
     matmul_peak_gflops                            best (2048 x 2048) matmul of 10 in the run's dtype, same threads,
                                                   measured right before and right after the timed update (the higher:
                                                   this machine's speed drifts by 10-20% over minutes)
-    update_no_checkpointing_mfu, update_hfu,      model FLOPs of the real tokens (verl/utils/flops_counter.py) over
+    update_*_mfu, update_full_checkpointing_hfu,  model FLOPs of the real tokens (verl/utils/flops_counter.py) over
     update_mfu                                    the update time (optimizer included) and that peak; HFU also counts
-                                                  the forward that checkpointing runs again
+                                                  the forward that full checkpointing runs again (selective runs no
+                                                  matmul again, so its HFU is its MFU)
     peak_rss_gb_*                                 this process during each configuration (VmHWM, reset between)
 Host memory: glibc is told to keep freed blocks (verl/utils/malloc_tuning.py); --no-malloc-tuning measures without.
 All updates run the actor as the trainer does: DataParallelPPOActor on an FSDP2 module (gloo, world size 1),
@@ -102,7 +105,7 @@ def _batch(args, vocab_size: int, eos_id: int, pad_id: int):
     return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
 
 
-def _actor(path: str, param_dtype: str, actor_overrides: dict, checkpointing: bool = False):
+def _actor(path: str, param_dtype: str, actor_overrides: dict, checkpointing: bool = False, policy: str = "auto"):
     """The actor as the trainer builds it, from the typed config sections (ModelConfig, FSDPConfig, ActorConfig)."""
     from verl.models.loader import load_causal_lm
     from verl.trainer.config.actor import ActorConfig, ModelConfig
@@ -110,7 +113,8 @@ def _actor(path: str, param_dtype: str, actor_overrides: dict, checkpointing: bo
     from verl.workers.actor import DataParallelPPOActor
     from verl.workers.fsdp_utils import apply_fsdp2, build_optimizer, create_device_mesh
 
-    module, _ = load_causal_lm(ModelConfig(path=path, enable_gradient_checkpointing=checkpointing), "model")
+    model_cfg = ModelConfig(path=path, enable_gradient_checkpointing=checkpointing, gradient_checkpointing_policy=policy)
+    module, _ = load_causal_lm(model_cfg, "model")
     fsdp_cfg = FSDPConfig(mixed_precision=MixedPrecisionConfig(param_dtype=param_dtype, reduce_dtype="fp32"))
     module = apply_fsdp2(module, fsdp_cfg, create_device_mesh(1))
     fields = {"ppo_mini_batch_size": 1, "ppo_micro_batch_size_per_gpu": 8, "use_dynamic_bsz": False,
@@ -164,7 +168,7 @@ class _Timed:
 
 
 def _run_configuration(path: str, dtype: str, actor_cfg: dict, data, repeats: int, warmup_rows: int,
-                       peak_dtype=None, checkpointing: bool = False) -> _Timed:
+                       peak_dtype=None, checkpointing: bool = False, policy: str = "auto") -> _Timed:
     """Build an actor, time its update, free it (and the heap's free blocks, so the next peak RSS is its own).
 
     With ``peak_dtype`` the matmul peak is measured right before and right after the timed updates and the higher
@@ -178,7 +182,7 @@ def _run_configuration(path: str, dtype: str, actor_cfg: dict, data, repeats: in
     gc.collect()
     release_free_memory()
     reset_peak_rss()
-    actor, _, optimizer = _actor(path, dtype, actor_cfg, checkpointing)
+    actor, _, optimizer = _actor(path, dtype, actor_cfg, checkpointing, policy)
     peaks = []
     if peak_dtype is not None:
         peaks.append(measure_matmul_peak("cpu", peak_dtype, repeats=10, fresh=True))
@@ -233,7 +237,7 @@ def main() -> None:
     response_tokens = int(data.batch["response_mask"].sum())
     counter = FlopsCounter(module)
     flops = counter.training_flops(lengths.tolist(), response_tokens)
-    # gradient checkpointing runs every decoder layer's forward again in the backward (the LM head and loss once)
+    # full checkpointing runs every decoder layer's forward again in the backward (the LM head and loss once)
     head_flops = 6 * response_tokens * config.hidden_size * config.vocab_size
     recompute_flops = (flops - head_flops) / 3
     print(f"batch: {len(data)} rows, {int(lengths.sum())} real tokens ({response_tokens} response) of "
@@ -246,15 +250,24 @@ def main() -> None:
                  "ppo_max_token_len_per_gpu": args.token_budget}
     padded_cfg = {**one_step, "ppo_micro_batch_size_per_gpu": args.micro}
     warmup = min(len(data), 2 * args.micro)
-    # the defaults: the run's dtype, remove padding, gradient checkpointing
+    # the defaults: the run's dtype, remove padding, gradient checkpointing (policy auto)
+    from verl.models.checkpoint_policy import resolve_checkpointing_policy
+
+    policy = resolve_checkpointing_policy("auto")[0]
     run = _run_configuration(path, run_dtype, rmpad_cfg, data, args.repeats, warmup, peak_dtype=run_peak_dtype,
                              checkpointing=True)
-    print(f"update_s: {run.seconds:.2f}", flush=True)
+    print(f"update_s: {run.seconds:.2f} (checkpointing policy auto -> {policy})", flush=True)
+    full = run
+    if policy != "full":
+        full = _run_configuration(path, run_dtype, rmpad_cfg, data, args.repeats, warmup, peak_dtype=run_peak_dtype,
+                                  checkpointing=True, policy="full")
+    print(f"update_full_checkpointing_s: {full.seconds:.2f}", flush=True)
     no_ckpt = _run_configuration(path, run_dtype, rmpad_cfg, data, args.repeats, warmup, peak_dtype=run_peak_dtype)
     print(f"update_no_checkpointing_s: {no_ckpt.seconds:.2f}", flush=True)
     padded = _run_configuration(path, run_dtype, padded_cfg, data, args.repeats, warmup)
     print(f"update_padded_s: {padded.seconds:.2f}", flush=True)
-    rss = {"default": run.rss_gb, "no_checkpointing": no_ckpt.rss_gb, "padded_no_checkpointing": padded.rss_gb}
+    rss = {"default": run.rss_gb, "full_checkpointing": full.rss_gb, "no_checkpointing": no_ckpt.rss_gb,
+           "padded_no_checkpointing": padded.rss_gb}
     other_ratio = None
     if run_dtype == "bf16" and bf16_mode == "yes":
         fp32 = _run_configuration(path, "fp32", rmpad_cfg, data, args.repeats, warmup, peak_dtype=torch.float32)
@@ -276,17 +289,19 @@ def main() -> None:
                        f"here{'' if has_fast_bf16() else ', emulated'})")
 
     print(f"update_rmpad_over_padded: {padded.seconds / no_ckpt.seconds:.2f} (both without checkpointing)")
-    print(f"checkpointing_cost: {run.seconds / no_ckpt.seconds:.2f} (update time with / without; peak RSS "
-          f"{run.rss_gb:.2f} vs {no_ckpt.rss_gb:.2f} GB)")
+    print(f"checkpointing_cost: {policy} {run.seconds / no_ckpt.seconds:.2f}, full {full.seconds / no_ckpt.seconds:.2f}"
+          f" (update time over no checkpointing; peak RSS {run.rss_gb:.2f} / {full.rss_gb:.2f} / {no_ckpt.rss_gb:.2f} GB)")
     if other_ratio is not None:
         print(f"update_bf16_over_fp32: {other_ratio}")
-    print(f"update_model_gflop: {flops / 1e9:.1f} (+{recompute_flops / 1e9:.1f} recomputed under checkpointing)")
+    print(f"update_model_gflop: {flops / 1e9:.1f} (+{recompute_flops / 1e9:.1f} recomputed under full checkpointing)")
     print(f"update_optimizer_s: {run.optimizer_s:.2f}")
     for name, gb in rss.items():
         print(f"peak_rss_gb_{name}: {gb:.2f}")
     print(f"matmul_peak_gflops: {run.peak / 1e9:.1f} ({run_dtype})")
     print(f"update_no_checkpointing_mfu: {flops / no_ckpt.seconds / no_ckpt.peak:.3f}")
-    print(f"update_hfu: {(flops + recompute_flops) / run.seconds / run.peak:.3f} (counting the recomputed forward)")
+    print(f"update_full_checkpointing_mfu: {flops / full.seconds / full.peak:.3f}")
+    print(f"update_full_checkpointing_hfu: {(flops + recompute_flops) / full.seconds / full.peak:.3f} (counting the "
+          "recomputed forward)")
     print(f"update_mfu: {flops / run.seconds / run.peak:.3f} (the defaults, {run_dtype}, model FLOPs; target >= 0.6)")
 
 

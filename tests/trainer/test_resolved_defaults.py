@@ -79,6 +79,9 @@ def test_unset_dtypes_follow_the_hardware_and_say_why(cpu_with, flags, dtype, wh
     assert "actor_rollout_ref.model.use_remove_padding=true" in heads
     assert "actor_rollout_ref.model.enable_gradient_checkpointing=true" in heads
     assert "critic.model.enable_gradient_checkpointing=true" in heads
+    # checkpointing on a CPU: auto -> selective, filled in and said
+    assert arr.model.gradient_checkpointing_policy == cfg.critic.model.gradient_checkpointing_policy == "selective"
+    assert any("actor_rollout_ref.model.gradient_checkpointing_policy auto -> selective (CPU" in line for line in lines)
     assert len(heads) == len(set(heads))  # each default once
 
 
@@ -97,6 +100,9 @@ def test_explicit_values_win_on_any_hardware(cpu_with):
     assert "actor_rollout_ref.rollout.dtype=float32 (set)" in lines
     assert any(line.startswith("actor_rollout_ref.model.use_remove_padding=false") for line in lines)
     assert any(line.startswith("actor_rollout_ref.model.enable_gradient_checkpointing=false") for line in lines)
+    cfg = _config("critic.model.gradient_checkpointing_policy=full", "algorithm.adv_estimator=gae")
+    assert any("critic.model.gradient_checkpointing_policy=full (set)" in line for line in resolve_ppo_defaults(cfg))
+    assert cfg.critic.model.gradient_checkpointing_policy == "full"
     cpu_with(AVX2)  # bf16 asked for on a CPU that emulates it: still bf16 (the workers warn)
     cfg = _config("actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16")
     resolve_ppo_defaults(cfg)

@@ -44,7 +44,8 @@ def load_tokenizer(path: str, key: str, trust_remote_code: bool = False, custom_
 
 def load_causal_lm(model: Any, key: str, dtype: torch.dtype = torch.float32, value_head: bool = False):
     """AutoModelForCausalLM (or the critic's token-classification value model) from ``model.path``, where ``model`` is
-    a ModelConfig or a CriticModelConfig (path, trust_remote_code, override_config, enable_gradient_checkpointing)."""
+    a ModelConfig or a CriticModelConfig (path, trust_remote_code, override_config, enable_gradient_checkpointing,
+    gradient_checkpointing_policy)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     path = resolve_model_path(model.path, f"{key}.path")
@@ -74,6 +75,9 @@ def load_causal_lm(model: Any, key: str, dtype: torch.dtype = torch.float32, val
 
     fuse_norm_and_rope(module)  # same forward, fewer passes in the backward; VERL_FUSED_NORM_ROPE=0 turns it off
     if model.enable_gradient_checkpointing:
-        module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        from verl.models.checkpoint_policy import checkpointing_kwargs
+
+        policy = getattr(model, "gradient_checkpointing_policy", "auto")
+        module.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing_kwargs(policy))
     module.config.use_cache = False
     return module, path

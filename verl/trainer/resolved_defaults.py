@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from verl.models.checkpoint_policy import resolve_checkpointing_policy
 from verl.utils.device import hardware_compute_dtype
 
 LOG_PREFIX = "[defaults]"
@@ -52,11 +53,21 @@ def remove_padding_line(value: bool, key: str) -> str:
     return f"{key}=false: every row is padded to the micro-batch's longest (upstream's default is true)"
 
 
-def checkpointing_line(value: bool, key: str) -> str:
-    if value:
-        return (f"{key}=true (upstream's default): activations are recomputed in backward, less memory for a "
-                "slower update (docs/performance.md#defaults); set it to false to trade memory for speed")
-    return f"{key}=false: activations are kept for backward (upstream's default is true)"
+def resolve_checkpointing(model: Any, key: str) -> str:
+    """Fill `<key>.gradient_checkpointing_policy` when auto (and checkpointing is on); return the log line."""
+    if not model.enable_gradient_checkpointing:
+        return (f"{key}.enable_gradient_checkpointing=false: activations are kept for backward (upstream's "
+                "default is true)")
+    where = f"{key}.gradient_checkpointing_policy"
+    policy, why = resolve_checkpointing_policy(model.gradient_checkpointing_policy)
+    if model.gradient_checkpointing_policy != "auto":
+        chosen = f"{where}={policy} (set)"
+    else:
+        model.gradient_checkpointing_policy = policy
+        chosen = f"{where} auto -> {policy} ({why})"
+    return (f"{key}.enable_gradient_checkpointing=true (upstream's default), {chosen}; "
+            "docs/performance.md#defaults has what each costs; set enable_gradient_checkpointing=false to trade "
+            "memory for speed")
 
 
 def resolve_ppo_defaults(config: Any) -> list[str]:
@@ -66,8 +77,7 @@ def resolve_ppo_defaults(config: Any) -> list[str]:
     lines = [
         resolve_param_dtype(arr.actor.fsdp_config, "actor_rollout_ref.actor.fsdp_config"),
         remove_padding_line(arr.model.use_remove_padding, "actor_rollout_ref.model.use_remove_padding"),
-        checkpointing_line(arr.model.enable_gradient_checkpointing,
-                           "actor_rollout_ref.model.enable_gradient_checkpointing"),
+        resolve_checkpointing(arr.model, "actor_rollout_ref.model"),
     ]
     rollout_line = resolve_rollout_dtype(arr.rollout, "actor_rollout_ref.rollout")
     if arr.rollout.name != "hf":  # the hf rollout generates with the actor's module, in its param_dtype
@@ -78,8 +88,7 @@ def resolve_ppo_defaults(config: Any) -> list[str]:
     critic = config.critic.model
     critic_lines = [resolve_param_dtype(critic.fsdp_config, "critic.model.fsdp_config"),
                     remove_padding_line(critic.use_remove_padding, "critic.model.use_remove_padding"),
-                    checkpointing_line(critic.enable_gradient_checkpointing,
-                                       "critic.model.enable_gradient_checkpointing")]
+                    resolve_checkpointing(critic, "critic.model")]
     if config.use_critic:
         lines += critic_lines
     rm_line = resolve_param_dtype(config.reward_model.model.fsdp_config, "reward_model.model.fsdp_config")
@@ -93,7 +102,7 @@ def resolve_sft_defaults(config: Any) -> list[str]:
     return [
         resolve_param_dtype(config.model.fsdp_config, "model.fsdp_config"),
         remove_padding_line(config.use_remove_padding, "use_remove_padding"),
-        checkpointing_line(config.model.enable_gradient_checkpointing, "model.enable_gradient_checkpointing"),
+        resolve_checkpointing(config.model, "model"),
     ]
 
 

@@ -25,6 +25,7 @@ _ALGOS = "tests/algos/test_algos_dataproto.py"
 _VLLM = "tests/workers/rollout/test_vllm_parts.py"
 _HF = "tests/workers/rollout/test_hf_rollout.py"
 _CKPT = "tests/checkpoint/test_trainer_checkpointing.py"
+_CKPT_POLICY = "tests/models/test_checkpoint_policy.py"
 _FSDP_CKPT = "tests/checkpoint/test_fsdp_checkpoint_manager.py"
 _REWARD = "tests/workers/reward_manager/test_reward_managers.py"
 _LOAD_REWARD = "tests/workers/reward_manager/test_load_reward_manager.py"
@@ -105,6 +106,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.model.custom_chat_template": f"{_EFFECTS}::test_custom_chat_template_replaces_the_tokenizers_template",
     f"{ARR}.model.override_config": f"{_UPDATE}::test_model_override_config_sets_hf_config_attributes",
     f"{ARR}.model.enable_gradient_checkpointing": f"{_KNOBS}::test_gradient_checkpointing_from_model_config",
+    f"{ARR}.model.gradient_checkpointing_policy": f"{_CKPT_POLICY}::test_the_loader_applies_the_policy",
     f"{ARR}.model.use_remove_padding": f"{_RMPAD}::test_update_matches_padded",
     f"{ARR}.model.lora_rank": f"{_LORA_W}::test_lora_actor_trains_only_the_adapter_and_its_reference_is_the_base_model",
     f"{ARR}.model.lora_alpha": f"{_LORA}::test_lora_alpha_scales_the_update_and_the_merge_equals_peft_forward",
@@ -225,6 +227,8 @@ HONOURED: dict[str, str] = {
     "test_critic_tokenizer_path_is_saved_with_the_critic_checkpoint",
     "critic.model.override_config": f"{_UPDATE}::test_critic_override_config_sets_hf_config_attributes",
     "critic.model.enable_gradient_checkpointing": f"{_KNOBS}::test_gradient_checkpointing_from_model_config",
+    "critic.model.gradient_checkpointing_policy": "tests/trainer/test_resolved_defaults.py::"
+    "test_explicit_values_win_on_any_hardware",
     "critic.model.use_remove_padding": f"{_RMPAD}::test_critic_values_and_update_match_padded",
     "critic.model.lora_rank": f"{_LORA_W}::test_lora_critic_trains_adapter_and_value_head_only",
     "critic.model.lora_alpha": f"{_LORA_W}::test_lora_critic_trains_adapter_and_value_head_only",

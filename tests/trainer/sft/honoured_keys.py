@@ -71,6 +71,7 @@ HONOURED_SFT = {
     "model.external_lib": _SK + "test_external_lib_is_imported_before_the_model_loads",
     "model.override_config": _SK + "test_model_keys_shape_the_module",
     "model.enable_gradient_checkpointing": _SK + "test_model_keys_shape_the_module",
+    "model.gradient_checkpointing_policy": _SK + "test_model_keys_shape_the_module",
     "model.trust_remote_code": _SK + "test_model_keys_shape_the_module",
     "model.target_modules": _SK + "test_target_modules_choose_the_adapted_layers",
     # fsdp and fsdp2 both name FSDP2's fully_shard here (other values fail validation)

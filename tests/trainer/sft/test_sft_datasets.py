@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -150,8 +152,8 @@ def test_chat_template_and_its_kwargs(tmp_path):
                 "{% if add_generation_prompt %}=>{% endif %}")
     path = write(tmp_path, [{"prompt": "hi", "response": "ok"}])
 
-    def text(**data) -> str:
-        item = SFTDataset(path, build_tiny_tokenizer(), cfg(max_length=32, **data))[0]
+    def text(**data) -> str:  # a copy: the dataset sets its chat_template on the tokenizer, the shared one stays
+        item = SFTDataset(path, copy.deepcopy(build_tiny_tokenizer()), cfg(max_length=32, **data))[0]
         return build_tiny_tokenizer().decode(item["input_ids"][item["attention_mask"].bool()].tolist())
 
     assert text().startswith("<|im_start|>user\nhi<|im_end|>")  # the tokenizer's own template

@@ -68,9 +68,12 @@ def test_model_keys_shape_the_module(tiny_model_dir, arithmetic_sft_files, tmp_p
     assert trust_seen == [False, False]
     trust_seen.clear()
     changed = _trainer(tiny_model_dir, arithmetic_sft_files, tmp_path / "b", "model.trust_remote_code=true",
-                       "model.enable_gradient_checkpointing=true", "+model.override_config.rms_norm_eps=0.5")
+                       "model.enable_gradient_checkpointing=true", "+model.override_config.rms_norm_eps=0.5",
+                       "model.gradient_checkpointing_policy=full")
     assert trust_seen == [True, True]  # tokenizer, then model
     assert hf_module(changed.fsdp_model).is_gradient_checkpointing
+    layer_fn = hf_module(changed.fsdp_model).model.layers[0]._gradient_checkpointing_func
+    assert "context_fn" not in layer_fn.keywords  # full, as asked (auto would be selective on this CPU)
     assert not hf_module(plain.fsdp_model).is_gradient_checkpointing
     assert hf_module(changed.fsdp_model).config.rms_norm_eps == 0.5
     ids = torch.tensor([[5, 17, 33, 9]])

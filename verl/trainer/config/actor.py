@@ -6,7 +6,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field, refused
-from verl.trainer.config.engine import CheckpointConfig, OptimConfig, WorkerFSDPConfig, train_strategy
+from verl.trainer.config.engine import (
+    CHECKPOINTING_POLICIES,
+    CheckpointConfig,
+    OptimConfig,
+    WorkerFSDPConfig,
+    train_strategy,
+)
 from verl.trainer.config.registries import KL_PENALTIES, LOSS_AGG_MODES, POLICY_LOSSES, policy_loss_registered
 from verl.trainer.config.rollout import RolloutConfig
 
@@ -34,6 +40,8 @@ class ModelConfig(BaseConfig):
     external_lib: str | None = refused(None, *NO_EXTERNAL_LIB)
     override_config: dict[str, Any] = dict_field()
     enable_gradient_checkpointing: bool = True  # upstream's default; docs/performance.md#defaults has its cost here
+    # ours (upstream has no key): which activations checkpointing keeps; auto is selective on CPU, full on GPU
+    gradient_checkpointing_policy: str = choice("auto", CHECKPOINTING_POLICIES)
     enable_activation_offload: bool = refused(False, *NO_ACTIVATION_OFFLOAD)
     use_remove_padding: bool = True  # upstream's default: pack the real tokens, no padding in the forward
     # LoRA (peft, verl.models.lora): > 0 trains an adapter of this rank on the actor; the reference policy is

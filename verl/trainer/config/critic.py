@@ -7,7 +7,13 @@ from typing import Any
 
 from verl.trainer.config.actor import NO_ACTIVATION_OFFLOAD, NO_EXTERNAL_LIB
 from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field, refused
-from verl.trainer.config.engine import CheckpointConfig, OptimConfig, WorkerFSDPConfig, train_strategy
+from verl.trainer.config.engine import (
+    CHECKPOINTING_POLICIES,
+    CheckpointConfig,
+    OptimConfig,
+    WorkerFSDPConfig,
+    train_strategy,
+)
 from verl.trainer.config.registries import LOSS_AGG_MODES
 
 
@@ -22,6 +28,7 @@ class CriticModelConfig(BaseConfig):
     override_config: dict[str, Any] = dict_field()
     external_lib: str | None = refused(None, *NO_EXTERNAL_LIB, follows="actor_rollout_ref.model.external_lib")
     enable_gradient_checkpointing: bool = True  # upstream's default, as the actor's
+    gradient_checkpointing_policy: str = choice("auto", CHECKPOINTING_POLICIES)  # ours, as the actor's
     enable_activation_offload: bool = refused(False, *NO_ACTIVATION_OFFLOAD)
     use_remove_padding: bool = True  # upstream's default, as the actor's
     fsdp_config: WorkerFSDPConfig = field(default_factory=WorkerFSDPConfig)

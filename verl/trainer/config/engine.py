@@ -10,6 +10,8 @@ DTYPES = ("fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
 WARMUP_STYLES = ("constant", "cosine")
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 TRAIN_STRATEGIES = ("fsdp", "fsdp2")
+# gradient_checkpointing_policy (ours): what checkpointing keeps (verl.models.checkpoint_policy); auto resolves per device
+CHECKPOINTING_POLICIES = ("auto", "full", "selective")
 MEGATRON_REFUSAL = Refusal(
     "the Megatron-LM backend (tensor, pipeline and expert parallelism, mcore checkpoints) is not built",
     "Use strategy=fsdp2: FSDP2 shards parameters, gradients and optimizer state over all ranks, "

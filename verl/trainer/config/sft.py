@@ -22,6 +22,7 @@ from verl.trainer.config.base import (
     refused_values,
 )
 from verl.trainer.config.engine import (
+    CHECKPOINTING_POLICIES,
     DTYPES,
     TRAIN_STRATEGIES,
     CheckpointConfig,
@@ -120,6 +121,7 @@ class SFTModelConfig(BaseConfig):
     external_lib: str | None = None
     override_config: dict[str, Any] = dict_field()
     enable_gradient_checkpointing: bool = True
+    gradient_checkpointing_policy: str = choice("auto", CHECKPOINTING_POLICIES)  # ours, as the PPO actor's
     trust_remote_code: bool = False
     lora_rank: int = at_least(0, 0)  # > 0 trains a LoRA adapter
     lora_alpha: int = 16

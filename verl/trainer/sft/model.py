@@ -56,7 +56,8 @@ def build_sft_module(config: SFTTrainerConfig, device_mesh, resume_dir: str | No
     path = resume_dir if (resume_dir and not lora) else base_model_path(config)
     load_config = ModelConfig(path=path, trust_remote_code=model_config.trust_remote_code,
                               override_config=dict(model_config.override_config),
-                              enable_gradient_checkpointing=model_config.enable_gradient_checkpointing)
+                              enable_gradient_checkpointing=model_config.enable_gradient_checkpointing,
+                              gradient_checkpointing_policy=model_config.gradient_checkpointing_policy)
     module, _ = load_causal_lm(load_config, "model (model.partial_pretrain)", dtype=dtype)
     if lora:
         module = add_lora(module, model_config)

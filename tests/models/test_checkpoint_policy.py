@@ -1,0 +1,94 @@
+"""gradient_checkpointing_policy: full and selective checkpointing give the gradients of no checkpointing; full runs
+every decoder matmul again in backward, selective none; auto resolves by device and the driver logs the choice."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tests.helpers.tiny_model import tiny_llama
+from tests.workers.actor.test_dp_actor import training_batch
+from tests.workers.actor.test_memory_knobs import _step
+from verl.models import checkpoint_policy
+from verl.trainer.config import ModelConfig
+from verl.utils import device
+
+
+class _CountMatmuls(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default):
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _load(folder, enable: bool, policy: str = "auto"):
+    from verl.models.loader import load_causal_lm
+
+    cfg = ModelConfig(path=str(folder), enable_gradient_checkpointing=enable, gradient_checkpointing_policy=policy)
+    return load_causal_lm(cfg, "actor_rollout_ref.model")[0]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny")
+    tiny_llama().save_pretrained(path)
+    return path
+
+
+def test_full_and_selective_give_the_gradients_of_no_checkpointing(folder):
+    off = _load(folder, False)
+    data = training_batch(off)
+    for rmpad in (False, True):  # padded sdpa and the packed per-segment attention
+        _, reference = _step(copy.deepcopy(off), data, use_remove_padding=rmpad)
+        for policy in ("full", "selective"):
+            module = _load(folder, True, policy)
+            assert module.is_gradient_checkpointing
+            _, grad = _step(module, data, use_remove_padding=rmpad)
+            worst = max((grad[k] - reference[k]).abs().max().item() for k in grad)
+            assert worst < 1e-6, (policy, rmpad, worst)
+
+
+def test_selective_recomputes_no_matmul_and_full_recomputes_every_layer_matmul(folder):
+    model = _load(folder, False)
+    ids = torch.randint(0, model.config.vocab_size, (2, 12))
+    counts = {}
+    for name, module in (("off", model), ("full", _load(folder, True, "full")),
+                         ("selective", _load(folder, True, "selective"))):
+        module.train()
+        loss = module(input_ids=ids).logits.float().logsumexp(-1).mean()
+        with _CountMatmuls() as backward:
+            loss.backward()
+        counts[name] = backward.count
+    assert counts["selective"] == counts["off"]
+    # each layer's forward again, up to the last tensor backward needs (torch stops recomputing there): here 6 of
+    # its 9 matmuls (7 projections, 2 eager-attention bmm)
+    assert counts["full"] == counts["off"] + 6 * model.config.num_hidden_layers
+
+
+def test_auto_is_selective_on_cpu_and_full_on_gpu(monkeypatch):
+    monkeypatch.setattr(device, "is_cuda_available", lambda: False)
+    assert checkpoint_policy.resolve_checkpointing_policy("auto")[0] == "selective"
+    assert "context_fn" in checkpoint_policy.checkpointing_kwargs("auto")
+    monkeypatch.setattr(device, "is_cuda_available", lambda: True)
+    policy, why = checkpoint_policy.resolve_checkpointing_policy("auto")
+    assert policy == "full" and why.startswith("GPU")
+    assert checkpoint_policy.checkpointing_kwargs("auto") == {"use_reentrant": False}
+    for explicit in ("full", "selective"):  # an explicit value wins on any device
+        assert checkpoint_policy.resolve_checkpointing_policy(explicit) == (explicit, "set")
+    with pytest.raises(ValueError, match="gradient_checkpointing_policy='some'"):
+        checkpoint_policy.resolve_checkpointing_policy("some")
+
+
+def test_the_loader_applies_the_policy(folder, monkeypatch):
+    monkeypatch.setattr(device, "is_cuda_available", lambda: False)
+    for policy, selective in (("auto", True), ("selective", True), ("full", False)):
+        module = _load(folder, True, policy)
+        layer_fn = module.model.layers[0]._gradient_checkpointing_func
+        assert ("context_fn" in layer_fn.keywords) is selective, policy

@@ -1,0 +1,64 @@
+"""Which activations gradient checkpointing keeps: every layer's input only (full) or its expensive ops' outputs.
+
+Full recompute (HF's ``gradient_checkpointing_enable``, upstream verl's behaviour) keeps each decoder layer's input
+and runs the layer's whole forward again in backward: on this model a third more matmul FLOPs. Selective
+checkpointing keeps the outputs of the layer's matmuls and attention kernels (the FLOP-heavy ops) and recomputes
+only the cheap ops between them (norms, rotary, activation function, casts, residual adds): backward runs no matmul
+twice, and the activations of those cheap ops are freed — a smaller saving than full recompute's. Both give the
+gradients of no checkpointing (the recomputed ops are deterministic; tests/models/test_checkpoint_policy.py).
+
+``auto`` (the default of ``gradient_checkpointing_policy``) picks by device. On a GPU memory is the scarce resource,
+so it keeps upstream's full recompute. On a CPU the activations live in host RAM (a 135M model's selective
+activations are a few hundred MB) and the matmul FLOPs are what a step waits for, so it is selective.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+from verl.utils import device
+
+__all__ = ["resolve_checkpointing_policy", "checkpointing_kwargs"]
+
+_POLICIES = ("full", "selective")
+
+
+def resolve_checkpointing_policy(policy: str) -> tuple[str, str]:
+    """(``full`` | ``selective``, why) for a configured policy; ``auto`` follows the device this process uses."""
+    if policy in _POLICIES:
+        return policy, "set"
+    if policy != "auto":
+        raise ValueError(f"gradient_checkpointing_policy={policy!r}: expected auto, full or selective")
+    if device.is_cuda_available():
+        return "full", "GPU: memory is scarce, recompute whole layers as upstream does"
+    return ("selective", "CPU: matmul FLOPs are scarce and host memory is not, so matmul and attention outputs are "
+            "kept and only the cheap ops between them are recomputed")
+
+
+def _saved_ops() -> frozenset:
+    aten = torch.ops.aten
+    names = ("mm", "addmm", "bmm", "_scaled_dot_product_flash_attention_for_cpu",
+             "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+             "_scaled_dot_product_cudnn_attention", "_flash_attention_forward", "_efficient_attention_forward")
+    return frozenset(getattr(aten, name).default for name in names if hasattr(aten, name))
+
+
+def _keep_expensive(saved: frozenset, ctx, op, *args, **kwargs) -> CheckpointPolicy:
+    return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _selective_contexts():
+    return create_selective_checkpoint_contexts(functools.partial(_keep_expensive, _saved_ops()))
+
+
+def checkpointing_kwargs(policy: str) -> dict:
+    """``gradient_checkpointing_kwargs`` for HF's ``gradient_checkpointing_enable`` (torch's non-reentrant
+    checkpoint) under ``policy`` (``auto`` resolved here)."""
+    resolved, _ = resolve_checkpointing_policy(policy)
+    kwargs = {"use_reentrant": False}
+    if resolved == "selective":
+        kwargs["context_fn"] = _selective_contexts
+    return kwargs
