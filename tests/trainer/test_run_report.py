@@ -81,6 +81,20 @@ def test_plots_only_for_present_metrics(tmp_path):
     assert summary["train_score"]["last"] == 0.5  # the NaN step is skipped, not reported as a score
 
 
+def test_sft_losses_get_a_plot_and_their_lowest_as_best(tmp_path):
+    records = [{"step": 1, "train/loss": 2.0, "timing_s/step": 1.0}, {"step": 2, "train/loss": 1.2},
+               {"step": 2, "val/loss": 1.5}, {"step": 3, "train/loss": 1.4}, {"step": 4, "train/loss": 0.9},
+               {"step": 4, "val/loss": 1.6}]
+    summary = write_run_report(_write_jsonl(tmp_path / "m.jsonl", records), str(tmp_path / "out"))
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.png")) == ["loss.png", "timing.png"]
+    assert (tmp_path / "out" / "loss.png").read_bytes().startswith(PNG_MAGIC)
+    train, val = summary["loss"]["train/loss"], summary["loss"]["val/loss"]
+    assert (train["first"], train["last"], train["best"], train["best_step"]) == (2.0, 0.9, 0.9, 4)
+    assert (val["best"], val["best_step"], val["last"]) == (1.5, 2, 1.6)  # lowest, not highest
+    assert summary["validation"] == {}  # a loss is not a validation score
+    assert "loss.png" in (tmp_path / "out" / "README.md").read_text()
+
+
 def test_merges_repeated_steps_later_line_wins(tmp_path):
     path = _write_jsonl(tmp_path / "m.jsonl", [{"step": 2, "a": 1.0}, {"step": 1, "a": 5.0},
                                                 {"step": 2, "a": 2.0, "b": 3.0}])

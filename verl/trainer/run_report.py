@@ -4,8 +4,10 @@
 
 - ``metrics.csv``: one row per step, every metric seen in any step as a column (blank where absent),
 - PNG plots, each only when its metrics exist: ``reward.png`` (train score/reward, validation scores as
-  points), ``response_length.png``, ``kl.png``, ``entropy.png``, ``timing.png``,
-- ``summary.json``: first / last / best of the train score and of each validation score, wall time,
+  points), ``response_length.png``, ``kl.png``, ``entropy.png``, ``loss.png`` (SFT's train and validation loss),
+  ``timing.png``,
+- ``summary.json``: first / last / best of the train score, of each validation score and of each loss (best = lowest),
+  wall time,
 - ``README.md``: what each file is.
 
 Command line: ``python -m verl.trainer.run_report <metrics.jsonl> <out_dir>``.
@@ -30,6 +32,7 @@ VALIDATION_PREFIXES = ("val-core/", "val/")
 LENGTH_KEYS = ("response_length/mean", "response_length/max", "response_length/min", "response_length/clip_ratio")
 KL_KEYS = ("actor/ppo_kl", "actor/kl_loss", "actor/reward_kl_penalty")
 ENTROPY_KEYS = ("actor/entropy",)
+LOSS_KEYS = ("train/loss", "val/loss")  # the SFT trainer's; lower is better, so they are not validation scores
 TIMING_PREFIX = "timing_s/"
 
 _FILE_DESCRIPTIONS = {
@@ -38,6 +41,7 @@ _FILE_DESCRIPTIONS = {
     "response_length.png": "mean response length (min-max band) and the fraction clipped at the max length",
     "kl.png": "KL between the policy and the old / reference policy",
     "entropy.png": "policy entropy over response tokens",
+    "loss.png": "SFT loss per step: train (every step) and validation (where it ran)",
     "timing.png": "seconds per stage of each step (log scale)",
     "summary.json": "first / last / best validation and train scores, wall time",
 }
@@ -100,7 +104,7 @@ def _all_keys(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 def _validation_keys(keys: Sequence[str]) -> list[str]:
     # Spreads (".../std") are not scores; they would make "best" meaningless.
-    return [k for k in keys if k.startswith(VALIDATION_PREFIXES) and not k.endswith("/std")]
+    return [k for k in keys if k.startswith(VALIDATION_PREFIXES) and not k.endswith("/std") and k not in LOSS_KEYS]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -117,11 +121,12 @@ def _write_csv(rows: Sequence[dict[str, Any]], path: str) -> None:
             writer.writerow(row)
 
 
-def _first_last_best(rows: Sequence[dict[str, Any]], key: str) -> dict[str, Any] | None:
+def _first_last_best(rows: Sequence[dict[str, Any]], key: str, lower_is_better: bool = False) -> dict[str, Any] | None:
     steps, values = _series(rows, key)
     if not values:
         return None
-    best = max(range(len(values)), key=lambda i: values[i])  # first step reaching the maximum
+    sign = -1.0 if lower_is_better else 1.0
+    best = max(range(len(values)), key=lambda i: sign * values[i])  # first step reaching the best
     return {"first": values[0], "first_step": steps[0], "last": values[-1], "last_step": steps[-1],
             "best": values[best], "best_step": steps[best]}
 
@@ -140,6 +145,9 @@ def summarize_run(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             summary["train_score"] = {"key": key, **stats}
             break
     summary["validation"] = {k: stats for k in _validation_keys(keys) if (stats := _first_last_best(rows, k))}
+    losses = {k: stats for k in LOSS_KEYS if (stats := _first_last_best(rows, k, lower_is_better=True))}
+    if losses:
+        summary["loss"] = losses
     step_times = _series(rows, TIMING_PREFIX + "step")[1]
     summary["total_wall_time_s"] = sum(step_times) if step_times else None
     return summary
@@ -258,6 +266,7 @@ def _plot_all(rows: Sequence[dict[str, Any]], out_dir: str) -> list[str]:
         _plot_response_length(rows, keys, out_dir),
         _plot_lines(rows, keys, out_dir, KL_KEYS, "KL", "KL", "kl.png"),
         _plot_lines(rows, keys, out_dir, ENTROPY_KEYS, "Entropy", "nats per token", "entropy.png"),
+        _plot_lines(rows, keys, out_dir, LOSS_KEYS, "Loss", "loss", "loss.png"),
         _plot_timing(rows, keys, out_dir),
     ]
     return [p for p in produced if p is not None]

@@ -38,6 +38,13 @@ def test_resume_continues_exactly_where_it_stopped(tiny_model_dir, arithmetic_sf
                       "trainer.save_freq=3", "trainer.test_freq=3")
     summary = run_sft(full)
     assert summary["global_step"] == 6
+    # the run report, as main_ppo's: metrics.csv, the loss curve (train every step, val at 3 and 6), summary
+    report = tmp_path / "full" / "report"
+    assert {"metrics.csv", "loss.png", "timing.png", "summary.json", "README.md"} <= set(summary["files"])
+    assert all((report / name).is_file() for name in summary["files"])
+    saved = json.loads((report / "summary.json").read_text())
+    assert saved["global_step"] == 6 and saved["loss"]["val/loss"]["last_step"] == 6
+    assert saved["loss"]["train/loss"]["last"] == pytest.approx(summary["train/loss"])
     assert (tmp_path / "full" / LATEST_FILE).read_text() == "6"
     state = torch.load(tmp_path / "full" / "global_step_3" / STATE_FILE, weights_only=True)
     assert state["global_step"] == 3 and state["epoch"] == 0 and state["steps_in_epoch"] == 3

@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from verl.models.varlen_attention import enable_varlen_attention
 from verl.trainer.config.sft import SFTTrainerConfig
+from verl.trainer.run_report import write_run_report
 from verl.trainer.sft.checkpoint import SFTCheckpointer, resolve_resume_dir
 from verl.trainer.sft.data import build_dataloader, create_sft_dataset
 from verl.trainer.sft.loss import count_trained_tokens, sft_nll_sum
@@ -315,13 +316,18 @@ def run_sft(config: SFTTrainerConfig) -> dict[str, Any]:
     trainer = create_trainer(config)
     report_dir = os.path.abspath(os.path.expanduser(config.trainer.report_dir))
     tracker = _tracker(config, report_dir) if trainer.rank == 0 else None
+    report: dict[str, Any] = {}
     try:
         final = trainer.fit(tracker)
+        if tracker is not None:  # the report's plots go to the trackers too, so they must be written before finish()
+            report = write_run_report(os.path.join(report_dir, "metrics.jsonl"), report_dir)
+            tracker.log_artifacts([os.path.join(report_dir, f) for f in report["files"] if f.endswith(".png")])
     finally:
         if tracker is not None:
             tracker.finish()
-    summary = {"global_step": trainer.global_step, "world_size": trainer.world_size, "model": base_model_path(config),
-               "checkpoint": trainer.last_checkpoint, "wall_time_s": round(time.time() - start, 1),
+    summary = {**report, "global_step": trainer.global_step, "world_size": trainer.world_size,
+               "model": base_model_path(config), "checkpoint": trainer.last_checkpoint,
+               "wall_time_s": round(time.time() - start, 1),
                **{k: v for k, v in final.items() if k in ("train/loss", "val/loss")}}
     if trainer.rank == 0:
         os.makedirs(report_dir, exist_ok=True)
