@@ -3,7 +3,8 @@
 On 2 gloo ranks the trainer with sp=2 (one SP group, dp=1: both ranks read the whole batch and split each packed
 micro-batch) gives the loss, gradients, grad norm and validation loss of sp=1 (dp=2: each rank reads half),
 with gradient checkpointing on, grouped-query attention, micro-batches of single samples of unequal (odd) length,
-so rows are padded to a multiple of sp. The config refusals are checked without starting any rank.
+so rows are padded to a multiple of sp. The same holds on 4 ranks (sp=2 x dp=2 against dp=4) and for a LoRA
+adapter. The config refusals are checked without starting any rank.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from tests.trainer.sft.sft_helpers import compose_sft
 from verl.trainer.config.errors import ConfigError
 from verl.trainer.sft.config import validate_sft_config
 
-WORLD = 2
 PACKED = ["use_remove_padding=true", "model.enable_gradient_checkpointing=true", "trainer.resume_mode=disable"]
 
 
@@ -44,20 +44,22 @@ def _full_grads(module) -> dict[str, torch.Tensor]:
             for name, p in module.named_parameters() if p.grad is not None}
 
 
-def _rank(rank: int, model_dir: str, files, out: str, port: int, results) -> None:
+def _rank(rank: int, world: int, extra: tuple, model_dir: str, files, out: str, port: int, results) -> None:
     import torch.distributed as dist
 
     from verl.trainer.sft.trainer import create_trainer
 
     torch.set_num_threads(1)
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
     report = {}
     try:
-        for sp, micro in ((1, 2), (2, 1)):
-            composed = compose_sft(model_dir, files, Path(out) / f"sp{sp}", *PACKED,
+        for sp in (1, 2):
+            # sp=1: all of a rank's rows (batch 4 over the world) in one micro-batch; sp=2: single samples
+            micro = 4 // world if sp == 1 else 1
+            composed = compose_sft(model_dir, files, Path(out) / f"sp{sp}", *PACKED, *extra,
                                    f"ulysses_sequence_parallel_size={sp}", f"data.micro_batch_size_per_gpu={micro}")
-            trainer = create_trainer(validate_sft_config(composed, world_size=WORLD))
+            trainer = create_trainer(validate_sft_config(composed, world_size=world))
             grads: dict[str, torch.Tensor] = {}
             trainer.optimizer.step = lambda grads=grads, module=trainer.fsdp_model: grads.update(_full_grads(module))
             batch = next(iter(trainer.train_dataloader))
@@ -69,26 +71,46 @@ def _rank(rank: int, model_dir: str, files, out: str, port: int, results) -> Non
         want, got = report[1].pop("grads"), report[2].pop("grads")
         # tensors stay in the rank (the manager would ship them through shared-memory handles): diffs only
         report["grad_keys_match"] = bool(want) and want.keys() == got.keys()
+        report["only_lora_grads"] = all("lora_" in k for k in want)
         report["grad_excess"] = max((got[k] - w).abs().max().item() - 1e-4 * w.abs().max().item() for k, w in want.items())
         results[rank] = report
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.timeout(200)
-def test_sp2_matches_sp1_in_loss_and_gradients(gqa_model_dir, arithmetic_sft_files, tmp_path):
-    results = run_ranks(_rank, gqa_model_dir, arithmetic_sft_files, str(tmp_path), free_port(), nprocs=WORLD,
+def _sp2_against_sp1(world: int, extra: tuple, model_dir: str, files, tmp_path) -> dict:
+    results = run_ranks(_rank, world, extra, model_dir, files, str(tmp_path), free_port(), nprocs=world,
                         timeout_s=180)
     sp1, sp2 = results[0][1], results[0][2]
-    assert (sp1["dp"], sp1["rows"], sp2["dp"], sp2["rows"]) == (2, 2, 1, 4)  # sp=2: one group reads the whole batch
-    assert results[1][2]["lengths"] == sp2["lengths"]  # ... and both of its ranks read the same samples
-    assert len(set(sp2["lengths"])) > 1 and any(n % 2 for n in sp2["lengths"]), sp2["lengths"]
+    # sp=2: world / 2 groups, each reading batch / groups samples on both its ranks
+    assert (sp1["dp"], sp1["rows"], sp2["dp"], sp2["rows"]) == (world, 4 // world, world // 2, 8 // world)
+    assert results[1][2]["lengths"] == sp2["lengths"]  # rank 1 is in rank 0's SP group: the same samples
     assert sp2["tokens"] == sp1["tokens"] > 0
     assert sp2["loss"] == pytest.approx(sp1["loss"], abs=1e-5)
     assert sp2["val"] == pytest.approx(sp1["val"], abs=1e-5)
     assert sp2["grad_norm"] == pytest.approx(sp1["grad_norm"], rel=1e-4)
     # every parameter's gradient: |sp2 - sp1| <= 1e-5 + 1e-4 * max |sp1|
     assert results[0]["grad_keys_match"] and results[0]["grad_excess"] <= 1e-5, results[0]["grad_excess"]
+    return results
+
+
+@pytest.mark.timeout(200)
+def test_sp2_matches_sp1_in_loss_and_gradients(gqa_model_dir, arithmetic_sft_files, tmp_path):
+    sp2 = _sp2_against_sp1(2, (), gqa_model_dir, arithmetic_sft_files, tmp_path)[0][2]
+    assert len(set(sp2["lengths"])) > 1 and any(n % 2 for n in sp2["lengths"]), sp2["lengths"]
+
+
+@pytest.mark.timeout(300)
+def test_sp2_with_dp2_on_four_ranks_matches_dp4(gqa_model_dir, arithmetic_sft_files, tmp_path):
+    results = _sp2_against_sp1(4, (), gqa_model_dir, arithmetic_sft_files, tmp_path)
+    assert results[2][2]["lengths"] == results[3][2]["lengths"] != results[0][2]["lengths"]  # the second group
+
+
+@pytest.mark.timeout(200)
+def test_sp2_matches_sp1_for_a_lora_adapter(gqa_model_dir, arithmetic_sft_files, tmp_path):
+    results = _sp2_against_sp1(2, ("model.lora_rank=4", "model.lora_alpha=8"), gqa_model_dir, arithmetic_sft_files,
+                               tmp_path)
+    assert results[0]["only_lora_grads"]  # the adapter trains, the base weights are frozen
 
 
 # ---- refused before any rank starts ---------------------------------------------------------------------------
