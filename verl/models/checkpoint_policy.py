@@ -38,6 +38,7 @@ def resolve_checkpointing_policy(policy: str) -> tuple[str, str]:
             "kept and only the cheap ops between them are recomputed")
 
 
+@functools.cache
 def _saved_ops() -> frozenset:
     aten = torch.ops.aten
     names = ("mm", "addmm", "bmm", "_scaled_dot_product_flash_attention_for_cpu",
@@ -51,6 +52,7 @@ def _keep_expensive(saved: frozenset, ctx, op, *args, **kwargs) -> CheckpointPol
 
 
 def _selective_contexts():
+    # torch calls this at every checkpointed layer call, so the op set is built once
     return create_selective_checkpoint_contexts(functools.partial(_keep_expensive, _saved_ops()))
 
 

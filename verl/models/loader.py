@@ -77,7 +77,7 @@ def load_causal_lm(model: Any, key: str, dtype: torch.dtype = torch.float32, val
     if model.enable_gradient_checkpointing:
         from verl.models.checkpoint_policy import checkpointing_kwargs
 
-        policy = getattr(model, "gradient_checkpointing_policy", "auto")
-        module.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing_kwargs(policy))
+        kwargs = checkpointing_kwargs(model.gradient_checkpointing_policy)
+        module.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     module.config.use_cache = False
     return module, path
