@@ -92,3 +92,15 @@ def test_the_loader_applies_the_policy(folder, monkeypatch):
         module = _load(folder, True, policy)
         layer_fn = module.model.layers[0]._gradient_checkpointing_func
         assert ("context_fn" in layer_fn.keywords) is selective, policy
+
+
+def test_the_critic_loader_applies_its_policy(folder, monkeypatch):
+    from verl.models.loader import load_causal_lm
+    from verl.trainer.config.critic import CriticModelConfig
+
+    monkeypatch.setattr(device, "is_cuda_available", lambda: False)
+    for policy, selective in (("auto", True), ("full", False)):
+        cfg = CriticModelConfig(path=str(folder), gradient_checkpointing_policy=policy)
+        module = load_causal_lm(cfg, "critic.model", value_head=True)[0]
+        layer_fn = module.model.layers[0]._gradient_checkpointing_func
+        assert ("context_fn" in layer_fn.keywords) is selective, policy

@@ -227,8 +227,7 @@ HONOURED: dict[str, str] = {
     "test_critic_tokenizer_path_is_saved_with_the_critic_checkpoint",
     "critic.model.override_config": f"{_UPDATE}::test_critic_override_config_sets_hf_config_attributes",
     "critic.model.enable_gradient_checkpointing": f"{_KNOBS}::test_gradient_checkpointing_from_model_config",
-    "critic.model.gradient_checkpointing_policy": "tests/trainer/test_resolved_defaults.py::"
-    "test_explicit_values_win_on_any_hardware",
+    "critic.model.gradient_checkpointing_policy": f"{_CKPT_POLICY}::test_the_critic_loader_applies_its_policy",
     "critic.model.use_remove_padding": f"{_RMPAD}::test_critic_values_and_update_match_padded",
     "critic.model.lora_rank": f"{_LORA_W}::test_lora_critic_trains_adapter_and_value_head_only",
     "critic.model.lora_alpha": f"{_LORA_W}::test_lora_critic_trains_adapter_and_value_head_only",
