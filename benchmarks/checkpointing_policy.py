@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-POLICIES = ("off", "selective", "full")
+POLICIES = ("off", "selective", "selective-torch", "full")
 
 
 def main() -> None:
@@ -62,10 +62,13 @@ def main() -> None:
     actor, module, _ = throughput._actor(path, dtype, cfg, checkpointing=True)
 
     def switch(policy: str) -> None:
-        if policy == "off":
-            module.gradient_checkpointing_disable()
-        else:
-            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpoint_policy.checkpointing_kwargs(policy))
+        if policy == "selective-torch":  # torch's mode even where the recompute functions apply
+            checkpoint_policy.apply_gradient_checkpointing(module, None)
+            kwargs = checkpoint_policy.checkpointing_kwargs("selective")
+            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+            return
+        applied = checkpoint_policy.apply_gradient_checkpointing(module, None if policy == "off" else policy)
+        assert applied == policy, (policy, applied)
 
     actor.update_policy(data[:8])  # warm-up
     peak = measure_matmul_peak("cpu", peak_dtype, repeats=10, fresh=True)
@@ -83,6 +86,7 @@ def main() -> None:
     best = {name: min(t) for name, t in times.items()}
     for name, t in times.items():
         print(f"{name}: best {best[name]:.2f} s, median {sorted(t)[len(t) // 2]:.2f} s, mfu {flops / best[name] / peak:.3f}")
+    print(f"selective_torch_over_off: {best['selective-torch'] / best['off']:.3f}")
     print(f"selective_over_full: {best['selective'] / best['full']:.3f}")
     print(f"selective_over_off: {best['selective'] / best['off']:.3f}")
 

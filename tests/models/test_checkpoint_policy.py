@@ -1,5 +1,6 @@
-"""gradient_checkpointing_policy: full and selective checkpointing give the gradients of no checkpointing; full runs
-every decoder matmul again in backward, selective none; auto resolves by device and the driver logs the choice."""
+"""gradient_checkpointing_policy: full and selective checkpointing (the recompute functions, or torch's mode where they
+do not apply) give the gradients of no checkpointing; full runs every decoder matmul again in backward, selective
+none; auto resolves by device and the driver logs the choice."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tests.helpers.tiny_model import tiny_llama
 from tests.workers.actor.test_dp_actor import training_batch
 from tests.workers.actor.test_memory_knobs import _step
 from verl.models import checkpoint_policy
+from verl.models.checkpoint_policy import applied_checkpointing
 from verl.trainer.config import ModelConfig
 from verl.utils import device
 
@@ -29,10 +31,15 @@ class _CountMatmuls(TorchDispatchMode):
 
 
 def _load(folder, enable: bool, policy: str = "auto"):
+    """``selective-torch``: selective with HF's norms (VERL_FUSED_NORM_ROPE=0), which the functions do not cover."""
     from verl.models.loader import load_causal_lm
 
-    cfg = ModelConfig(path=str(folder), enable_gradient_checkpointing=enable, gradient_checkpointing_policy=policy)
-    return load_causal_lm(cfg, "actor_rollout_ref.model")[0]
+    torch_mode = policy == "selective-torch"
+    cfg = ModelConfig(path=str(folder), enable_gradient_checkpointing=enable,
+                      gradient_checkpointing_policy="selective" if torch_mode else policy)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VERL_FUSED_NORM_ROPE", "0" if torch_mode else "1")
+        return load_causal_lm(cfg, "actor_rollout_ref.model")[0]
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +54,9 @@ def test_full_and_selective_give_the_gradients_of_no_checkpointing(folder):
     data = training_batch(off)
     for rmpad in (False, True):  # padded sdpa and the packed per-segment attention
         _, reference = _step(copy.deepcopy(off), data, use_remove_padding=rmpad)
-        for policy in ("full", "selective"):
+        for policy in ("full", "selective", "selective-torch"):
             module = _load(folder, True, policy)
-            assert module.is_gradient_checkpointing
+            assert applied_checkpointing(module) == policy
             _, grad = _step(module, data, use_remove_padding=rmpad)
             worst = max((grad[k] - reference[k]).abs().max().item() for k in grad)
             assert worst < 1e-6, (policy, rmpad, worst)
@@ -60,13 +67,14 @@ def test_selective_recomputes_no_matmul_and_full_recomputes_every_layer_matmul(f
     ids = torch.randint(0, model.config.vocab_size, (2, 12))
     counts = {}
     for name, module in (("off", model), ("full", _load(folder, True, "full")),
-                         ("selective", _load(folder, True, "selective"))):
+                         ("selective", _load(folder, True, "selective")),
+                         ("selective-torch", _load(folder, True, "selective-torch"))):
         module.train()
         loss = module(input_ids=ids).logits.float().logsumexp(-1).mean()
         with _CountMatmuls() as backward:
             loss.backward()
         counts[name] = backward.count
-    assert counts["selective"] == counts["off"]
+    assert counts["selective"] == counts["selective-torch"] == counts["off"]
     # each layer's forward again, up to the last tensor backward needs (torch stops recomputing there): here 6 of
     # its 9 matmuls (7 projections, 2 eager-attention bmm)
     assert counts["full"] == counts["off"] + 6 * model.config.num_hidden_layers
@@ -88,10 +96,10 @@ def test_auto_is_selective_on_cpu_and_full_on_gpu(monkeypatch):
 
 def test_the_loader_applies_the_policy(folder, monkeypatch):
     monkeypatch.setattr(device, "is_cuda_available", lambda: False)
-    for policy, selective in (("auto", True), ("selective", True), ("full", False)):
-        module = _load(folder, True, policy)
-        layer_fn = module.model.layers[0]._gradient_checkpointing_func
-        assert ("context_fn" in layer_fn.keywords) is selective, policy
+    for policy, applied in (("auto", "selective"), ("selective", "selective"), ("full", "full"),
+                            ("selective-torch", "selective-torch")):
+        assert applied_checkpointing(_load(folder, True, policy)) == applied, policy
+    assert applied_checkpointing(_load(folder, False, "full")) == "off"
 
 
 def test_the_critic_loader_applies_its_policy(folder, monkeypatch):
@@ -99,8 +107,7 @@ def test_the_critic_loader_applies_its_policy(folder, monkeypatch):
     from verl.trainer.config.critic import CriticModelConfig
 
     monkeypatch.setattr(device, "is_cuda_available", lambda: False)
-    for policy, selective in (("auto", True), ("full", False)):
+    for policy in ("auto", "full"):
         cfg = CriticModelConfig(path=str(folder), gradient_checkpointing_policy=policy)
         module = load_causal_lm(cfg, "critic.model", value_head=True)[0]
-        layer_fn = module.model.layers[0]._gradient_checkpointing_func
-        assert ("context_fn" in layer_fn.keywords) is selective, policy
+        assert applied_checkpointing(module) == ("selective" if policy == "auto" else "full"), policy

@@ -180,7 +180,8 @@ def test_load_causal_lm_fuses(tmp_path):
     from verl.trainer.config import ModelConfig
 
     tiny_llama().save_pretrained(tmp_path / "tiny")
-    model, _ = load_causal_lm(ModelConfig(path=str(tmp_path / "tiny")), "actor_rollout_ref.model")
+    model, _ = load_causal_lm(ModelConfig(path=str(tmp_path / "tiny"), enable_gradient_checkpointing=False),
+                              "actor_rollout_ref.model")
     norms = [m for m in model.modules() if isinstance(m, modeling_llama.LlamaRMSNorm)]
     assert norms and all(vars(m)["forward"].__func__ is fused_rms_norm for m in norms)
     assert modeling_llama.apply_rotary_pos_emb is fused_apply_rotary_pos_emb

@@ -7,6 +7,11 @@ only the cheap ops between them (norms, rotary, activation function, casts, resi
 twice, and the activations of those cheap ops are freed — a smaller saving than full recompute's. Both give the
 gradients of no checkpointing (the recomputed ops are deterministic; tests/models/test_checkpoint_policy.py).
 
+Selective checkpointing runs in one of two ways. On Llama-formula layers (Llama, Qwen2, SmolLM, ...) with the fused
+norms, autograd functions recompute the SwiGLU product and the normalised input in the backward
+(verl.models.selective_recompute): no Python dispatch per op, and about a third of the activations freed. Elsewhere,
+torch's ``create_selective_checkpoint_contexts`` with a policy that keeps the matmul and attention outputs.
+
 ``auto`` (the default of ``gradient_checkpointing_policy``) picks by device. On a GPU memory is the scarce resource,
 so it keeps upstream's full recompute. On a CPU the activations live in host RAM (a 135M model's selective
 activations are a few hundred MB) and the matmul FLOPs are what a step waits for, so it is selective.
@@ -19,9 +24,15 @@ import functools
 import torch
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
+from verl.models.selective_recompute import (
+    disable_selective_recompute,
+    enable_selective_recompute,
+    selective_recompute_enabled,
+)
 from verl.utils import device
 
-__all__ = ["resolve_checkpointing_policy", "checkpointing_kwargs"]
+__all__ = ["resolve_checkpointing_policy", "checkpointing_kwargs", "apply_gradient_checkpointing",
+           "applied_checkpointing"]
 
 _POLICIES = ("full", "selective")
 
@@ -64,3 +75,32 @@ def checkpointing_kwargs(policy: str) -> dict:
     if resolved == "selective":
         kwargs["context_fn"] = _selective_contexts
     return kwargs
+
+
+def apply_gradient_checkpointing(module: torch.nn.Module, policy: str | None) -> str:
+    """Switch a loaded HF model to ``policy`` (None: no checkpointing), undoing any earlier setting first.
+
+    Returns what runs: ``off``, ``full``, ``selective`` (the recompute functions) or ``selective-torch`` (torch's
+    selective-checkpointing mode, for layers the functions do not cover).
+    """
+    disable_selective_recompute(module)
+    if getattr(module, "is_gradient_checkpointing", False):
+        module.gradient_checkpointing_disable()
+    if policy is None:
+        return "off"
+    resolved, _ = resolve_checkpointing_policy(policy)
+    if resolved == "selective" and enable_selective_recompute(module):
+        return "selective"
+    module.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing_kwargs(resolved))
+    return "full" if resolved == "full" else "selective-torch"
+
+
+def applied_checkpointing(module: torch.nn.Module) -> str:
+    """What apply_gradient_checkpointing left ``module`` running: off, full, selective or selective-torch."""
+    if selective_recompute_enabled(module):
+        return "selective"
+    if not getattr(module, "is_gradient_checkpointing", False):
+        return "off"
+    layer = next((m for m in module.modules() if hasattr(m, "_gradient_checkpointing_func")), None)
+    keywords = getattr(getattr(layer, "_gradient_checkpointing_func", None), "keywords", {})
+    return "selective-torch" if "context_fn" in keywords else "full"

@@ -26,9 +26,28 @@ import types
 
 import torch
 
-__all__ = ["fuse_norm_and_rope", "fused_rms_norm", "fused_apply_rotary_pos_emb"]
+__all__ = ["fuse_norm_and_rope", "fused_rms_norm", "fused_rms_norm_recompute", "fused_apply_rotary_pos_emb"]
 
 logger = logging.getLogger(__name__)
+
+
+def _normalise(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    xf = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return xf * rstd, rstd
+
+
+def _rms_norm_backward(ctx, grad: torch.Tensor, xhat: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor):
+    grad_weight = None
+    if ctx.needs_input_grad[1]:
+        grad_weight = (grad * xhat).reshape(-1, xhat.shape[-1]).sum(0).to(weight.dtype)
+    if not ctx.needs_input_grad[0]:
+        return None, grad_weight, None
+    grad_xhat = (grad * weight).to(xhat.dtype)
+    # d xhat_i / d x_j = rstd * (delta_ij - xhat_i * xhat_j / H)
+    mean_dot = torch.linalg.vecdot(grad_xhat, xhat, dim=-1).unsqueeze(-1).mul_(1.0 / xhat.shape[-1])
+    grad_x = torch.addcmul(grad_xhat, xhat, mean_dot, value=-1.0).mul_(rstd)
+    return grad_x.to(ctx.input_dtype), grad_weight, None
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -39,9 +58,7 @@ class _RMSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        xf = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
-        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-        xhat = xf * rstd
+        xhat, rstd = _normalise(x, eps)
         ctx.save_for_backward(xhat, weight, rstd)
         ctx.input_dtype = x.dtype
         return weight * xhat.to(x.dtype)
@@ -50,21 +67,36 @@ class _RMSNorm(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
         xhat, weight, rstd = ctx.saved_tensors
-        grad_weight = None
-        if ctx.needs_input_grad[1]:
-            grad_weight = (grad * xhat).reshape(-1, xhat.shape[-1]).sum(0).to(weight.dtype)
-        if not ctx.needs_input_grad[0]:
-            return None, grad_weight, None
-        grad_xhat = (grad * weight).to(xhat.dtype)
-        # d xhat_i / d x_j = rstd * (delta_ij - xhat_i * xhat_j / H)
-        mean_dot = torch.linalg.vecdot(grad_xhat, xhat, dim=-1).unsqueeze(-1).mul_(1.0 / xhat.shape[-1])
-        grad_x = torch.addcmul(grad_xhat, xhat, mean_dot, value=-1.0).mul_(rstd)
-        return grad_x.to(ctx.input_dtype), grad_weight, None
+        return _rms_norm_backward(ctx, grad, xhat, weight, rstd)
+
+
+class _RMSNormRecompute(torch.autograd.Function):
+    """_RMSNorm that keeps the input instead of the float32 normalised input and recomputes x̂ = x * rstd in the
+    backward (one pass, bitwise the forward's x̂): a bf16 model keeps half the bytes per norm. Selective
+    checkpointing's norm (verl.models.selective_recompute)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        xhat, rstd = _normalise(x, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        ctx.input_dtype = x.dtype
+        return weight * xhat.to(x.dtype)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+        x, weight, rstd = ctx.saved_tensors
+        return _rms_norm_backward(ctx, grad, x.to(rstd.dtype) * rstd, weight, rstd)
 
 
 def fused_rms_norm(module: torch.nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
     """A Llama-style RMSNorm module's forward (``weight``, ``variance_epsilon``) through the fused function."""
     return _RMSNorm.apply(hidden_states, module.weight, module.variance_epsilon)
+
+
+def fused_rms_norm_recompute(module: torch.nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+    """fused_rms_norm keeping the input rather than the normalised input (same forward and gradients)."""
+    return _RMSNormRecompute.apply(hidden_states, module.weight, module.variance_epsilon)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inverse: bool) -> torch.Tensor:
@@ -160,7 +192,7 @@ def fuse_norm_and_rope(model: torch.nn.Module) -> dict[str, int]:
         if _is_llama_rms_norm(module):
             if "forward" not in vars(module):  # an instance forward someone else set stays
                 module.forward = types.MethodType(fused_rms_norm, module)
-            norms += getattr(vars(module)["forward"], "__func__", None) is fused_rms_norm
+            norms += getattr(vars(module)["forward"], "__func__", None) in (fused_rms_norm, fused_rms_norm_recompute)
         modeling = sys.modules.get(type(module).__module__)
         if modeling is not None and modeling.__name__ not in seen:
             seen.add(modeling.__name__)

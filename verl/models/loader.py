@@ -75,9 +75,8 @@ def load_causal_lm(model: Any, key: str, dtype: torch.dtype = torch.float32, val
 
     fuse_norm_and_rope(module)  # same forward, fewer passes in the backward; VERL_FUSED_NORM_ROPE=0 turns it off
     if model.enable_gradient_checkpointing:
-        from verl.models.checkpoint_policy import checkpointing_kwargs
+        from verl.models.checkpoint_policy import apply_gradient_checkpointing
 
-        kwargs = checkpointing_kwargs(model.gradient_checkpointing_policy)
-        module.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        apply_gradient_checkpointing(module, model.gradient_checkpointing_policy)
     module.config.use_cache = False
     return module, path
