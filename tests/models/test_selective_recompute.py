@@ -206,3 +206,26 @@ def test_the_swiglu_backward_matches_autograd_in_bf16():
         grads.append((g.grad, u.grad, down.weight.grad))
     for a, b in zip(*grads, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("targets, applied", [(["q_proj", "v_proj"], "selective"),
+                                              ("all-linear", "selective-torch")])
+def test_lora_keeps_selective_checkpointing(targets, applied):
+    from verl.models.checkpoint_policy import applied_checkpointing
+    from verl.models.lora import add_lora
+
+    model = _fused_llama()
+    reference = add_lora(copy.deepcopy(model), rank=4, alpha=8, target_modules=targets)
+    assert apply_gradient_checkpointing(model, "selective") == "selective"
+    wrapped = add_lora(model, rank=4, alpha=8, target_modules=targets)
+    wrapped.load_state_dict(reference.state_dict())  # the same adapter weights
+    assert applied_checkpointing(wrapped.get_base_model()) == applied
+    ids = torch.randint(0, model.config.vocab_size, (2, 9))
+    grads = []
+    for m in (reference, wrapped):
+        m.train()
+        m(input_ids=ids).logits.logsumexp(-1).mean().backward()
+        grads.append({n: p.grad for n, p in m.named_parameters() if p.requires_grad and p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and any("lora_A" in k for k in grads[0])
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-5, atol=1e-7, msg=name)

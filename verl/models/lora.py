@@ -64,10 +64,21 @@ def add_lora(module: torch.nn.Module, rank: int, alpha: float, target_modules: s
                         exclude_modules=_normalise_targets(exclude_modules, f"{key}.exclude_modules"),
                         modules_to_save=modules_to_save, lora_dropout=0.0, bias="none")
     try:
-        return get_peft_model(module, config)
+        wrapped = get_peft_model(module, config)
     except ValueError as err:  # peft: "Target modules {...} not found in the base model"
         raise ValueError(f"{key}.target_modules={target_modules!r} / {key}.exclude_modules={exclude_modules!r} "
                          f"select no layer LoRA can adapt in {type(module).__name__}: {err}") from err
+    _keep_selective_checkpointing(wrapped.get_base_model())
+    return wrapped
+
+
+def _keep_selective_checkpointing(module: torch.nn.Module) -> None:
+    """The recompute functions of selective checkpointing fuse a plain down_proj; with an adapter there, the same
+    policy runs as torch's selective-checkpointing mode instead (verl.models.checkpoint_policy)."""
+    from verl.models.checkpoint_policy import applied_checkpointing, apply_gradient_checkpointing
+
+    if applied_checkpointing(module) == "selective":
+        apply_gradient_checkpointing(module, "selective")
 
 
 def _refuse_tied_head(module: torch.nn.Module, targets: str | list[str] | None, key: str) -> None:

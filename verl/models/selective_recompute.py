@@ -13,14 +13,15 @@ places where a Llama layer keeps the most bytes of cheap ops, this module recomp
 
 The forward and every gradient are bitwise those of the layers without it (the same ops on the same values;
 tests/models/test_selective_recompute.py). What it does not free, unlike torch's mode: the norm outputs the
-projections keep and the attention's rotated q/k and output copies. On SmolLM2-135M the activations kept per token
+projections keep and the attention's float32 q/k/v copies. On SmolLM2-135M the activations kept per token
 and layer fall by about a third against no checkpointing (torch's mode: about half; full recompute: all but the
 layer input). docs/performance.md has the measured time and memory.
 
 ``enable_selective_recompute(model)`` switches a loaded model over where its MLPs are Llama's formula (bytecode
-compared with transformers' ``LlamaMLP.forward``, SiLU activation) and its norms are the fused ones; it returns False
-and changes nothing otherwise, and the caller falls back to torch's mode. A projection that is not a plain
-``nn.Linear`` at call time (a LoRA adapter wrapped after loading) runs the module's own forward.
+compared with transformers' ``LlamaMLP.forward``, SiLU activation), its ``down_proj`` is a plain ``nn.Linear`` and
+its norms are the fused ones; it returns False and changes nothing otherwise, and the caller falls back to torch's mode. LoRA adapters
+are added after loading: verl.models.lora applies the policy again then, so an adapter on ``down_proj`` moves the model
+to torch's mode. One added by other code later makes the MLP run its own forward (no recompute there).
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ def enable_selective_recompute(model: torch.nn.Module) -> bool:
     if not mlps or not norms or any("forward" in vars(m) and _instance_forward(m) is not _recompute_mlp_forward
                                     for m in mlps):
         return False  # no Llama MLP, or someone else's instance forward, which stays
+    if any(type(m.down_proj) is not torch.nn.Linear for m in mlps):
+        return False  # an adapter on down_proj: the function would run its own forward and keep the whole MLP
     if any(type(m).__name__.endswith("RMSNorm") and id(m) not in fused for m in model.modules()):
         return False  # an unfused norm (VERL_FUSED_NORM_ROPE=0, another formula) keeps its float32 intermediates
     for mlp in mlps:
