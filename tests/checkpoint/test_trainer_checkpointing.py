@@ -167,6 +167,27 @@ def test_resume_modes(tmp_path):
         make_trainer(root, resume_mode="resume_path").fit()
 
 
+def test_the_report_shows_a_fresh_run_only_and_a_resumed_run_whole(tmp_path):
+    from verl.trainer.tracking import Tracking
+
+    root, logs = str(tmp_path / "run"), str(tmp_path / "report")
+
+    def fit(**keys):
+        trainer = make_trainer(root, **keys)
+        trainer.tracker = Tracking("p", "e", default_backend=["file"], log_dir=logs)
+        step = trainer.train_step
+        trainer.train_step = lambda batch: {**step(batch), "x": 1.0}  # something to log
+        trainer.fit()
+        trainer.tracker.finish()
+        return [json.loads(line)["step"] for line in open(os.path.join(logs, "metrics.jsonl"))]
+
+    assert fit(total_steps=4, save_freq=2) == [1, 2, 3, 4]
+    assert fit(total_steps=6, save_freq=2) == [1, 2, 3, 4, 5, 6]  # resumed at 4: the same file goes on
+    assert fit(total_steps=2, save_freq=2, resume_mode="disable") == [1, 2]  # from scratch: its own steps only
+    (aside,) = [f for f in os.listdir(logs) if f.startswith("metrics.before-")]
+    assert [json.loads(line)["step"] for line in open(os.path.join(logs, aside))] == [1, 2, 3, 4, 5, 6]
+
+
 def test_nothing_left_to_train_runs_no_step(tmp_path):
     root = str(tmp_path / "run")
     make_trainer(root, total_steps=3).fit()

@@ -72,6 +72,36 @@ def test_jsonl_round_trip(tmp_path):
     ]
 
 
+def _steps(path) -> list[int]:
+    return [json.loads(line)["step"] for line in open(path)]
+
+
+def test_a_run_from_scratch_sets_the_earlier_run_aside_and_a_resumed_one_continues(tmp_path, capsys):
+    earlier = Tracking("proj", "exp", default_backend=["file"], log_dir=str(tmp_path))
+    for step in range(1, 6):
+        earlier.log({"x": float(step)}, step=step)
+    earlier.log_generations([("q", "a", 1.0)], step=5)
+    earlier.finish()
+
+    resumed = Tracking("proj", "exp", default_backend=["file"], log_dir=str(tmp_path))
+    resumed.start_run(3)  # from global_step_3: the same file goes on (the report merges repeated steps)
+    resumed.log({"x": 4.5}, step=4)
+    resumed.finish()
+    assert _steps(tmp_path / "metrics.jsonl") == [1, 2, 3, 4, 5, 4]
+    assert not glob.glob(str(tmp_path / "*.before-*"))
+
+    fresh = Tracking("proj", "exp", default_backend=["console", "file"], log_dir=str(tmp_path))
+    fresh.start_run(0)
+    fresh.log({"x": 9.0}, step=1)
+    fresh.finish()
+    assert _steps(tmp_path / "metrics.jsonl") == [1]  # this run's steps only
+    (aside,) = glob.glob(str(tmp_path / "metrics.before-*.jsonl"))
+    assert _steps(aside) == [1, 2, 3, 4, 5, 4]  # nothing lost
+    assert glob.glob(str(tmp_path / "val_generations.before-*.jsonl"))
+    assert not (tmp_path / "val_generations.jsonl").exists()
+    assert "moved to metrics.before-" in capsys.readouterr().out
+
+
 def test_file_and_jsonl_are_one_backend(tmp_path):
     tracker = Tracking("proj", "exp", default_backend=["jsonl", "file", "jsonl"], log_dir=str(tmp_path))
     tracker.log({"x": 1.0}, step=1)

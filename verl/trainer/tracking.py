@@ -21,6 +21,7 @@ import math
 import numbers
 import os
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -140,6 +141,31 @@ class _JsonlBackend:
         record = {"step": step, **{k: _as_scalar(v) for k, v in data.items()}}
         self._fh.write(json.dumps(record, default=str) + "\n")
 
+    def start_run(self, step: int) -> list[str]:
+        """A run that starts from scratch (``step`` 0) in a folder where an earlier run logged sets that run's lines
+        aside, renamed with the time, so the report shows this run only; a resumed run (``step`` > 0) continues the
+        file. Returns the names the earlier files were moved to."""
+        if step > 0:
+            return []
+        folder = os.path.dirname(os.path.abspath(self.path))
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        moved = []
+        for path in (self.path, os.path.join(folder, GENERATIONS_FILE)):
+            if not os.path.exists(path) or os.path.getsize(path) == 0:
+                continue
+            stem, ext = os.path.splitext(path)
+            aside = f"{stem}.before-{stamp}{ext}"
+            if path == self.path:
+                self._fh.close()
+            os.replace(path, aside)
+            if path == self.path:
+                self._fh = open(path, "a", buffering=1, encoding="utf-8")
+            moved.append(aside)
+        if moved:
+            print(f"[report] this run starts at step 0; the earlier run's lines in {folder} were moved to "
+                  f"{', '.join(os.path.basename(m) for m in moved)}", flush=True)
+        return moved
+
     def log_generations(self, samples: list[tuple[str, str, float]], step: int) -> None:
         path = os.path.join(os.path.dirname(os.path.abspath(self.path)), GENERATIONS_FILE)
         with open(path, "a", encoding="utf-8") as f:
@@ -207,6 +233,13 @@ class Tracking:
         if name == "swanlab":
             return SwanlabBackend(self.project_name, self.experiment_name, config, self.log_dir)
         raise AssertionError(f"backend {name!r} passed validation but has no constructor")
+
+    def start_run(self, step: int) -> None:
+        """Tell the backends the first step this run will log (0 from scratch, N when resumed), once, before it."""
+        for backend in self.logger.values():
+            start = getattr(backend, "start_run", None)
+            if callable(start):
+                start(step)
 
     def log(self, data: Mapping[str, Any], step: int, backend: str | list[str] | None = None) -> None:
         """Send ``data`` for ``step`` to all backends, or only to ``backend`` (a name or list of names)."""

@@ -179,6 +179,8 @@ class RayPPOTrainer:
 
         trainer = self.config.trainer
         self._load_checkpoint()
+        if self.tracker is not None and hasattr(self.tracker, "start_run"):  # a custom tracker may not have it
+            self.tracker.start_run(self.global_steps)
         if self.validator.enabled and trainer.val_before_train:
             self._log(self._validate(), step=self.global_steps)  # resumed: its step
             if trainer.val_only:

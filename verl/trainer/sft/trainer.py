@@ -222,6 +222,8 @@ class FSDPSFTTrainer:
             if self.rank == 0:
                 print(f"[sft] nothing to do: already at step {self.global_step} of {self.total_steps}", flush=True)
             return metrics
+        if tracker is not None and hasattr(tracker, "start_run"):
+            tracker.start_run(self.global_step)
         progress = TrainingProgress(self.total_steps, initial=self.global_step) if self.rank == 0 else None
         while self.global_step < self.total_steps:
             self.train_sampler.set_epoch(self.epoch)
