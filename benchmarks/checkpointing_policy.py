@@ -1,16 +1,20 @@
-"""Gradient checkpointing off / selective / full, interleaved on one actor so each sees the same machine:
+"""Gradient checkpointing off / selective / selective-torch / full, interleaved on one actor so each sees the same
+machine:
 
     python benchmarks/checkpointing_policy.py [--rounds 3]
 
-The actor, batch and dtype are throughput.py's defaults (32 responses of 8-256 tokens, the run's dtype, remove
-padding + dynamic bsz, one optimizer step, lr 1e-7 so the weights barely move). One module is built; before each
-update it is switched with HF's gradient_checkpointing_enable/disable to the next policy, round after round. Separate
-processes, as throughput.py runs them, drift apart by 10-20% on a shared 2-core box; here every round times all
-three within a minute. Peak memory per policy is throughput.py's (peak RSS needs a fresh process each).
+`selective` is what the default runs on a CPU for this model (the recompute functions of
+verl/models/selective_recompute.py); `selective-torch` is the same policy through torch's selective-checkpointing
+mode, which other models get. The actor, batch and dtype are throughput.py's defaults (32 responses of 8-256 tokens,
+the run's dtype, remove padding + dynamic bsz, one optimizer step, lr 1e-7 so the weights barely move). One module is
+built; before each update it is switched to the next policy (verl.models.checkpoint_policy), round after round.
+Separate processes, as throughput.py runs them, drift apart by 10-20% on a shared 2-core box; here every round times
+all four within about a minute. Peak memory per policy is throughput.py's (peak RSS needs a fresh process each);
+bytes kept for backward are benchmarks/saved_activations.py's.
 
 Prints per update `<policy> <seconds>`, then per policy the best and median, its MFU (model FLOPs of the real
-tokens over the best time and the matmul peak measured before and after), and `selective_over_full` /
-`selective_over_off` (best over best) last.
+tokens over the best time and the matmul peak measured before and after), and `selective_torch_over_off`,
+`selective_over_full` and `selective_over_off` (best over best) last.
 """
 
 from __future__ import annotations
