@@ -19,9 +19,10 @@ layer input). docs/performance.md has the measured time and memory.
 
 ``enable_selective_recompute(model)`` switches a loaded model over where its MLPs are Llama's formula (bytecode
 compared with transformers' ``LlamaMLP.forward``, SiLU activation), its ``down_proj`` is a plain ``nn.Linear`` and
-its norms are the fused ones; it returns False and changes nothing otherwise, and the caller falls back to torch's mode. LoRA adapters
-are added after loading: verl.models.lora applies the policy again then, so an adapter on ``down_proj`` moves the model
-to torch's mode. One added by other code later makes the MLP run its own forward (no recompute there).
+its norms are the fused ones; it returns False and changes nothing otherwise, and the caller falls back to torch's
+mode. LoRA adapters are added after loading: verl.models.lora applies the policy again then, so an adapter on
+``down_proj`` moves the model to torch's mode. One added by other code later makes the MLP run its own forward (no
+recompute there).
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def _instance_forward(module: torch.nn.Module):
 def enable_selective_recompute(model: torch.nn.Module) -> bool:
     """Switch every Llama-formula MLP and fused RMSNorm of ``model`` to recompute in the backward (idempotent).
 
-    True when the model has such MLPs and every norm is a fused one; otherwise nothing is changed and False returned.
+    True when the model has such MLPs, each with a plain ``nn.Linear`` down_proj, and every RMSNorm is a fused one;
+    otherwise nothing is changed and False is returned.
     """
     mlps = [m for m in model.modules() if _is_llama_mlp(m)]
     norms = [m for m in model.modules() if _instance_forward(m) in (fused_rms_norm, fused_rms_norm_recompute)]
