@@ -14,7 +14,7 @@ from tests.helpers.tiny_model import tiny_llama
 from tests.workers.actor.test_dp_actor import training_batch
 from tests.workers.actor.test_memory_knobs import _step
 from verl.models.checkpoint_policy import apply_gradient_checkpointing
-from verl.models.fused_norm_rope import _RMSNorm, _RMSNormRecompute, fuse_norm_and_rope
+from verl.models.fused_norm_rope import _RMSNorm, fuse_norm_and_rope
 from verl.models.selective_recompute import (
     _recompute_mlp_forward,
     _SwiGLUDown,
@@ -80,9 +80,9 @@ def test_the_recompute_norm_matches_the_fused_norm_bitwise():
     x = torch.randn(4, 7, 16, dtype=torch.bfloat16)
     weight = torch.rand(16, dtype=torch.bfloat16) + 0.5
     outs = []
-    for fn in (_RMSNorm, _RMSNormRecompute):
+    for keep_input in (False, True):
         xi, wi = x.clone().requires_grad_(), weight.clone().requires_grad_()
-        out = fn.apply(xi, wi, 1e-6)
+        out = _RMSNorm.apply(xi, wi, 1e-6, keep_input)
         (out.float() * torch.linspace(-1, 1, 16)).sum().backward()
         outs.append((out, xi.grad, wi.grad))
     for a, b in zip(*outs, strict=True):

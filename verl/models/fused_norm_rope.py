@@ -31,62 +31,40 @@ __all__ = ["fuse_norm_and_rope", "fused_rms_norm", "fused_rms_norm_recompute", "
 logger = logging.getLogger(__name__)
 
 
-def _normalise(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    xf = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
-    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return xf * rstd, rstd
-
-
-def _rms_norm_backward(ctx, grad: torch.Tensor, xhat: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor):
-    grad_weight = None
-    if ctx.needs_input_grad[1]:
-        grad_weight = (grad * xhat).reshape(-1, xhat.shape[-1]).sum(0).to(weight.dtype)
-    if not ctx.needs_input_grad[0]:
-        return None, grad_weight, None
-    grad_xhat = (grad * weight).to(xhat.dtype)
-    # d xhat_i / d x_j = rstd * (delta_ij - xhat_i * xhat_j / H)
-    mean_dot = torch.linalg.vecdot(grad_xhat, xhat, dim=-1).unsqueeze(-1).mul_(1.0 / xhat.shape[-1])
-    grad_x = torch.addcmul(grad_xhat, xhat, mean_dot, value=-1.0).mul_(rstd)
-    return grad_x.to(ctx.input_dtype), grad_weight, None
-
-
 class _RMSNorm(torch.autograd.Function):
     """weight * (x * rsqrt(mean(x^2) + eps)) with the normalisation in float32, as HF's LlamaRMSNorm.
 
     float64 stays float64 (HF rounds it through float32): a float64 model is asking for the precision.
+    ``keep_input``: keep x rather than the float32 x̂ and recompute x̂ = x * rstd in the backward (one pass, bitwise the
+    forward's x̂), so a bf16 model keeps half the bytes per norm: selective checkpointing's norm
+    (verl.models.selective_recompute).
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        xhat, rstd = _normalise(x, eps)
-        ctx.save_for_backward(xhat, weight, rstd)
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float, keep_input: bool = False) -> torch.Tensor:
+        xf = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        xhat = xf * rstd
+        ctx.save_for_backward(x if keep_input else xhat, weight, rstd)
+        ctx.keep_input = keep_input
         ctx.input_dtype = x.dtype
         return weight * xhat.to(x.dtype)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
-        xhat, weight, rstd = ctx.saved_tensors
-        return _rms_norm_backward(ctx, grad, xhat, weight, rstd)
-
-
-class _RMSNormRecompute(torch.autograd.Function):
-    """_RMSNorm that keeps the input instead of the float32 normalised input and recomputes x̂ = x * rstd in the
-    backward (one pass, bitwise the forward's x̂): a bf16 model keeps half the bytes per norm. Selective
-    checkpointing's norm (verl.models.selective_recompute)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        xhat, rstd = _normalise(x, eps)
-        ctx.save_for_backward(x, weight, rstd)
-        ctx.input_dtype = x.dtype
-        return weight * xhat.to(x.dtype)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
-        x, weight, rstd = ctx.saved_tensors
-        return _rms_norm_backward(ctx, grad, x.to(rstd.dtype) * rstd, weight, rstd)
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None]:
+        kept, weight, rstd = ctx.saved_tensors
+        xhat = kept.to(rstd.dtype) * rstd if ctx.keep_input else kept
+        grad_weight = None
+        if ctx.needs_input_grad[1]:
+            grad_weight = (grad * xhat).reshape(-1, xhat.shape[-1]).sum(0).to(weight.dtype)
+        if not ctx.needs_input_grad[0]:
+            return None, grad_weight, None, None
+        grad_xhat = (grad * weight).to(xhat.dtype)
+        # d xhat_i / d x_j = rstd * (delta_ij - xhat_i * xhat_j / H)
+        mean_dot = torch.linalg.vecdot(grad_xhat, xhat, dim=-1).unsqueeze(-1).mul_(1.0 / xhat.shape[-1])
+        grad_x = torch.addcmul(grad_xhat, xhat, mean_dot, value=-1.0).mul_(rstd)
+        return grad_x.to(ctx.input_dtype), grad_weight, None, None
 
 
 def fused_rms_norm(module: torch.nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -96,7 +74,7 @@ def fused_rms_norm(module: torch.nn.Module, hidden_states: torch.Tensor) -> torc
 
 def fused_rms_norm_recompute(module: torch.nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
     """fused_rms_norm keeping the input rather than the normalised input (same forward and gradients)."""
-    return _RMSNormRecompute.apply(hidden_states, module.weight, module.variance_epsilon)
+    return _RMSNorm.apply(hidden_states, module.weight, module.variance_epsilon, True)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inverse: bool) -> torch.Tensor:
