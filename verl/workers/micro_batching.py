@@ -26,6 +26,7 @@ from verl.workers.fsdp_utils import drop_unreduced_gradients, fsdp_modules, rest
 __all__ = [
     "GradientAccumulation",
     "forwards_context",
+    "resharded_after",
     "NonFiniteLossError",
     "stop_on_nonfinite_loss",
     "clipped_optimizer_step",
@@ -184,8 +185,28 @@ def holds_unsharded_on_host(module: torch.nn.Module, num_micro_batches: int) -> 
 
 
 def forwards_context(module: torch.nn.Module, num_micro_batches: int) -> contextlib.AbstractContextManager:
-    """Around no-grad forwards over micro-batches (log-probs, values): the weights gathered once on CPU."""
-    return unsharded(module) if holds_unsharded_on_host(module, num_micro_batches) else contextlib.nullcontext()
+    """Around no-grad forwards over micro-batches (log-probs, values): the weights gathered once on CPU; elsewhere
+    every unit is resharded when the stretch ends (``resharded_after``)."""
+    if holds_unsharded_on_host(module, num_micro_batches):
+        return unsharded(module)
+    return resharded_after(module)
+
+
+@contextlib.contextmanager
+def resharded_after(module: torch.nn.Module):
+    """Reshard every FSDP2 unit of ``module`` when the block ends, however it ends.
+
+    The root unit keeps its weights gathered from forward to backward (``apply_fsdp2``: the LM head is the first
+    thing backward needs). A no-grad forward has no backward, so without this the root would stay unsharded after
+    a log-prob or value pass: the full embeddings and LM head held on every rank until the next backward, and for
+    a frozen reference policy for the rest of the run, with ``named_parameters()`` showing plain tensors instead
+    of the DTensor shards. The decoder layers reshard after each forward themselves; ``reshard`` on a sharded unit
+    is a no-op."""
+    try:
+        yield
+    finally:
+        for unit in fsdp_modules(module):
+            unit.reshard()
 
 
 def clipped_optimizer_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float | None,
