@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -28,7 +29,9 @@ __all__ = [
     "forwards_context",
     "resharded_after",
     "NonFiniteLossError",
-    "stop_on_nonfinite_loss",
+    "stop_on_nonfinite_losses",
+    "metric_floats",
+    "metric_value",
     "clipped_optimizer_step",
     "make_micro_batches",
     "restore_order",
@@ -124,15 +127,45 @@ def any_rank(flag: bool) -> bool:
     return bool(t.item())
 
 
-def stop_on_nonfinite_loss(loss: torch.Tensor, optimizer: torch.optim.Optimizer, role: str, where: str,
-                           detail: dict) -> None:
-    """Raise NonFiniteLossError (grads zeroed, no step) when ``loss`` is NaN/inf on this or any other rank."""
-    bad_here = not bool(torch.isfinite(loss).item())
-    if any_rank(bad_here):  # unanimous, or the healthy ranks would wait forever in backward
+def stop_on_nonfinite_losses(losses: list[torch.Tensor], optimizer: torch.optim.Optimizer, role: str,
+                             where: Callable[[int], str], details: list[dict]) -> None:
+    """Raise NonFiniteLossError (grads zeroed, no step) when any of one optimizer step's micro-batch ``losses`` is
+    NaN/inf on this or any other rank; the message names the first such micro-batch (``where(i)``, ``details[i]``).
+
+    Checked once per optimizer step rather than before each backward: one host sync per step instead of one per
+    micro-batch (on a GPU each sync stalls the queue of kernels). A NaN loss's backward only fills gradients that
+    are then dropped here (and GradientAccumulation drops unreduced ones), so no step ever sees them."""
+    if not losses:
+        return
+    finite = torch.isfinite(torch.stack([loss.detach().float().reshape(()) for loss in losses])).tolist()
+    first_bad = next((i for i, ok in enumerate(finite) if not ok), None)
+    if any_rank(first_bad is not None):  # unanimous, or the healthy ranks would step alone
         optimizer.zero_grad()
-        what = f"loss={loss.item()} ({detail})" if bad_here else "on another rank"
-        raise NonFiniteLossError(f"{role} loss is not finite at {where}: {what}; no optimizer step was taken. "
+        if first_bad is None:
+            what = "on another rank"
+        else:
+            detail = metric_floats([details[first_bad]])[0]
+            what = f"at {where(first_bad)}: loss={losses[first_bad].item()} ({detail})"
+        raise NonFiniteLossError(f"{role} loss is not finite {what}; no optimizer step was taken. "
                                  f"Check the batch (advantages/returns/log-probs) for NaN or lower the learning rate")
+
+
+def metric_value(value):
+    """A metric as the update loop collects it: a tensor stays on its device, detached (read back once per step
+    by ``metric_floats``)."""
+    return value.detach() if isinstance(value, torch.Tensor) else float(value)
+
+
+def metric_floats(records: list[dict]) -> list[dict[str, float]]:
+    """Per-micro-batch metric dicts whose values may be 0-d tensors on the device, as floats, with one host copy
+    for all of them (instead of an ``.item()`` sync per value per micro-batch)."""
+    places = [(i, k) for i, record in enumerate(records) for k, v in record.items() if isinstance(v, torch.Tensor)]
+    out = [{k: float(v) for k, v in record.items() if not isinstance(v, torch.Tensor)} for record in records]
+    if places:
+        values = torch.stack([records[i][k].detach().float().reshape(()) for i, k in places]).tolist()
+        for (i, k), value in zip(places, values):
+            out[i][k] = value
+    return [{k: out[i][k] for k in record} for i, record in enumerate(records)]  # each record's own key order
 
 
 class GradientAccumulation(contextlib.AbstractContextManager):

@@ -23,14 +23,16 @@ from verl.workers.micro_batching import (
     clipped_optimizer_step,
     loss_share,
     make_micro_batches,
+    metric_floats,
     module_device,
-    stop_on_nonfinite_loss,
+    stop_on_nonfinite_losses,
 )
 from verl.workers.nonfinite_grads import NonFiniteGradStreak
 
 __all__ = ["MicroLoss", "enumerate_mini_batches", "ppo_update"]
 
-# (micro-batch on the module's device) -> (the micro-batch's loss under loss_agg_mode, its metrics)
+# (micro-batch on the module's device) -> (the micro-batch's loss under loss_agg_mode, its metrics: floats or 0-d
+# tensors, read back once per optimizer step)
 MicroLoss = Callable[[TensorDict], tuple[torch.Tensor, dict[str, float]]]
 
 
@@ -69,18 +71,23 @@ def ppo_update(config: Any, role: str, module: torch.nn.Module, optimizer: torch
                                               config.use_dynamic_bsz, config.ppo_max_token_len_per_gpu, what)
         mini_mask = mini_batch.batch["response_mask"]
         optimizer.zero_grad()
+        losses, records, logged = [], [], []
         with GradientAccumulation(module, len(micro_batches)) as accumulation:
             for micro_idx, micro_batch in enumerate(micro_batches):
-                micro_batch = micro_batch.to(device)
+                # the share from the host's masks, before the copy: no device sync
                 share = loss_share(micro_batch["response_mask"], mini_mask, config.loss_agg_mode)
-                micro_loss_value, micro_metrics = micro_loss(micro_batch)
+                micro_loss_value, micro_metrics = micro_loss(micro_batch.to(device))
                 loss = micro_loss_value * share
-                stop_on_nonfinite_loss(loss, optimizer, role,
-                                       f"epoch {epoch}, mini-batch {mini_idx}, micro-batch {micro_idx}", micro_metrics)
                 accumulation.before_backward(micro_idx)
                 loss.backward()
-                if share > 0:  # a micro-batch without response tokens adds nothing worth logging
-                    append_to_dict(metrics, micro_metrics)
+                losses.append(loss.detach())
+                records.append(micro_metrics)
+                logged.append(share > 0)  # a micro-batch without response tokens adds nothing worth logging
+            stop_on_nonfinite_losses(losses, optimizer, role,
+                                     lambda i: f"epoch {epoch}, mini-batch {mini_idx}, micro-batch {i}", records)
+        for micro_metrics, keep in zip(metric_floats(records), logged):
+            if keep:
+                append_to_dict(metrics, micro_metrics)
         grad_norm = clipped_optimizer_step(module, optimizer, config.grad_clip, role)
         append_to_dict(metrics, {f"{role}/grad_norm": grad_norm,
                                  f"{role}/grad_norm_nonfinite": 0.0 if math.isfinite(grad_norm) else 1.0})

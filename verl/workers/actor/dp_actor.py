@@ -47,6 +47,7 @@ from verl.workers.micro_batching import (
     NonFiniteLossError,
     forwards_context,
     make_micro_batches,
+    metric_value,
     module_device,
     require_meta,
     restore_order,
@@ -226,21 +227,21 @@ class DataParallelPPOActor(BasePPOActor):
         pg_loss, pg_metrics = loss_fn(old_log_prob=old_log_prob, log_prob=log_prob,
                                       advantages=micro_batch["advantages"], response_mask=response_mask,
                                       loss_agg_mode=loss_agg_mode, config=self.config, **loss_kwargs)
-        metrics = {"actor/pg_loss": pg_loss.detach().item()}
-        metrics.update({k if k.startswith(("actor/", "rollout_corr/")) else f"actor/{k}": _as_float(v)
+        metrics = {"actor/pg_loss": pg_loss.detach()}
+        metrics.update({k if k.startswith(("actor/", "rollout_corr/")) else f"actor/{k}": metric_value(v)
                         for k, v in pg_metrics.items()})
         policy_loss = pg_loss
         if entropy is not None:
             entropy_loss = core_algos.agg_loss(entropy, response_mask, loss_agg_mode)
             policy_loss = policy_loss - entropy_coeff * entropy_loss
-            metrics["actor/entropy"] = entropy_loss.detach().item()
+            metrics["actor/entropy"] = entropy_loss.detach()
         if self.config.use_kl_loss:
             kl_coef = self.config.kl_loss_coef
             kld = core_algos.kl_penalty(logprob=log_prob, ref_logprob=micro_batch["ref_log_prob"],
                                         kl_penalty=self.config.kl_loss_type)
             kl_loss = core_algos.agg_loss(kld, response_mask, loss_agg_mode)
             policy_loss = policy_loss + kl_coef * kl_loss
-            metrics["actor/kl_loss"] = kl_loss.detach().item()
+            metrics["actor/kl_loss"] = kl_loss.detach()
             metrics["actor/kl_coef"] = kl_coef
         return policy_loss, metrics
 
@@ -291,6 +292,3 @@ def _check_temperature(temperature) -> float:
                          f"got {temperature}")
     return temperature
 
-
-def _as_float(value) -> float:
-    return value.detach().item() if isinstance(value, torch.Tensor) else float(value)

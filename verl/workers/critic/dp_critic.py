@@ -27,7 +27,13 @@ from verl.protocol import DataProto
 from verl.utils.torch_masked import masked_mean
 from verl.utils.ulysses import gather_outputs_and_unpad, resolve_ulysses_group, ulysses_sequence_parallel
 from verl.workers.critic.base import BasePPOCritic
-from verl.workers.micro_batching import forwards_context, make_micro_batches, module_device, restore_order
+from verl.workers.micro_batching import (
+    forwards_context,
+    make_micro_batches,
+    metric_value,
+    module_device,
+    restore_order,
+)
 from verl.workers.nonfinite_grads import NonFiniteGradStreak
 from verl.workers.update_loop import ppo_update
 
@@ -143,9 +149,9 @@ class DataParallelPPOCritic(BasePPOCritic):
                 vpreds=vpreds, returns=micro_batch["returns"], values=micro_batch["values"],
                 response_mask=response_mask, cliprange_value=cliprange_value, loss_agg_mode=loss_agg_mode)
             return vf_loss, {
-                "critic/vf_loss": vf_loss.detach().item(),
-                "critic/vf_clipfrac": float(vf_clipfrac),
-                "critic/vpred_mean": masked_mean(vpreds.detach(), response_mask).item(),
+                "critic/vf_loss": vf_loss.detach(),
+                "critic/vf_clipfrac": metric_value(vf_clipfrac),
+                "critic/vpred_mean": masked_mean(vpreds.detach(), response_mask),
             }
 
         seed = self._update_calls
@@ -153,3 +159,4 @@ class DataParallelPPOCritic(BasePPOCritic):
         return ppo_update(self.config, "critic", self.critic_module, self.critic_optimizer,
                           data.select(batch_keys=_FORWARD_KEYS + ["response_mask", "values", "returns"]), micro_loss,
                           seed, self._nonfinite_streak)
+
