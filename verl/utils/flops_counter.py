@@ -13,8 +13,9 @@ is predicted. d_attn = heads x head_dim. Upstream verl's flops_counter charges a
 (12 instead of 6) and the LM head on every token; this counter charges what a causal kernel and the remove-padding
 path actually need, so MFU here is a lower bound of theirs.
 
-The peak is what this device reaches on one large matmul in the compute dtype (``measure_matmul_peak``): on a CPU
-that is the attainable figure for these threads, not a datasheet number. MFU = achieved FLOP/s / that peak.
+The peak is what this device reaches on large matmuls in the compute dtype (``measure_matmul_peak``): on a CPU
+that is the attainable figure for these threads, on a GPU the sustained rate of 8192^2 matmuls after the clocks
+ramp up, not a datasheet number. MFU = achieved FLOP/s / that peak.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["FlopsCounter", "non_embedding_params", "measure_matmul_peak", "mfu"]
+__all__ = ["FlopsCounter", "non_embedding_params", "measure_matmul_peak", "default_probe_size", "mfu"]
 
 _PEAK_CACHE: dict[tuple, float] = {}
 
@@ -80,42 +81,86 @@ def _synchronize(device: torch.device) -> None:
 
 _EMULATED_FLOPS = 5e9  # a 2-core AVX2 box does ~100 GFLOP/s in fp32; 5 only where the dtype is emulated
 
+# On an accelerator one 2048^3 matmul is ~20 us of work, shorter than a launch plus a host sync: timed one by one it
+# read 265 TFLOP/s on an H100 that does ~800. So the probe there is a large matmul, timed in back-to-back runs
+# between device events (no host sync inside a run), after a warm-up long enough for the clocks to ramp up.
+CPU_PROBE_SIZE = 2048
+ACCELERATOR_PROBE_SIZE = 8192
+ACCELERATOR_RUN = 20  # matmuls per timed run
+ACCELERATOR_WARMUP_S = 0.3
+
+
+def default_probe_size(device: torch.device | str) -> int:
+    return CPU_PROBE_SIZE if torch.device(device).type == "cpu" else ACCELERATOR_PROBE_SIZE
+
+
+def _cpu_emulated_rate(size: int, dtype: torch.dtype) -> float | None:
+    """The rate of a quarter-size matmul when it shows the dtype is emulated (bf16 without AVX512-BF16/AMX: ~1
+    GFLOP/s, where full-size probes would take minutes and the small figure is as good as any), else None."""
+    probe = max(64, size // 4)
+    a = torch.randn(probe, probe, dtype=dtype)
+    start = time.perf_counter()
+    torch.matmul(a, a)
+    rate = 2.0 * probe**3 / (time.perf_counter() - start)
+    return rate if rate < _EMULATED_FLOPS else None
+
+
+def _cpu_rate(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        torch.matmul(a, b, out=out)
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * a.size(0) ** 3 / best
+
+
+def _accelerator_rate(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, repeats: int) -> float:
+    """The best of ``repeats`` runs of ACCELERATOR_RUN matmuls timed by device events, after a timed warm-up."""
+    device = a.device
+    start = time.perf_counter()
+    while time.perf_counter() - start < ACCELERATOR_WARMUP_S:  # clocks ramp up under sustained load
+        for _ in range(ACCELERATOR_RUN):
+            torch.matmul(a, b, out=out)
+        _synchronize(device)
+    best = float("inf")
+    for _ in range(max(1, repeats)):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for _ in range(ACCELERATOR_RUN):
+            torch.matmul(a, b, out=out)
+        end.record()
+        end.synchronize()
+        best = min(best, begin.elapsed_time(end) / 1e3 / ACCELERATOR_RUN)
+    return 2.0 * a.size(0) ** 3 / best
+
 
 def measure_matmul_peak(device: torch.device | str | None = None, dtype: torch.dtype = torch.float32,
-                        size: int = 2048, repeats: int = 5, fresh: bool = False) -> float:
-    """FLOP/s of the fastest of ``repeats`` (size x size) @ (size x size) matmuls after one warm-up.
+                        size: int | None = None, repeats: int = 5, fresh: bool = False) -> float:
+    """FLOP/s of (size x size) @ (size x size) matmuls in ``dtype`` on ``device``: the best of ``repeats``.
 
-    Cached per (device, dtype, size, torch threads): measured once per process, e.g. at worker start-up.
-    ``fresh`` measures again (a shared machine's speed drifts over minutes; a benchmark measures next to what it
-    divides) and caches the new figure.
+    ``size`` None: 2048 on a CPU, 8192 on an accelerator (timed in runs between device events after a warm-up; see
+    ACCELERATOR_PROBE_SIZE). Cached per (device, dtype, size, torch threads): measured once per process, e.g. at
+    worker start-up. ``fresh`` measures again (a shared machine's speed drifts over minutes; a benchmark measures
+    next to what it divides) and caches the new figure.
     """
     device = torch.device(device) if device is not None else torch.device("cpu")
+    size = int(size or default_probe_size(device))
     key = (str(device), dtype, size, torch.get_num_threads())
     if fresh:
         _PEAK_CACHE.pop(key, None)
     if key not in _PEAK_CACHE and device.type == "cpu":
-        # an emulated dtype (bf16 without AVX512-BF16/AMX: ~1 GFLOP/s) would spend minutes on full-size matmuls;
-        # a quarter-size probe tells, and at such rates its figure is as good as any
-        probe = max(64, size // 4)
-        a = torch.randn(probe, probe, dtype=dtype)
-        start = time.perf_counter()
-        torch.matmul(a, a)
-        rate = 2.0 * probe**3 / (time.perf_counter() - start)
-        if rate < _EMULATED_FLOPS:
-            _PEAK_CACHE[key] = rate
+        emulated = _cpu_emulated_rate(size, dtype)
+        if emulated is not None:
+            _PEAK_CACHE[key] = emulated
     if key not in _PEAK_CACHE:
         gen = torch.Generator(device="cpu").manual_seed(0)
         a = torch.randn(size, size, generator=gen).to(device=device, dtype=dtype)
         b = torch.randn(size, size, generator=gen).to(device=device, dtype=dtype)
         out = torch.matmul(a, b)
         _synchronize(device)
-        best = float("inf")
-        for _ in range(max(1, repeats)):
-            start = time.perf_counter()
-            torch.matmul(a, b, out=out)
-            _synchronize(device)
-            best = min(best, time.perf_counter() - start)
-        _PEAK_CACHE[key] = 2.0 * size**3 / best
+        timed = _accelerator_rate if device.type == "cuda" else _cpu_rate
+        _PEAK_CACHE[key] = timed(a, b, out, repeats)
+        del a, b, out
     return _PEAK_CACHE[key]
 
 
