@@ -85,7 +85,7 @@ def test_auto_is_selective_on_cpu_and_full_on_gpu(monkeypatch):
     assert checkpoint_policy.resolve_checkpointing_policy("auto")[0] == "selective"
     assert "context_fn" in checkpoint_policy.checkpointing_kwargs("auto")
     monkeypatch.setattr(device, "is_cuda_available", lambda: True)
-    policy, why = checkpoint_policy.resolve_checkpointing_policy("auto")
+    policy, why = checkpoint_policy.resolve_checkpointing_policy("auto")  # no activation estimate: upstream's
     assert policy == "full" and why.startswith("GPU")
     assert checkpoint_policy.checkpointing_kwargs("auto") == {"use_reentrant": False}
     for explicit in ("full", "selective"):  # an explicit value wins on any device
@@ -111,3 +111,27 @@ def test_the_critic_loader_applies_its_policy(folder, monkeypatch):
         cfg = CriticModelConfig(path=str(folder), gradient_checkpointing_policy=policy)
         module = load_causal_lm(cfg, "critic.model", value_head=True)[0]
         assert applied_checkpointing(module) == ("selective" if policy == "auto" else "full"), policy
+
+
+def test_auto_on_gpu_is_selective_when_the_kept_activations_fit_a_quarter_of_the_card(monkeypatch):
+    from types import SimpleNamespace
+
+    card = 80 * 2**30
+    monkeypatch.setattr(device, "is_cuda_available", lambda: True)
+    monkeypatch.setattr(device, "get_device_id", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(total_memory=card))
+    # SmolLM2-135M's shape: per layer and token 8 x 576 + 3 x 1536 = 9216 values, 2 bytes each, 30 layers
+    smol = SimpleNamespace(hidden_size=576, intermediate_size=1536, num_hidden_layers=30)
+    assert checkpoint_policy.selective_activation_bytes(smol, tokens=16384) == 16384 * 30 * 9216 * 2  # 8.4 GiB
+    policy, why = checkpoint_policy.resolve_checkpointing_policy(
+        "auto", checkpoint_policy.selective_activation_bytes(smol, tokens=16384))
+    assert policy == "selective" and "20 GiB" in why
+    # a 7B Llama's shape at the same budget: 16384 x 32 x (8 x 4096 + 3 x 11008) x 2 bytes = 64.5 GiB > 20 GiB
+    big = SimpleNamespace(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32)
+    policy, why = checkpoint_policy.resolve_checkpointing_policy(
+        "auto", checkpoint_policy.selective_activation_bytes(big, tokens=16384))
+    assert policy == "full" and "exceed" in why
+    exactly = int(checkpoint_policy.SELECTIVE_GPU_MEMORY_SHARE * card)  # the boundary belongs to selective
+    assert checkpoint_policy.resolve_checkpointing_policy("auto", exactly)[0] == "selective"
+    assert checkpoint_policy.resolve_checkpointing_policy("auto", exactly + 1)[0] == "full"
+    assert checkpoint_policy.resolve_checkpointing_policy("full", 1) == ("full", "set")  # explicit still wins

@@ -12,14 +12,16 @@ norms, autograd functions recompute the SwiGLU product and the normalised input 
 (verl.models.selective_recompute): no Python dispatch per op, and about a third of the activations freed. Elsewhere,
 torch's ``create_selective_checkpoint_contexts`` with a policy that keeps the matmul and attention outputs.
 
-``auto`` (the default of ``gradient_checkpointing_policy``) picks by device. On a GPU memory is the scarce resource,
-so it keeps upstream's full recompute. On a CPU the activations live in host RAM (a 135M model's selective
+``auto`` (the default of ``gradient_checkpointing_policy``) picks by device. On a GPU memory is the scarcer resource:
+``auto`` is selective when what it keeps for the largest micro-batch fits in a quarter of the card (a 135M-1B model
+at a 16k-token budget), else upstream's full recompute (a 7B model at that budget). On a CPU the activations live in host RAM (a 135M model's selective
 activations are a few hundred MB) and the matmul FLOPs are what a step waits for, so it is selective.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
@@ -31,22 +33,55 @@ from verl.models.selective_recompute import (
 )
 from verl.utils import device
 
-__all__ = ["resolve_checkpointing_policy", "checkpointing_kwargs", "apply_gradient_checkpointing",
+__all__ = ["resolve_checkpointing_policy", "selective_activation_bytes", "checkpointing_kwargs", "apply_gradient_checkpointing",
            "applied_checkpointing"]
 
 _POLICIES = ("full", "selective")
 
 
-def resolve_checkpointing_policy(policy: str) -> tuple[str, str]:
-    """(``full`` | ``selective``, why) for a configured policy; ``auto`` follows the device this process uses."""
+# On a GPU, selective checkpointing is chosen for ``auto`` when the activations it keeps for one micro-batch need at
+# most this share of the card's memory (the rest holds weights, gradients, optimizer state, the rollout's KV cache).
+SELECTIVE_GPU_MEMORY_SHARE = 0.25
+
+
+def selective_activation_bytes(hf_config: Any, tokens: int, bytes_per_element: int = 2) -> int:
+    """An upper estimate of what selective checkpointing keeps for backward over ``tokens`` tokens of one
+    micro-batch: per decoder layer and token, the layer and norm inputs, q/k/v, the attention and projection
+    outputs, the residual sums (about 8 x hidden) and the SwiGLU's gate, up and product (3 x intermediate), in the
+    compute dtype. Full recompute keeps one hidden vector per layer and token instead."""
+    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    hidden = int(text.hidden_size)
+    intermediate = int(getattr(text, "intermediate_size", None) or 4 * hidden)
+    per_token_layer = 8 * hidden + 3 * intermediate
+    return int(tokens) * int(text.num_hidden_layers) * per_token_layer * bytes_per_element
+
+
+def resolve_checkpointing_policy(policy: str, activation_bytes: int | None = None) -> tuple[str, str]:
+    """(``full`` | ``selective``, why) for a configured policy; ``auto`` follows the device this process uses.
+
+    On a GPU ``auto`` is selective when ``activation_bytes`` (``selective_activation_bytes`` of the largest
+    micro-batch) fits in SELECTIVE_GPU_MEMORY_SHARE of the card's memory, else upstream's full recompute; without an
+    estimate it is full."""
     if policy in _POLICIES:
         return policy, "set"
     if policy != "auto":
         raise ValueError(f"gradient_checkpointing_policy={policy!r}: expected auto, full or selective")
     if device.is_cuda_available():
-        return "full", "GPU: memory is scarce, recompute whole layers as upstream does"
+        return _gpu_policy(activation_bytes)
     return ("selective", "CPU: matmul FLOPs are scarce and host memory is not, so matmul and attention outputs are "
             "kept and only the cheap ops between them are recomputed")
+
+
+def _gpu_policy(activation_bytes: int | None) -> tuple[str, str]:
+    if activation_bytes is None:
+        return "full", "GPU, activation size unknown: recompute whole layers as upstream does"
+    card = torch.cuda.get_device_properties(device.get_device_id()).total_memory
+    needed, share = activation_bytes / 2**30, SELECTIVE_GPU_MEMORY_SHARE * card / 2**30
+    if activation_bytes <= SELECTIVE_GPU_MEMORY_SHARE * card:
+        return "selective", (f"GPU: the kept activations of the largest micro-batch (~{needed:.1f} GiB) fit in "
+                             f"{share:.0f} GiB, a quarter of the card, so no matmul is recomputed")
+    return "full", (f"GPU: the kept activations of the largest micro-batch (~{needed:.1f} GiB) exceed {share:.0f} "
+                    "GiB, a quarter of the card, so whole layers are recomputed as upstream does")
 
 
 @functools.cache

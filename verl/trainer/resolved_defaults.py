@@ -15,8 +15,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from verl.models.checkpoint_policy import resolve_checkpointing_policy
-from verl.utils.device import hardware_compute_dtype
+from verl.models.checkpoint_policy import resolve_checkpointing_policy, selective_activation_bytes
+from verl.utils.device import hardware_compute_dtype, is_cuda_available
 
 LOG_PREFIX = "[defaults]"
 
@@ -53,16 +53,45 @@ def remove_padding_line(value: bool, key: str) -> str:
     return f"{key}=false: every row is padded to the micro-batch's longest (upstream's default is true)"
 
 
-def resolve_checkpointing(model: Any, key: str) -> str:
-    """Fill `<key>.gradient_checkpointing_policy` when auto (and checkpointing is on); return the log line."""
+def micro_batch_tokens(section: Any, sequence_length: int) -> int:
+    """The most tokens one training micro-batch of an actor/critic section holds: its token budget with
+    use_dynamic_bsz, else ppo_micro_batch_size_per_gpu rows of the whole sequence length."""
+    if section.use_dynamic_bsz:
+        return int(section.ppo_max_token_len_per_gpu)
+    return int(section.ppo_micro_batch_size_per_gpu or 1) * int(sequence_length)
+
+
+def _activation_bytes(model: Any, key: str, tokens: int | None) -> int | None:
+    """selective_activation_bytes for ``model``'s HF config over ``tokens``; None where no GPU decides on it or
+    the config cannot be read here (the policy is then full, which the log line says)."""
+    if tokens is None or not is_cuda_available():
+        return None
+    from transformers import AutoConfig
+
+    from verl.models.loader import resolve_model_path
+
+    try:
+        hf_config = AutoConfig.from_pretrained(resolve_model_path(model.path, f"{key}.path"),
+                                               trust_remote_code=model.trust_remote_code)
+    except Exception as err:  # noqa: BLE001 - the worker's load reports a bad path with its own error
+        print(f"{LOG_PREFIX} {key}: the model config could not be read for the checkpointing estimate ({err})",
+              file=sys.stderr, flush=True)
+        return None
+    return selective_activation_bytes(hf_config, tokens)
+
+
+def resolve_checkpointing(model: Any, key: str, tokens: int | None = None) -> str:
+    """Fill `<key>.gradient_checkpointing_policy` when auto (and checkpointing is on); return the log line.
+    ``tokens``: the largest training micro-batch's tokens, which decides auto on a GPU."""
     if not model.enable_gradient_checkpointing:
         return (f"{key}.enable_gradient_checkpointing=false: activations are kept for backward (upstream's "
                 "default is true)")
     where = f"{key}.gradient_checkpointing_policy"
-    policy, why = resolve_checkpointing_policy(model.gradient_checkpointing_policy)
     if model.gradient_checkpointing_policy != "auto":
+        policy, _ = resolve_checkpointing_policy(model.gradient_checkpointing_policy)
         chosen = f"{where}={policy} (set)"
     else:
+        policy, why = resolve_checkpointing_policy("auto", _activation_bytes(model, key, tokens))
         model.gradient_checkpointing_policy = policy
         chosen = f"{where} auto -> {policy} ({why})"
     return (f"{key}.enable_gradient_checkpointing=true (upstream's default), {chosen}; "
@@ -74,10 +103,11 @@ def resolve_ppo_defaults(config: Any) -> list[str]:
     """Resolve the machine-dependent keys of a PPOTrainerConfig in place; return the lines to log (only the
     roles this run builds). Call after `set_device_preference`, before Ray starts."""
     arr = config.actor_rollout_ref
+    length = config.data.max_prompt_length + config.data.max_response_length
     lines = [
         resolve_param_dtype(arr.actor.fsdp_config, "actor_rollout_ref.actor.fsdp_config"),
         remove_padding_line(arr.model.use_remove_padding, "actor_rollout_ref.model.use_remove_padding"),
-        resolve_checkpointing(arr.model, "actor_rollout_ref.model"),
+        resolve_checkpointing(arr.model, "actor_rollout_ref.model", micro_batch_tokens(arr.actor, length)),
     ]
     rollout_line = resolve_rollout_dtype(arr.rollout, "actor_rollout_ref.rollout")
     if arr.rollout.name != "hf":  # the hf rollout generates with the actor's module, in its param_dtype
@@ -88,7 +118,7 @@ def resolve_ppo_defaults(config: Any) -> list[str]:
     critic = config.critic.model
     critic_lines = [resolve_param_dtype(critic.fsdp_config, "critic.model.fsdp_config"),
                     remove_padding_line(critic.use_remove_padding, "critic.model.use_remove_padding"),
-                    resolve_checkpointing(critic, "critic.model")]
+                    resolve_checkpointing(critic, "critic.model", micro_batch_tokens(config.critic, length))]
     if config.use_critic:
         lines += critic_lines
     rm_line = resolve_param_dtype(config.reward_model.model.fsdp_config, "reward_model.model.fsdp_config")
@@ -102,7 +132,8 @@ def resolve_sft_defaults(config: Any) -> list[str]:
     return [
         resolve_param_dtype(config.model.fsdp_config, "model.fsdp_config"),
         remove_padding_line(config.use_remove_padding, "use_remove_padding"),
-        resolve_checkpointing(config.model, "model"),
+        resolve_checkpointing(config.model, "model",
+                              int(config.data.micro_batch_size_per_gpu or 1) * int(config.data.max_length)),
     ]
 
 
