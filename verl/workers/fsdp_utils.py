@@ -104,7 +104,18 @@ def apply_fsdp2(module: torch.nn.Module, fsdp_config: Any, mesh: DeviceMesh) -> 
         _RESHARD_AFTER_FORWARD[layer] = layer_reshard
     fully_shard(module, reshard_after_forward=False, **kwargs)
     _RESHARD_AFTER_FORWARD[module] = False
+    _settle_root(module)
     return module
+
+
+def _settle_root(module: FSDPModule) -> None:
+    """Make ``module`` FSDP2's root now, as its first forward would.
+
+    FSDP2 takes as root whichever unit runs forward first. HF ``generate`` on a peft model runs the wrapped
+    model's forward, not the PeftModel's (the root unit), so the first decoder layer would crown itself root and
+    the first training forward would fail ("FSDP requires running forward through the root module first"). The
+    units are final here, which is all FSDP2's lazy initialisation needs (torch 2.11 and 2.13 alike)."""
+    module._get_fsdp_state()._lazy_init()
 
 
 def fsdp_modules(module: torch.nn.Module) -> list[FSDPModule]:
