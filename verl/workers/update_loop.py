@@ -83,8 +83,8 @@ def ppo_update(config: Any, role: str, module: torch.nn.Module, optimizer: torch
                 losses.append(loss.detach())
                 records.append(micro_metrics)
                 logged.append(share > 0)  # a micro-batch without response tokens adds nothing worth logging
-            stop_on_nonfinite_losses(losses, optimizer, role,
-                                     lambda i: f"epoch {epoch}, mini-batch {mini_idx}, micro-batch {i}", records)
+            where = f"epoch {epoch}, mini-batch {mini_idx}, micro-batch "
+            stop_on_nonfinite_losses(losses, optimizer, role, lambda i, where=where: f"{where}{i}", records)
         for micro_metrics, keep in zip(metric_floats(records), logged):
             if keep:
                 append_to_dict(metrics, micro_metrics)
