@@ -3,9 +3,10 @@
 With ``attention_mask=None`` and restarting position ids, transformers' sdpa/eager attention is correct on a packed
 row but builds a (T, T) block-diagonal mask and computes every query against every key of the row: for T packed
 tokens in segments of length L_i that is T^2 instead of sum(L_i^2) — on a 4k-token micro-batch of ~250-token
-samples, 16x the attention work, more than the padding it removed. Flash attention's varlen kernel (GPU) avoids
-that; on CPU ``torch.nn.attention.varlen`` has no kernel. So this module registers an attention implementation
-that runs causal sdpa on each segment (``cu_seq_lens_q``, passed through the model's forward kwargs) and, for
+samples, 16x the attention work, more than the padding it removed. So this module registers an attention
+implementation that runs each segment alone (``cu_seq_lens_q``, passed through the model's forward kwargs): on a
+GPU in half precision in torch's flash varlen kernel (``torch.nn.attention.varlen``), one call per layer; on CPU
+(where that module has no kernel) and in fp32, causal sdpa per segment; and, for
 every other call (padded forwards, generation with a cache), delegates unchanged to the implementation the model
 was loaded with — the same module serves the rollout and the padded path bit for bit.
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
+import inspect
 import sys
 from collections.abc import Iterator
 
@@ -73,15 +76,18 @@ def _check_supported(module: torch.nn.Module, max_len: int, kwargs: dict) -> Non
 
 
 def _varlen_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                    scaling: float | None, dropout: float, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, None]:
+                    scaling: float | None, dropout: float, cu_seqlens: torch.Tensor,
+                    max_len: int | None = None) -> tuple[torch.Tensor, None]:
     """query (1, Hq, T, D), key/value (1, Hkv, T, D) -> (1, T, Hq, D), causal within each segment only."""
     if query.size(0) != 1:
         raise ValueError(f"varlen attention expects one packed row, got a batch of {query.size(0)}")
+    dropout_p = dropout if module.training else 0.0
+    if max_len and dropout_p == 0.0 and uses_flash_varlen(query):
+        return flash_varlen_attention(query, key, value, cu_seqlens, int(max_len), scaling), None
     lengths = _segment_lengths(cu_seqlens)
     if sum(lengths) != query.size(2):
         raise ValueError(f"cu_seq_lens_q covers {sum(lengths)} tokens but the packed row has {query.size(2)}")
     gqa = query.size(1) != key.size(1)
-    dropout_p = dropout if module.training else 0.0
     # split, not slicing: the backward of one split is one concatenation, while every slice's backward would
     # zero-fill a full-size gradient (segments x T work per layer)
     # each segment's output transposed to (1, L, Hq, D) before the concatenation: one copy into the layout the
@@ -94,6 +100,49 @@ def _varlen_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
                for q, k, v in zip(query.split(lengths, dim=2), key.split(lengths, dim=2), value.split(lengths, dim=2))
                if q.size(2) > 0]
     return torch.cat(outputs, dim=1).to(out_dtype), None
+
+
+def uses_flash_varlen(query: torch.Tensor) -> bool:
+    """Whether a packed row's attention runs in torch's flash varlen kernel: CUDA, half precision, and a torch that
+    has ``torch.nn.attention.varlen``. Elsewhere (CPU, fp32) causal sdpa runs per segment: on a GPU that loop is a
+    launch per segment per layer, and reading the segment lengths is a host sync per layer."""
+    return query.is_cuda and query.dtype in (torch.bfloat16, torch.float16) and _varlen_attn() is not None
+
+
+@functools.cache
+def _varlen_attn():
+    """torch's varlen_attn and the keywords this torch spells causality, GQA and scale with (2.10: is_causal;
+    2.11: window_size; 2.12+: window_size, enable_gqa), or None without it."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+    return varlen_attn, "window_size" in params, "enable_gqa" in params, "scale" in params
+
+
+def flash_varlen_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor,
+                           max_len: int, scaling: float | None) -> torch.Tensor:
+    """Causal attention within each segment of one packed row in one kernel (forward and backward):
+    query (1, Hq, T, D), key/value (1, Hkv, T, D) -> (1, T, Hq, D). No host sync: the segment bounds stay on the
+    device and ``max_len`` comes from the packing."""
+    varlen_attn, has_window, has_gqa, has_scale = _varlen_attn()
+    q, k, v = (t[0].transpose(0, 1).contiguous() for t in (query, key, value))  # (T, H, D)
+    kwargs: dict = {"window_size": (-1, 0)} if has_window else {"is_causal": True}
+    if q.size(1) != k.size(1):
+        if has_gqa:
+            kwargs["enable_gqa"] = True
+        else:
+            groups = q.size(1) // k.size(1)
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    default_scale = q.size(-1) ** -0.5
+    if scaling is not None and has_scale:
+        kwargs["scale"] = scaling
+    elif scaling is not None and scaling != default_scale:
+        q = q * (scaling / default_scale)
+    cu = cu_seqlens.to(device=q.device, dtype=torch.int32)
+    out = varlen_attn(q, k, v, cu, cu, max_len, max_len, **kwargs)
+    return out.unsqueeze(0)
 
 
 def _upcast_for_backward(query: torch.Tensor) -> bool:
@@ -129,7 +178,7 @@ def _sequence_parallel_attention(base: str, module: torch.nn.Module, query: torc
                                                **kwargs)
     else:
         _check_supported(module, int(kwargs.get("max_length_q") or query.size(2)), kwargs)
-        out, _ = _varlen_forward(module, query, key, value, scaling, dropout, cu_seqlens)
+        out, _ = _varlen_forward(module, query, key, value, scaling, dropout, cu_seqlens, kwargs.get("max_length_q"))
     return gather_heads_scatter_seq(out, head_dim=2, seq_dim=1, group=group), None
 
 
@@ -155,7 +204,7 @@ def _make_attention(base: str):
             return _base_attention(base, module)(module, query, key, value, attention_mask, dropout=dropout,
                                                  scaling=scaling, **kwargs)
         _check_supported(module, int(kwargs.get("max_length_q") or query.size(2)), kwargs)
-        return _varlen_forward(module, query, key, value, scaling, dropout, cu_seqlens)
+        return _varlen_forward(module, query, key, value, scaling, dropout, cu_seqlens, kwargs.get("max_length_q"))
 
     attention.__name__ = f"{VARLEN_PREFIX}{base}_attention"
     return attention
