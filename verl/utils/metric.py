@@ -16,17 +16,20 @@ def append_to_dict(data: dict[str, list], new_data: Mapping[str, Any]) -> None:
         data.setdefault(key, []).append(value)
 
 
-def reduce_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """Mean of each metric's list (a scalar is kept as is): {name: [v1, v2, ...]} -> {name: mean}.
+def _flat_values(values: Any) -> list[float]:
+    if isinstance(values, (list, tuple, np.ndarray)):
+        return [v for item in values for v in _flat_values(item)]
+    return [float(values)]
 
-    An empty list is an error, not a silent 0: it means a stage logged a name without values.
+
+def reduce_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """Mean of each metric's values: {name: [v1, v2, ...]} -> {name: mean}; a scalar is kept as is.
+
+    Nested lists (one list per rank, as ``DataProto.concat`` gathers them) are averaged over all their values.
+    A name with no values gives NaN, as upstream (a gap in the logged curve rather than a made-up 0).
     """
     out: dict[str, float] = {}
     for key, values in metrics.items():
-        if isinstance(values, (list, tuple, np.ndarray)):
-            if len(values) == 0:
-                raise ValueError(f"reduce_metrics: metric {key!r} has no values")
-            out[key] = float(np.mean([float(v) for v in values]))
-        else:
-            out[key] = float(values)
+        flat = _flat_values(values)
+        out[key] = float(np.mean(flat)) if flat else float("nan")
     return out
