@@ -532,7 +532,8 @@ class DataProtoFuture:
 
         outputs = ray.get(self.futures)
         for i, output in enumerate(outputs):
-            if not isinstance(output, DataProto):
-                raise TypeError(f"DataProtoFuture: future {i} resolved to a {type(output).__name__}, not a DataProto")
+            if not isinstance(output, (DataProto, TensorDict)):
+                raise TypeError(f"DataProtoFuture: future {i} resolved to a {type(output).__name__}, not a DataProto "
+                                f"or TensorDict")
         result = self.collect_fn(outputs)
         return self.dispatch_fn(result) if self.dispatch_fn is not None else result
