@@ -102,8 +102,8 @@ def test_from_dict_values_and_lengths():
     assert dp.non_tensor_batch["uid"].tolist() == ["u0", "u1", "u2"]
     assert dp.meta_info == {"temperature": 1.0}
 
-    two_dims = DataProto.from_dict({"x": torch.zeros(2, 3, 4)}, num_batch_dims=2)
-    assert two_dims.batch.batch_size == torch.Size([2, 3]) and len(two_dims) == 2
+    with pytest.raises(AssertionError, match="num_batch_dims must be 1"):  # upstream's type; one batch dim
+        DataProto.from_dict({"x": torch.zeros(2, 3, 4)}, num_batch_dims=2)
 
     only_objects = DataProto.from_dict(non_tensors={"s": ["a", "b", "c"]})
     assert only_objects.batch is None and len(only_objects) == 3

@@ -1,5 +1,7 @@
 """What a model's code might try, run through the real service: each attempt is contained and reported, and the
-sandbox serves a normal program right after. docs/sandbox.md tabulates what each attempt got."""
+sandbox serves a normal program right after. Every test runs twice (tests/sandbox/conftest.py): with the service
+as root, and as an unprivileged user building its namespaces in a user namespace. docs/sandbox.md tabulates what
+each attempt got."""
 
 import os
 import socket
@@ -72,18 +74,18 @@ def test_writes_outside_the_work_dir_do_not_reach_the_host(sandbox_url):
     assert_still_usable(sandbox_url)
 
 
-def test_python_fork_bomb_is_capped_and_cleaned_up(sandbox_url, service_pid):
+def test_python_fork_bomb_is_capped_and_cleaned_up(sandbox_url, service_pid, programs_uid):
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     start = time.monotonic()
     result = run_code(sandbox_url, code, run_timeout=3)
     assert time.monotonic() - start < 8
     assert result["status"] == "Failed"
     assert result["run_result"]["status"] == "TimeLimitExceeded"
-    assert_no_nobody_processes(service_pid)
+    assert_no_nobody_processes(service_pid, uid=programs_uid)
     assert_still_usable(sandbox_url)
 
 
-def test_bash_fork_bomb_is_capped_and_cleaned_up(sandbox_url, service_pid):
+def test_bash_fork_bomb_is_capped_and_cleaned_up(sandbox_url, service_pid, programs_uid):
     start = time.monotonic()
     result = run_code(sandbox_url, ":(){ :|:& };:\nsleep 1", language="bash", run_timeout=3)
     assert time.monotonic() - start < 8
@@ -91,11 +93,11 @@ def test_bash_fork_bomb_is_capped_and_cleaned_up(sandbox_url, service_pid):
     # everything still running dies when the shell exits (or is killed at the time limit).
     assert "Resource temporarily unavailable" in result["run_result"]["stderr"]
     assert result["status"] in ("Success", "Failed")
-    assert_no_nobody_processes(service_pid)
+    assert_no_nobody_processes(service_pid, uid=programs_uid)
     assert_still_usable(sandbox_url)
 
 
-def test_process_count_is_limited_and_children_die_with_the_program(sandbox_url, service_pid):
+def test_process_count_is_limited_and_children_die_with_the_program(sandbox_url, service_pid, programs_uid):
     code = (
         "import os, time\n"
         "started = 0\n"
@@ -113,7 +115,7 @@ def test_process_count_is_limited_and_children_die_with_the_program(sandbox_url,
     assert result["status"] == "Success", result
     started = int(result["run_result"]["stdout"])
     assert 0 < started < 100  # pids.max is 64 per run (the init and the program count too)
-    assert_no_nobody_processes(service_pid)  # the sleeping children died when the program exited
+    assert_no_nobody_processes(service_pid, uid=programs_uid)  # the sleeping children died when the program exited
     assert_still_usable(sandbox_url)
 
 
@@ -134,7 +136,7 @@ def test_gradual_memory_growth_is_stopped_at_the_limit(sandbox_url):
     assert_still_usable(sandbox_url)
 
 
-def test_infinite_loop_hits_the_time_limit(sandbox_url, service_pid):
+def test_infinite_loop_hits_the_time_limit(sandbox_url, service_pid, programs_uid):
     start = time.monotonic()
     result = run_code(sandbox_url, "while True:\n    pass", run_timeout=2)
     elapsed = time.monotonic() - start
@@ -143,11 +145,11 @@ def test_infinite_loop_hits_the_time_limit(sandbox_url, service_pid):
     assert result["run_result"]["return_code"] is None
     assert 1.9 < elapsed < 6
     assert "time limit" in result["message"]
-    assert_no_nobody_processes(service_pid)
+    assert_no_nobody_processes(service_pid, uid=programs_uid)
     assert_still_usable(sandbox_url)
 
 
-def test_100mb_print_is_truncated_and_reported(sandbox_url, service_pid):
+def test_100mb_print_is_truncated_and_reported(sandbox_url, service_pid, programs_uid):
     start = time.monotonic()
     result = run_code(sandbox_url, "import sys\nsys.stdout.write('x' * (100 << 20))", run_timeout=30)
     assert time.monotonic() - start < 10
@@ -155,7 +157,7 @@ def test_100mb_print_is_truncated_and_reported(sandbox_url, service_pid):
     assert len(result["run_result"]["stdout"]) == 1 << 20
     assert "stdout exceeded 1048576 bytes" in result["message"]
     assert "[sandbox] stdout exceeded" in result["run_result"]["stderr"]
-    assert_no_nobody_processes(service_pid)
+    assert_no_nobody_processes(service_pid, uid=programs_uid)
     assert_still_usable(sandbox_url)
 
 
@@ -163,3 +165,49 @@ def test_sees_only_its_own_processes_as_nobody(sandbox_url):
     code = "import os\nprint(os.getuid(), os.getgid(), os.getpid(), sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"
     result = run_code(sandbox_url, code)
     assert result["run_result"]["stdout"] == "65534 65534 2 [1, 2]\n"
+
+
+UNDO_MOUNTS = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+
+def attempt(what, rc):
+    print(what, "ok" if rc == 0 else os.strerror(ctypes.get_errno()))
+
+def undo(where):
+    attempt(where + " umount /tmp", libc.umount2(b"/tmp", 2))  # MNT_DETACH: would uncover the host's /tmp
+    attempt(where + " remount / rw", libc.mount(None, b"/", None, 32 | 4096, None))  # MS_REMOUNT | MS_BIND
+
+undo("as is:")
+uid, gid = os.getuid(), os.getgid()
+# a user namespace of its own, where it is root, with a mount namespace of its own (CLONE_NEWUSER | CLONE_NEWNS)
+attempt("own namespaces:", libc.unshare(0x10000000 | 0x00020000))
+for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+    with open(f"/proc/self/{name}", "w") as f:
+        f.write(text)
+undo("inside them:")
+for path in sys.argv[1:] or open("targets.txt").read().split():
+    try:
+        open(path, "w").close()
+        print(path, "written")
+    except OSError as e:
+        print(path, e.strerror)
+"""
+
+
+def test_the_mounts_cannot_be_undone_even_from_a_user_namespace_of_its_own(sandbox_url):
+    name = f"verl-escape-{uuid.uuid4().hex}"
+    targets = [f"/tmp/{name}", f"/work/{name}"]
+    result = run_code(sandbox_url, UNDO_MOUNTS, files={"targets.txt": " ".join(targets).encode()})
+    assert result["status"] == "Success", result
+    lines = result["run_result"]["stdout"].splitlines()
+    assert lines[0] == "as is: umount /tmp Operation not permitted"
+    assert lines[1] == "as is: remount / rw Operation not permitted"
+    if lines[2] == "own namespaces: ok":  # where the kernel lets nobody create user namespaces at all
+        # the mounts it was given are locked together: nothing hidden can be uncovered, nothing made writable
+        assert lines[3].startswith("inside them: umount /tmp ") and not lines[3].endswith(" ok")
+        assert lines[4] == "inside them: remount / rw Operation not permitted"
+    assert lines[-2:] == [f"{path} Read-only file system" for path in targets]
+    for path in targets:
+        assert not os.path.exists(path), path
+    assert_still_usable(sandbox_url)

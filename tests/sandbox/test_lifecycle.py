@@ -1,4 +1,5 @@
-"""Stopping the service, gracefully or by SIGKILL, takes the programs still running with it."""
+"""Stopping the service, gracefully or by SIGKILL, takes the programs still running with it: as root and as an
+unprivileged user (user namespaces)."""
 
 import glob
 import os
@@ -10,8 +11,8 @@ import uuid
 import psutil
 import pytest
 
+from tests.sandbox.helpers import MODES, make_sandbox, program_uid
 from verl.sandbox.client import SandboxUnavailable, run_code
-from verl.sandbox.local import LocalSandbox
 
 
 def _with_argv0(token: str) -> list[psutil.Process]:
@@ -31,12 +32,11 @@ def _wait_for(predicate, within_s: float) -> bool:
     return predicate()
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
-def test_stopping_the_service_kills_running_programs(how):
-    if os.geteuid() != 0:
-        pytest.skip("the sandbox needs root")
+def test_stopping_the_service_kills_running_programs(how, mode):
     token = f"verl-sandbox-sleeper-{uuid.uuid4().hex[:8]}"
-    sandbox = LocalSandbox(max_concurrency=2)
+    sandbox = make_sandbox(mode, max_concurrency=2)
     url = sandbox.start()
     outcome = {}
 
@@ -50,7 +50,7 @@ def test_stopping_the_service_kills_running_programs(how):
     caller.start()
     try:
         assert _wait_for(lambda: _with_argv0(token), 15), "the program never started"
-        assert _with_argv0(token)[0].uids().real == 65534
+        assert _with_argv0(token)[0].uids().real == program_uid(mode)
         if how == "sigkill":
             os.kill(sandbox.proc.pid, signal.SIGKILL)
         else:
@@ -72,7 +72,7 @@ def test_stopping_the_service_kills_running_programs(how):
         assert leftovers == [], "a gracefully stopped service must remove its work dirs and cgroups"
     else:
         assert glob.glob(f"/tmp/verl-sandbox-{service_pid}-*"), "expected the killed service's work dir"
-        with LocalSandbox():  # the next service sweeps what a killed one left behind
+        with make_sandbox(mode):  # the next service sweeps what a killed one left behind
             pass
         assert glob.glob(f"/tmp/verl-sandbox-{service_pid}-*") == []
         assert glob.glob(f"/sys/fs/cgroup/*/verl-sandbox-{service_pid}-*") == []

@@ -3,15 +3,23 @@
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
 import pytest
 
-from tests.sandbox.helpers import assert_still_usable
+from tests.sandbox.helpers import (
+    UNPRIVILEGED,
+    assert_still_usable,
+    skip_unless_possible,
+    unprivileged_prefix,
+    unprivileged_python,
+)
 from verl.sandbox.client import SandboxHTTPError, SandboxUnavailable, arun_code, run_code
 
 
@@ -147,6 +155,37 @@ def test_service_refuses_to_start_without_unshare(tmp_path):
     )
     assert proc.returncode == 2
     assert "refusing to start" in proc.stderr and "unshare" in proc.stderr
+    assert "listening" not in proc.stdout
+
+
+FAILING_UNSHARE = """#!/bin/sh
+echo "unshare: unshare failed: Operation not permitted" >&2
+exit 1
+"""
+
+
+def test_service_without_root_or_user_namespaces_refuses_and_says_which(tmp_path):
+    skip_unless_possible(UNPRIVILEGED)
+    python = unprivileged_python()
+    if python is None:
+        pytest.skip("no Python interpreter the unprivileged user can run with verl importable")
+    # an `unshare` that fails the way it does where the kernel refuses user namespaces to ordinary users
+    bin_dir = tempfile.mkdtemp(prefix="verl-fake-unshare-")
+    try:
+        fake = os.path.join(bin_dir, "unshare")
+        with open(fake, "w") as f:
+            f.write(FAILING_UNSHARE)
+        os.chmod(fake, 0o755)
+        os.chmod(bin_dir, 0o755)
+        argv = [*unprivileged_prefix(python), "-m", "verl.tools.sandbox", "--port", "0"]
+        env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        shutil.rmtree(bin_dir, ignore_errors=True)
+    assert proc.returncode == 2, proc.stderr
+    assert "refusing to start" in proc.stderr
+    assert "needs either root or unprivileged user namespaces, and has neither here" in proc.stderr
+    assert "(not root)" in proc.stderr and "Operation not permitted" in proc.stderr
     assert "listening" not in proc.stdout
 
 

@@ -58,24 +58,26 @@ def build(worker_cls, prefix: str, deadlines: WorkerDeadlines, **init_kwargs):
 def test_hung_rank_surfaces_by_its_deadline_and_the_group_is_killed(local_ray):
     import sc_deadline_workers
 
-    pool, group = build(sc_deadline_workers.HangingWorker, "hang", WorkerDeadlines(startup_s=60, call_s=4))
+    # The healthy rank answers at once, but on a loaded box "at once" can take seconds: warm both ranks up with a
+    # call that has no deadline to race, and give the healthy rank's instant answer a generous deadline, so the
+    # ranks still pending when it passes are decided by what the ranks do (one hangs), not by the box's latency.
+    call_s = 10
+    pool, group = build(sc_deadline_workers.HangingWorker, "hang", WorkerDeadlines(startup_s=60, call_s=call_s))
     try:
+        assert group.ping() == [0, 1]
         start = time.monotonic()
         with pytest.raises(WorkerDeadlineError) as info:
             group.hang_on(1, hang_s=600)
-        elapsed = time.monotonic() - start
-        assert 4 <= elapsed < 30, f"took {elapsed:.1f} s"  # the deadline plus this loaded 2-core box's latency
+        assert time.monotonic() - start >= call_s  # never before its deadline (a lower bound: no load can break it)
         err = info.value
         assert err.stage == "hang_on" and err.method == "hang_on" and err.pending_ranks == [1]
         msg = str(err)
         assert "stage hang_on, method hang_on" in msg and "ranks still running: 1 of 2" in msg
-        assert group.worker_names[1] in msg and "trainer.worker_call_timeout_s=4" in msg
+        assert group.worker_names[1] in msg and f"trainer.worker_call_timeout_s={call_s}" in msg
         assert isinstance(err, WorkerGroupError) and isinstance(err, TimeoutError)
-        # the workers are gone: the next call fails at once instead of waiting on a hung process
-        start = time.monotonic()
+        # the workers are gone: the next call fails (and does not wait on a hung process: it would hang forever)
         with pytest.raises(WorkerGroupError, match="died"):
             group.ping()
-        assert time.monotonic() - start < 30
     finally:
         group.shutdown()
         pool.remove()

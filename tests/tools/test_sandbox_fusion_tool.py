@@ -31,13 +31,19 @@ def finished(stdout="", stderr="", status="Finished", return_code=0):
 
 
 class FakeSandbox:
-    """Answers by the code it gets: `sleep` holds the request 0.2 s (to count requests in flight), `timeout`,
-    `crash`, `sandbox_error` and `http500` script the failure cases, anything else echoes."""
+    """Answers by the code it gets: `sleep` holds the request 0.2 s (to count requests in flight), `hold` holds it
+    until `hold_for` requests are in flight at once (or every one of `hold_total` has arrived), `timeout`, `crash`,
+    `sandbox_error` and `http500` script the failure cases, anything else echoes."""
+
+    HOLD_LIMIT_S = 120.0  # only a safety net for a broken tool: a correct one releases every hold on its own
 
     def __init__(self):
         self.requests, self.paths = [], []
         self.in_flight = self.max_in_flight = 0
+        self.hold_for = self.hold_total = self.holds_arrived = 0
+        self.holds_released_at: list[int] = []  # requests in flight when each held request was let go
         self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -51,6 +57,7 @@ class FakeSandbox:
                     fake.paths.append(self.path)
                     fake.in_flight += 1
                     fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+                    fake.changed.notify_all()
                 try:
                     status, answer = fake.answer(body["code"])
                 finally:
@@ -67,7 +74,20 @@ class FakeSandbox:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/run_code"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
 
+    def hold(self):
+        """Wait (on events, not on the clock) until `hold_for` requests are in flight together; once every held
+        request has arrived, the last ones go without waiting for company that will not come."""
+        with self.changed:
+            self.holds_arrived += 1
+            self.changed.notify_all()
+            released = self.changed.wait_for(
+                lambda: self.in_flight >= self.hold_for or self.holds_arrived >= self.hold_total, self.HOLD_LIMIT_S)
+            self.holds_released_at.append(self.in_flight if released else -1)
+
     def answer(self, code):
+        if code == "hold":
+            self.hold()
+            return 200, finished(stdout="held\n")
         if code.startswith("sleep"):
             time.sleep(0.2)
             return 200, finished(stdout="slept\n")
@@ -173,10 +193,10 @@ def test_missing_url_is_refused_at_execute():
         call(tool, {"code": "print(1)"})
 
 
-async def burst(tools, per_tool):
+async def burst(tools, per_tool, code="sleep"):
     async def one(tool):
         iid, _ = await tool.create()
-        return await tool.execute(iid, {"code": "sleep"})
+        return await tool.execute(iid, {"code": code})
 
     return await asyncio.gather(*(one(tool) for tool in tools for _ in range(per_tool)))
 
@@ -184,13 +204,19 @@ async def burst(tools, per_tool):
 @pytest.mark.parametrize("num_workers", [3, 12])
 def test_num_workers_bounds_calls_in_flight(sandbox, num_workers):
     # 12 is more than asyncio's default executor has threads on a small machine: the tool's own pool must not cap it.
+    # Each request is held until num_workers are in flight together, however slowly a loaded box starts them: a
+    # tool that allowed fewer would leave them held (the assertions below name that), one that allowed more would
+    # be seen with more in flight.
+    calls = 3 * num_workers
+    sandbox.hold_for, sandbox.hold_total = num_workers, calls
     tool = make_tool(sandbox.url, num_workers=num_workers, rate_limit=20)
-    start = time.monotonic()
-    results = asyncio.run(burst([tool], 3 * num_workers))
-    elapsed = time.monotonic() - start
-    assert [r[0].text for r in results] == ["slept"] * 3 * num_workers
+    results = asyncio.run(burst([tool], calls, code="hold"))
+    assert [r[0].text for r in results] == ["held"] * calls
+    assert len(sandbox.requests) == calls
+    assert -1 not in sandbox.holds_released_at, "some requests were never joined by num_workers others"
     assert sandbox.max_in_flight == num_workers
-    assert elapsed >= 3 * 0.2 - 0.02  # three waves
+    # the first num_workers went together, once all of them were in: the tool reached its bound
+    assert sandbox.holds_released_at[0] == num_workers
 
 
 def test_tool_pickles_after_use(sandbox):

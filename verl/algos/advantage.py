@@ -199,6 +199,16 @@ def compute_rloo_outcome_advantage(
     return advantages, advantages
 
 
+# Upstream keeps a loop and a vectorized version of GRPO and RLOO; ours are vectorized, so upstream's vectorized
+# names (and config values) are the same functions (tests/algos/test_upstream_algos_api.py checks the results).
+compute_grpo_vectorized_outcome_advantage = register_adv_est(AdvantageEstimator.GRPO_VECTORIZED)(
+    compute_grpo_outcome_advantage
+)
+compute_rloo_vectorized_outcome_advantage = register_adv_est(AdvantageEstimator.RLOO_VECTORIZED)(
+    compute_rloo_outcome_advantage
+)
+
+
 def _discounted_returns(rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float) -> torch.Tensor:
     """G_t = r_t + gamma * G_{t+1} over valid tokens; masked tokens are skipped, as in GAE."""
     valid = response_mask.bool()

@@ -35,6 +35,8 @@ class AdvantageEstimator(str, Enum):
     OPO = "opo"
     GRPO_PASSK = "grpo_passk"
     GPG = "gpg"
+    GRPO_VECTORIZED = "grpo_vectorized"  # upstream's names for its vectorized GRPO/RLOO; ours are vectorized
+    RLOO_VECTORIZED = "rloo_vectorized"  # already, so both names resolve to the one implementation
 
 
 ADV_ESTIMATOR_REGISTRY: dict[str, Callable[..., Any]] = {}

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import os
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -14,24 +12,22 @@ from torch.utils.data import Dataset, Sampler, SequentialSampler
 # rest of the epoch in the same order (torch's does not).
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
+from verl.data.curriculum import AbstractCurriculumSampler, AbstractSampler
 from verl.data.rl_dataset import RLHFDataset
+from verl.utils.import_utils import load_extern_object
 
 
 def _load_custom_dataset_cls(path: str, name: str | None) -> type:
-    file_path = os.path.expanduser(path)
-    if not os.path.isfile(file_path):
-        raise FileNotFoundError(f"data.custom_cls.path={path!r}: no such file")
     if not name:
         raise ValueError("data.custom_cls.name must name the dataset class in data.custom_cls.path")
-    module_name = "verl_custom_dataset_" + hashlib.sha1(os.path.abspath(file_path).encode()).hexdigest()[:12]
-    spec = importlib.util.spec_from_file_location(module_name, file_path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if not hasattr(module, name):
-        raise AttributeError(f"data.custom_cls.name={name!r} is not defined in {file_path}")
-    cls = getattr(module, name)
+    try:
+        cls = load_extern_object(path, name)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"data.custom_cls.path={path!r}: no such file") from None
+    except AttributeError:
+        raise AttributeError(f"data.custom_cls.name={name!r} is not defined in {path}") from None
     if not (isinstance(cls, type) and issubclass(cls, Dataset)):
-        raise TypeError(f"data.custom_cls {name!r} in {file_path} must be a torch.utils.data.Dataset subclass")
+        raise TypeError(f"data.custom_cls {name!r} in {path} must be a torch.utils.data.Dataset subclass")
     return cls
 
 
@@ -57,10 +53,44 @@ def create_rl_dataset(
     )
 
 
+def _option(section: Any, key: str, default: Any = None) -> Any:
+    if section is None:
+        return default
+    if isinstance(section, Mapping):
+        return section.get(key, default)
+    return getattr(section, key, default)
+
+
+def _curriculum_sampler(data_config: Any, dataset: Dataset) -> Sampler | None:
+    """The user's sampler from data.sampler.class_path / class_name, or None when no class_path is set."""
+    section = _option(data_config, "sampler")
+    class_path = _option(section, "class_path")
+    if not class_path:
+        return None
+    class_name = _option(section, "class_name")
+    sampler = load_extern_object(class_path, class_name)(data_source=dataset, data_config=data_config)
+    if not isinstance(sampler, AbstractSampler):
+        raise AssertionError(
+            f"data.sampler: {class_path}:{class_name} must subclass "
+            "verl.experimental.dataset.sampler.AbstractCurriculumSampler (or AbstractSampler)"
+        )
+    if isinstance(sampler, AbstractCurriculumSampler) and _option(data_config, "dataloader_num_workers", 0) != 0:
+        raise AssertionError(
+            "data.sampler is a curriculum sampler: set data.dataloader_num_workers=0, or prefetching workers draw "
+            "indices before update() has seen the previous batch"
+        )
+    return sampler
+
+
 def create_rl_sampler(data_config: Any, dataset: Dataset) -> Sampler:
-    """Seeded random order when data.shuffle (seed data.seed), else the file order."""
-    if data_config.shuffle:
+    """The user's sampler (data.sampler.class_path), else a seeded random order when data.shuffle (seed
+    data.seed, default 1 as upstream), else the file order."""
+    custom = _curriculum_sampler(data_config, dataset)
+    if custom is not None:
+        return custom
+    if _option(data_config, "shuffle", True):
         generator = torch.Generator()
-        generator.manual_seed(data_config.seed)
+        seed = _option(data_config, "seed")
+        generator.manual_seed(1 if seed is None else int(seed))
         return RandomSampler(data_source=dataset, generator=generator)
     return SequentialSampler(data_source=dataset)

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from verl.utils.model import update_model_config
+
 
 def resolve_model_path(path: str | None, key: str) -> str:
     """A local folder as given; None/'' means the bundled default model; '~' is expanded; hub ids pass through."""
@@ -57,8 +59,7 @@ def load_causal_lm(model: Any, key: str, dtype: torch.dtype = torch.float32, val
     overrides = dict(model.override_config)
     # the attention kernel is a from_pretrained argument: set on the config it would be ignored (sdpa loaded)
     attn_implementation = overrides.pop("attn_implementation", None)
-    for name, value in overrides.items():  # free-form: HF config attributes
-        setattr(hf_config, name, value)
+    update_model_config(hf_config, overrides)  # free-form HF config attributes; a dict updates a sub-config
     kwargs = dict(dtype=dtype, trust_remote_code=trust)
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation

@@ -26,9 +26,12 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from verl.protocol.config import AUTO_PADDING_KEY, DataProtoConfig
 from verl.protocol.helpers import (
+    ProtocolAssertionError,
     atomic_torch_save,
     chunk_after_dispatch,
+    concat_meta_info,
     existing_keys,
     index_tensor,
     iterate_mini_batches,
@@ -37,11 +40,28 @@ from verl.protocol.helpers import (
     union_numpy_dict,
     union_tensor_dict,
 )
+from verl.protocol.reshape import fold_batch_dim, unfold_batch_dim, unfold_column_chunks
+from verl.protocol.safe_io import from_payload, load_payload, to_payload
+from verl.protocol.serialization import (
+    deserialize_single_tensor,
+    deserialize_tensordict,
+    serialize_single_tensor,
+    serialize_tensordict,
+)
+from verl.protocol.tensordict_bridge import dataproto_parts_from_tensordict, dataproto_to_tensordict
 
 __all__ = [
     "DataProto",
+    "DataProtoConfig",
     "DataProtoItem",
     "DataProtoFuture",
+    "ProtocolAssertionError",
+    "fold_batch_dim",
+    "unfold_batch_dim",
+    "serialize_single_tensor",
+    "deserialize_single_tensor",
+    "serialize_tensordict",
+    "deserialize_tensordict",
     "pad_dataproto_to_divisor",
     "unpad_dataproto",
     "collate_fn",
@@ -83,8 +103,11 @@ class DataProto:
         if self.batch is not None:
             if not isinstance(self.batch, TensorDict):
                 raise TypeError(f"DataProto.batch must be a tensordict.TensorDict or None, got {type(self.batch).__name__}")
-            if len(self.batch.batch_size) == 0:
-                raise ValueError("DataProto.batch needs a batch dimension (batch_size=[N]), got batch_size=[]")
+            if len(self.batch.batch_size) != 1:
+                raise ProtocolAssertionError(
+                    f"DataProto.batch needs exactly one batch dimension (batch_size=[N]), got "
+                    f"batch_size={list(self.batch.batch_size)}; fold groups into the tensors with fold_batch_dim"
+                )
         if not isinstance(self.meta_info, dict):
             raise TypeError(f"DataProto.meta_info must be a dict, got {type(self.meta_info).__name__}")
         expected, source = (self.batch.batch_size[0], "batch") if self.batch is not None else (None, None)
@@ -108,10 +131,16 @@ class DataProto:
         non_tensors: dict[str, Any] | None = None,
         meta_info: dict | None = None,
         num_batch_dims: int = 1,
+        auto_padding: bool = False,
     ) -> DataProto:
-        """Build from tensors (the first ``num_batch_dims`` dims are the batch) and per-row non-tensors."""
-        if num_batch_dims < 1:
-            raise ValueError(f"num_batch_dims must be >= 1, got {num_batch_dims}")
+        """Build from tensors (dim 0 is the row) and per-row non-tensors. ``num_batch_dims`` is upstream's
+        argument and must be 1 (a DataProto has one batch dim); ``auto_padding`` lets this DataProto's
+        ``chunk`` split unevenly (see ``DataProtoConfig``)."""
+        if num_batch_dims != 1:
+            raise ProtocolAssertionError(
+                f"num_batch_dims must be 1 (a DataProto has one batch dim), got {num_batch_dims}; "
+                f"keep groups as a second tensor dim (fold_batch_dim)"
+            )
         tensors = tensors or {}
         batch = None
         if tensors:
@@ -131,10 +160,27 @@ class DataProto:
                         f"all tensors need the same leading {num_batch_dims} dim(s)"
                     )
             batch = TensorDict(source=dict(tensors), batch_size=batch_size)
-        return cls(batch=batch, non_tensor_batch=dict(non_tensors or {}), meta_info=dict(meta_info or {}))
+        meta_info = dict(meta_info or {})
+        if auto_padding:
+            meta_info[AUTO_PADDING_KEY] = True
+        return cls(batch=batch, non_tensor_batch=dict(non_tensors or {}), meta_info=meta_info)
 
     @classmethod
-    def from_single_dict(cls, data: dict[str, Any], meta_info: dict | None = None) -> DataProto:
+    def from_tensordict(
+        cls, tensor_dict: TensorDict, meta_info: dict | None = None, num_batch_dims: int = 1
+    ) -> DataProto:
+        """From a TensorDict as ``to_tensordict`` makes it: tensors to ``batch``, NonTensorStacks (per-row lists)
+        to ``non_tensor_batch``, NonTensorData (batch-wide values) to ``meta_info``."""
+        tensors, non_tensors, meta = dataproto_parts_from_tensordict(tensor_dict, meta_info, num_batch_dims)
+        return cls.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
+
+    def to_tensordict(self) -> TensorDict:
+        """One TensorDict: tensors as they are, each non-tensor key as a per-row list, meta_info as batch-wide
+        values (``verl.utils.tensordict_utils.get`` unwraps them)."""
+        return dataproto_to_tensordict(self)
+
+    @classmethod
+    def from_single_dict(cls, data: dict[str, Any], meta_info: dict | None = None, auto_padding: bool = False) -> DataProto:
         """Build from one dict: tensors go to ``batch``, numpy arrays and lists to ``non_tensor_batch``."""
         tensors, non_tensors = {}, {}
         for key, value in data.items():
@@ -145,7 +191,7 @@ class DataProto:
             else:
                 raise TypeError(f"data[{key!r}] is a {type(value).__name__}; expected a torch.Tensor, numpy array or "
                                 f"list with one entry per row (put batch-wide values in meta_info)")
-        return cls.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info)
+        return cls.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info, auto_padding=auto_padding)
 
     # -- size and indexing ---------------------------------------------------------------------------------------
 
@@ -175,7 +221,7 @@ class DataProto:
     def slice(self, start: int | None = None, end: int | None = None, step: int | None = None) -> DataProto:
         """Rows ``start:end:step`` (a view of the tensors, like Python slicing)."""
         s = slice(start, end, step)
-        return DataProto(
+        return type(self)(
             batch=self.batch[s] if self.batch is not None else None,
             non_tensor_batch={k: v[s] for k, v in self.non_tensor_batch.items()},
             meta_info=dict(self.meta_info),
@@ -188,7 +234,7 @@ class DataProto:
         batch = None
         if self.batch is not None:
             batch = self.batch[index.to(self.batch.device) if self.batch.device is not None else index]
-        return DataProto(
+        return type(self)(
             batch=batch,
             non_tensor_batch={k: v[index_np] for k, v in self.non_tensor_batch.items()},
             meta_info=dict(self.meta_info),
@@ -215,7 +261,7 @@ class DataProto:
         meta = {k: self.meta_info[k] for k in existing_keys(meta_info_keys, self.meta_info, "meta_info")}
         if deepcopy:
             batch, non_tensors, meta = copy.deepcopy(batch), copy.deepcopy(non_tensors), copy.deepcopy(meta)
-        return DataProto(batch=batch, non_tensor_batch=non_tensors, meta_info=meta)
+        return type(self)(batch=batch, non_tensor_batch=non_tensors, meta_info=meta)
 
     def pop(
         self,
@@ -236,7 +282,7 @@ class DataProto:
             batch = TensorDict(popped, batch_size=self.batch.batch_size, device=self.batch.device)
         non_tensors = {k: self.non_tensor_batch.pop(k) for k in non_tensor_batch_keys}
         meta = {k: self.meta_info.pop(k) for k in meta_info_keys}
-        return DataProto(batch=batch, non_tensor_batch=non_tensors, meta_info=meta)
+        return type(self)(batch=batch, non_tensor_batch=non_tensors, meta_info=meta)
 
     def rename(self, old_keys: str | list[str] | None = None, new_keys: str | list[str] | None = None) -> DataProto:
         """Rename batch (or non-tensor) keys in place; returns self."""
@@ -267,18 +313,34 @@ class DataProto:
 
     # -- splitting and joining -----------------------------------------------------------------------------------
 
+    def is_padding_enabled(self) -> bool:
+        """Whether ``chunk`` may split unevenly: set for this DataProto (``from_dict(auto_padding=True)``) or for
+        the process (``DataProtoConfig.auto_padding``, env ``VERL_AUTO_PADDING``)."""
+        return bool(self.meta_info.get(AUTO_PADDING_KEY, False)) or DataProtoConfig.auto_padding
+
+    def padding(self, padding_size: int, padding_candidate: str = "") -> None:
+        """Append ``padding_size`` copies of the last row (the first with ``padding_candidate="first"``), in place."""
+        if padding_size == 0:
+            return
+        if padding_size < 0 or len(self) == 0:
+            raise ValueError(f"padding: cannot add {padding_size} rows to a DataProto of {len(self)} rows")
+        row = 0 if padding_candidate == "first" else len(self) - 1
+        padded = DataProto.concat([self, self.select_idxs([row] * padding_size)])
+        self.batch, self.non_tensor_batch = padded.batch, padded.non_tensor_batch
+
     def chunk(self, chunks: int) -> list[DataProto]:
-        """Split into ``chunks`` equal parts (len must divide evenly)."""
+        """Split into ``chunks`` equal parts. The length must divide evenly, unless padding is enabled
+        (``is_padding_enabled``): then the first ``len % chunks`` parts get one row more."""
         if not isinstance(chunks, int) or chunks < 1:
             raise ValueError(f"chunks must be a positive int, got {chunks!r}")
         n = len(self)
-        if n % chunks != 0:
-            raise ValueError(
+        if n % chunks != 0 and not self.is_padding_enabled():
+            raise ProtocolAssertionError(
                 f"DataProto of length {n} is not divisible by chunks={chunks} ({n} % {chunks} = {n % chunks}); "
                 f"pad first with pad_dataproto_to_divisor(data, {chunks}) and unpad_dataproto(output, pad_size) after"
             )
-        size = n // chunks
-        return [self.slice(i * size, (i + 1) * size) for i in range(chunks)]
+        bounds = np.cumsum([0] + [n // chunks + (i < n % chunks) for i in range(chunks)]).tolist()
+        return [self.slice(bounds[i], bounds[i + 1]) for i in range(chunks)]
 
     def split(self, split_size: int) -> list[DataProto]:
         """Consecutive parts of ``split_size`` rows; the last one may be shorter."""
@@ -288,7 +350,8 @@ class DataProto:
 
     @staticmethod
     def concat(data: list[DataProto]) -> DataProto:
-        """Rows of all parts in order; meta_info is taken from the first part."""
+        """Rows of all parts in order. meta_info: each part's ``"metrics"`` (a dict, or a list of dicts) gathered
+        into one dict of lists, as upstream; any other key from the first part that has it."""
         if not data:
             raise ValueError("DataProto.concat needs at least one DataProto")
         has_batch = [d.batch is not None for d in data]
@@ -308,7 +371,7 @@ class DataProto:
                 raise ValueError(f"cannot concat: part {i} non_tensor_batch keys differ from part 0 by "
                                  f"{sorted(nt_keys.symmetric_difference(d.non_tensor_batch))}")
         non_tensors = {k: np.concatenate([d.non_tensor_batch[k] for d in data], axis=0) for k in data[0].non_tensor_batch}
-        return DataProto(batch=batch, non_tensor_batch=non_tensors, meta_info=dict(data[0].meta_info))
+        return type(data[0])(batch=batch, non_tensor_batch=non_tensors, meta_info=concat_meta_info([d.meta_info for d in data]))
 
     def repeat(self, repeat_times: int = 2, interleave: bool = True) -> DataProto:
         """Each row ``repeat_times`` times: interleaved (a a b b) or tiled (a b a b)."""
@@ -323,6 +386,11 @@ class DataProto:
         if counts.numel() != len(self) or bool((counts < 0).any()):
             raise ValueError(f"repeat_times needs {len(self)} non-negative counts, got {counts.tolist()}")
         return self.select_idxs(torch.arange(len(self)).repeat_interleave(counts))
+
+    def unfold_column_chunks(self, n_split: int, split_keys: list[str] | None = None) -> DataProto:
+        """Cut the second dim of each ``split_keys`` entry into ``n_split`` row chunks; other keys are repeated
+        (interleaved) to match. See ``verl.protocol.reshape``."""
+        return unfold_column_chunks(self, n_split, split_keys)
 
     def reorder(self, indices: torch.Tensor) -> None:
         """Permute rows in place: row i becomes old row ``indices[i]``."""
@@ -363,15 +431,16 @@ class DataProto:
     # -- persistence and inspection ------------------------------------------------------------------------------
 
     def save_to_disk(self, filepath: str | os.PathLike) -> None:
-        """Write atomically (temp file in the same folder, then rename) so a crash never leaves half a file."""
-        atomic_torch_save(self, filepath, prefix=".dataproto-")
+        """Write atomically (temp file in the same folder, then rename) so a crash never leaves half a file, in a
+        format that loads without unpickling code (``verl.protocol.safe_io``)."""
+        atomic_torch_save(to_payload(self.batch, self.non_tensor_batch, self.meta_info), filepath, prefix=".dataproto-")
 
     @staticmethod
     def load_from_disk(filepath: str | os.PathLike) -> DataProto:
-        data = torch.load(os.fspath(filepath), weights_only=False)
-        if not isinstance(data, DataProto):
-            raise TypeError(f"{os.fspath(filepath)} holds a {type(data).__name__}, not a DataProto")
-        return data
+        """Read a file ``save_to_disk`` wrote, with ``torch.load(weights_only=True)``: a file that would need
+        arbitrary unpickling is refused (pickle.UnpicklingError)."""
+        batch, non_tensors, meta = from_payload(load_payload(filepath))
+        return DataProto(batch=batch, non_tensor_batch=non_tensors, meta_info=meta)
 
     def get_data_info(self) -> str:
         """Keys with shapes and dtypes, one per line."""
@@ -414,8 +483,9 @@ def pad_dataproto_to_divisor(data: DataProto, size_divisor: int) -> tuple[DataPr
         return data, 0
     if n == 0:
         raise ValueError("cannot pad an empty DataProto: there are no rows to repeat")
-    padding = data.select_idxs(torch.arange(pad_size) % n)
-    return DataProto.concat([data, padding]), pad_size
+    padded = DataProto.concat([data, data.select_idxs(torch.arange(pad_size) % n)])
+    padded.meta_info = dict(data.meta_info)  # the pad rows' copy would gather "metrics" twice
+    return padded, pad_size
 
 
 def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
@@ -462,7 +532,8 @@ class DataProtoFuture:
 
         outputs = ray.get(self.futures)
         for i, output in enumerate(outputs):
-            if not isinstance(output, DataProto):
-                raise TypeError(f"DataProtoFuture: future {i} resolved to a {type(output).__name__}, not a DataProto")
+            if not isinstance(output, (DataProto, TensorDict)):
+                raise TypeError(f"DataProtoFuture: future {i} resolved to a {type(output).__name__}, not a DataProto "
+                                f"or TensorDict")
         result = self.collect_fn(outputs)
         return self.dispatch_fn(result) if self.dispatch_fn is not None else result

@@ -18,8 +18,10 @@ import torch
 from tensordict import TensorDict
 
 __all__ = [
+    "ProtocolAssertionError",
     "atomic_torch_save",
     "chunk_after_dispatch",
+    "concat_meta_info",
     "existing_keys",
     "index_tensor",
     "iterate_mini_batches",
@@ -29,6 +31,14 @@ __all__ = [
     "union_tensor_dict",
     "values_equal",
 ]
+
+
+class ProtocolAssertionError(AssertionError, ValueError):
+    """A DataProto precondition that failed: a conflicting union, an uneven chunk, a batch of more than one dim.
+
+    Upstream verl raises AssertionError there, so code written against it catches this; it is a ValueError too,
+    so callers that catch ValueError (our earlier type) keep working. The message names what was wrong.
+    """
 
 
 def to_object_array(key: str, value: Any) -> np.ndarray:
@@ -78,12 +88,12 @@ def values_equal(a: Any, b: Any) -> bool:
 def union_tensor_dict(tensor_dict1: TensorDict, tensor_dict2: TensorDict) -> TensorDict:
     """Add tensor_dict2's keys into tensor_dict1 (in place); a shared key must hold equal tensors."""
     if tensor_dict1.batch_size != tensor_dict2.batch_size:
-        raise ValueError(
+        raise ProtocolAssertionError(
             f"cannot union batches of different sizes: {list(tensor_dict1.batch_size)} vs {list(tensor_dict2.batch_size)}"
         )
     for key in tensor_dict2.keys():
         if key in tensor_dict1.keys() and not values_equal(tensor_dict1[key], tensor_dict2[key]):
-            raise ValueError(
+            raise ProtocolAssertionError(
                 f"union conflict on batch key {key!r}: both sides hold it with different values; "
                 f"rename or pop one side first"
             )
@@ -95,7 +105,7 @@ def union_numpy_dict(dict1: dict[str, np.ndarray], dict2: dict[str, np.ndarray])
     """Add dict2's arrays into dict1 (in place); a shared key must hold elementwise-equal arrays."""
     for key, value in dict2.items():
         if key in dict1 and not values_equal(dict1[key], value):
-            raise ValueError(
+            raise ProtocolAssertionError(
                 f"union conflict on non_tensor_batch key {key!r}: both sides hold it with different values; "
                 f"rename or pop one side first"
             )
@@ -106,11 +116,33 @@ def union_numpy_dict(dict1: dict[str, np.ndarray], dict2: dict[str, np.ndarray])
 def union_meta_info(meta1: dict, meta2: dict) -> dict:
     for key, value in meta2.items():
         if key in meta1 and not values_equal(meta1[key], value):
-            raise ValueError(
+            raise ProtocolAssertionError(
                 f"union conflict on meta_info key {key!r}: {meta1[key]!r} vs {value!r}; pop one side first"
             )
         meta1[key] = value
     return meta1
+
+
+def concat_meta_info(metas: list[dict]) -> dict:
+    """meta_info of ``DataProto.concat``: every part's ``"metrics"`` (a dict, or a list of dicts, e.g. one per
+    rank) gathered into one dict of lists, in part order; every other key from the first part that has it."""
+    merged: dict = {}
+    metrics: list = []
+    for meta in metas:
+        for key, value in meta.items():
+            if key != "metrics":
+                merged.setdefault(key, value)
+            elif value is not None:
+                metrics.extend(value if isinstance(value, list) else [value])
+    if metrics:
+        gathered: dict[str, list] = {}
+        for entry in metrics:
+            if not isinstance(entry, dict):
+                raise TypeError(f"meta_info['metrics'] entries must be dicts of metric values, got {type(entry).__name__}")
+            for name, value in entry.items():
+                gathered.setdefault(name, []).append(value)
+        merged["metrics"] = gathered
+    return merged
 
 
 def existing_keys(keys: Any, available: Any, part: str) -> list[str]:

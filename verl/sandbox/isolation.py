@@ -5,6 +5,13 @@ script: `unshare --net --mount --pid --fork --kill-child --mount-proc -- python 
 this file as PID 1 of fresh namespaces, still root, so it can rearrange mounts and join a cgroup. It then forks
 the program, which drops to `nobody` before exec, waits for it and reports its exit status on a pipe.
 
+Without root (`check_host` says which mode), `unshare` also gets `--user --map-root-user`: a new user namespace in
+which the service's user is root, enough to own the other namespaces and arrange their mounts. The program then
+cannot become another host user, so it enters a second, nested user namespace in which it is `nobody` (mapped to
+the service's user), holding no capability over the namespaces PID 1 set up: it can neither undo the mounts nor
+reach the network, exactly as in the root mode. RLIMIT_NPROC, counted per user namespace (Linux >= 5.14), then
+caps the run's processes when no cgroup is writable.
+
 Why the `unshare` binary rather than `os.unshare` in a preexec function: CLONE_NEWPID only moves the *children*
 of the caller into the new namespace, so a preexec function would need its own fork, and preexec functions are
 unsafe in the threaded HTTP server. `unshare --fork --kill-child` does that fork in a separate process.
@@ -35,10 +42,21 @@ HIDDEN_DIRS = ("/tmp", "/var/tmp", "/root", "/home", "/run", "/dev/shm", "/dev/m
 # Where the program may write besides its work dir: a private, size-capped, discarded scratch area, because
 # multiprocessing's semaphores need one.
 SCRATCH_DIRS = ("/dev/shm",)
+# unshare's flags: the namespaces of every run, and (without root) the user namespace that owns them
+_NS_FLAGS = ("--net", "--mount", "--pid", "--fork", "--mount-proc")
+_USER_NS_FLAGS = ("--user", "--map-root-user")
 
 
 class IsolationError(RuntimeError):
     """The sandbox cannot be set up on this machine; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class Host:
+    """How this machine lets the sandbox build its namespaces: as root, or through a user namespace."""
+
+    unshare: str
+    user_namespace: bool  # False: the service is root; True: it is not, and maps itself to root in a user namespace
 
 
 @dataclass
@@ -67,31 +85,55 @@ class Spec:
     status_fd: int
     expose: list[str] = field(default_factory=list)
     cgroup_procs: list[str] = field(default_factory=list)
+    user_namespace: bool = False  # see Host: the program becomes nobody in a nested user namespace, not by setuid
 
 
-def nobody_ids() -> tuple[int, int]:
+def nobody_ids(required: bool = True) -> tuple[int, int]:
+    """The uid and gid of `nobody`; without `required`, 65534 (the kernel's overflow id) where it is missing."""
     import pwd
 
     try:
         entry = pwd.getpwnam(NOBODY)
     except KeyError as err:
+        if not required:
+            return 65534, 65534
         raise IsolationError(f"the sandbox runs code as user {NOBODY!r}, which does not exist here") from err
     return entry.pw_uid, entry.pw_gid
 
 
-def check_host() -> str:
-    """The path of `unshare`, or an IsolationError naming what is missing."""
+def check_host() -> Host:
+    """How the namespaces can be built here, or an IsolationError naming what is missing."""
     import shutil
 
-    if os.geteuid() != 0:
-        raise IsolationError(
-            "the sandbox needs root to create namespaces and switch to user 'nobody'; run the service as root"
-        )
     unshare = shutil.which("unshare")
     if unshare is None:
         raise IsolationError("`unshare` (util-linux) is not installed; the sandbox needs it for its namespaces")
-    nobody_ids()
-    return unshare
+    if os.geteuid() == 0:
+        nobody_ids()
+        return Host(unshare, user_namespace=False)
+    problem = user_namespace_problem(unshare)
+    if problem is not None:
+        raise IsolationError(
+            f"the sandbox needs either root or unprivileged user namespaces, and has neither here: it runs as uid "
+            f"{os.geteuid()} (not root), and creating a user namespace failed ({problem}). Run the service as "
+            "root, or allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, and where they "
+            "exist kernel.unprivileged_userns_clone=1 and kernel.apparmor_restrict_unprivileged_userns=0)"
+        )
+    return Host(unshare, user_namespace=True)
+
+
+def user_namespace_problem(unshare: str) -> str | None:
+    """None when this user can create the namespaces a run needs inside a user namespace, else why not."""
+    import subprocess
+
+    argv = [unshare, *_USER_NS_FLAGS, *_NS_FLAGS, "--", "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"{' '.join(argv)}: {err}"
+    if done.returncode != 0:
+        return f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()[-500:]}"
+    return None
 
 
 def interpreter_roots(python: str) -> list[str]:
@@ -112,12 +154,9 @@ def sandbox_argv(unshare: str, spec: Spec, setpriv: str | None = None) -> list[s
     return [
         *guard,
         unshare,
-        "--net",
-        "--mount",
-        "--pid",
-        "--fork",
+        *(_USER_NS_FLAGS if spec.user_namespace else ()),
+        *_NS_FLAGS,
         "--kill-child",
-        "--mount-proc",
         "--",
         inside_python,
         "-I",
@@ -223,8 +262,22 @@ def _rmdir_quietly(path: str) -> None:
 # ----------------------------------------------------------------------------------------- inside the namespaces
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC = 32, 4096, 16384
+_MS_NOSYMFOLLOW, _MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME, _MS_STRICTATIME = 256, 1024, 2048, 1 << 21, 1 << 24
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
-_MOUNT_OPTION_FLAGS = {"ro": _MS_RDONLY, "nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC}
+_CLONE_NEWUSER = 0x10000000
+# A remount must repeat a mount's atime mode too: inside a user namespace the inherited mounts' flags are locked,
+# and a remount that would change one (even to the relatime default) fails with EPERM.
+_MOUNT_OPTION_FLAGS = {
+    "ro": _MS_RDONLY,
+    "nosuid": _MS_NOSUID,
+    "nodev": _MS_NODEV,
+    "noexec": _MS_NOEXEC,
+    "nosymfollow": _MS_NOSYMFOLLOW,
+    "noatime": _MS_NOATIME,
+    "nodiratime": _MS_NODIRATIME,
+    "relatime": _MS_RELATIME,
+    "strictatime": _MS_STRICTATIME,
+}
 
 
 class _Libc:
@@ -241,6 +294,11 @@ class _Libc:
         if self.lib.prctl(option, ctypes.c_ulong(arg), 0, 0, 0) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"prctl({option}): {os.strerror(err)}")
+
+    def unshare(self, flags: int) -> None:
+        if self.lib.unshare(ctypes.c_int(flags)) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"unshare({flags:#x}): {os.strerror(err)}")
 
 
 def _mount_points() -> list[tuple[str, int]]:
@@ -269,11 +327,22 @@ def _make_everything_read_only(libc: _Libc) -> None:
                 raise
 
 
+def _flags_at(path: str) -> int:
+    """The per-mount flags of the mount `path` is on (the last mounted, longest matching mount point)."""
+    best, flags = "", 0
+    for point, point_flags in _mount_points():
+        if _under(path, point) and len(point) >= len(best):
+            best, flags = point, point_flags
+    return flags
+
+
 def _bind_back(libc: _Libc, fd: int, path: str, writable: bool) -> None:
     os.makedirs(path, mode=0o755, exist_ok=True)
     libc.mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC, None)
-    # A bind inherits its source mount's flags, and every source was made read-only above: set them explicitly.
-    flags = _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | (0 if writable else _MS_RDONLY)
+    # A bind inherits its source mount's flags, and every source was made read-only above: set them explicitly,
+    # keeping the ones a user namespace locks (noexec, atime) and dropping only the read-only flag we added.
+    kept = _flags_at(path) & ~(_MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+    flags = _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | kept | (0 if writable else _MS_RDONLY)
     libc.mount(None, path, None, flags, None)
 
 
@@ -312,15 +381,30 @@ def _set_rlimits(limits: Limits) -> None:
         resource.setrlimit(kind, value)
 
 
+def _become_nobody_in_user_namespace(libc: _Libc, uid: int, gid: int) -> None:
+    """Enter a new user namespace in which this process (root of the outer one) is `uid`/`gid`. It keeps no
+    capability over the outer namespace, which owns the mounts and the network, and exec drops the ones it holds in
+    the new namespace (its uid there is not 0). The one-line maps need no privilege; groups cannot be changed."""
+    libc.unshare(_CLONE_NEWUSER)
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{uid} 0 1")
+    _write("/proc/self/gid_map", f"{gid} 0 1")
+    os.setgid(gid)
+    os.setuid(uid)
+
+
 def _exec_program(libc: _Libc, spec: Spec) -> None:
     """In the forked child: become nobody with the limits, then exec. Never returns."""
     try:
         os.setsid()
         _set_rlimits(spec.limits)
         libc.prctl(_PR_SET_NO_NEW_PRIVS, 1)  # setuid binaries (su, sudo, ping) cannot hand root back
-        os.setgroups([])
-        os.setgid(spec.gid)
-        os.setuid(spec.uid)
+        if spec.user_namespace:
+            _become_nobody_in_user_namespace(libc, spec.uid, spec.gid)
+        else:
+            os.setgroups([])
+            os.setgid(spec.gid)
+            os.setuid(spec.uid)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # cleared by setuid; re-armed against PID 1 dying
         os.chdir(spec.workdir)
         os.execve(spec.argv[0], spec.argv, spec.env)

@@ -82,7 +82,8 @@ class SandboxRunner:
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         probe: bool = True,
     ):
-        self.unshare = check_host()
+        host = check_host()
+        self.unshare, self.user_namespace = host.unshare, host.user_namespace
         self.setpriv = shutil.which("setpriv")
         self._active: set[subprocess.Popen] = set()
         self._active_lock = threading.Lock()
@@ -90,12 +91,20 @@ class SandboxRunner:
         self._idle = threading.Condition(self._active_lock)
         # Work dirs and cgroups carry the service's pid, so a later service can sweep what a killed one left.
         self._tag = f"{_PREFIX}{os.getpid()}-"
-        self.uid, self.gid = nobody_ids()
+        self.uid, self.gid = nobody_ids(required=not self.user_namespace)
         self.python = python or sys.executable
         self.limits = limits or Limits()
         self.output_limit = output_limit
         self.cgroup_parent = PidsCgroup.available()
-        if self.cgroup_parent is None:
+        if self.cgroup_parent is None and self.user_namespace:
+            # each run's nobody lives in a user namespace of its own, where RLIMIT_NPROC counts that run only
+            self.limits = replace(self.limits, nproc=min(self.limits.nproc, self.limits.pids))
+            logger.warning(
+                "sandbox: not root, so each run gets user namespaces of its own; no writable pids cgroup "
+                "(/sys/fs/cgroup), so the process count is limited by RLIMIT_NPROC=%d, counted per run",
+                self.limits.nproc,
+            )
+        elif self.cgroup_parent is None:
             logger.warning(
                 "sandbox: no writable pids cgroup (/sys/fs/cgroup); process count is limited by RLIMIT_NPROC=%d "
                 "for user nobody only",
@@ -203,7 +212,9 @@ class SandboxRunner:
 
     # ------------------------------------------------------------------------------------------------ steps
     def _populate(self, workdir: str, main: str, code: str, files: dict[str, bytes]) -> None:
-        os.chown(workdir, self.uid, self.gid)
+        # In a user namespace the program is this service's own user on the host: the files are already its own.
+        chown = (lambda path: None) if self.user_namespace else (lambda path: os.chown(path, self.uid, self.gid))
+        chown(workdir)
         for name, content in {**files, main: code.encode()}.items():
             path = os.path.join(workdir, name)
             parent = os.path.dirname(path)
@@ -211,7 +222,7 @@ class SandboxRunner:
             with open(path, "wb") as f:
                 f.write(content)
             for p in (path, parent):
-                os.chown(p, self.uid, self.gid)
+                chown(p)
 
     def _argv(self, language: str, main: str) -> list[str]:
         if language == "python":
@@ -240,6 +251,7 @@ class SandboxRunner:
             status_fd=status_w,
             expose=self._expose,
             cgroup_procs=[cgroup.procs_file] if cgroup is not None else [],
+            user_namespace=self.user_namespace,
         )
         data = stdin.encode() if isinstance(stdin, str) else (stdin or b"")
         start = time.monotonic()

@@ -74,6 +74,19 @@ def run_ppo(config: PPOTrainerConfig | DictConfig) -> dict:
     return run_training(config)
 
 
+# Upstream builds the dataset and sampler in this module; its names stay importable from here, loaded on first use
+# so that the config check above still runs before torch is imported.
+_DATA_BUILDERS = ("create_rl_dataset", "create_rl_sampler")
+
+
+def __getattr__(name: str):
+    if name in _DATA_BUILDERS:
+        from verl.data import rl_loading
+
+        return getattr(rl_loading, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 if __name__ == "__main__":
     sys.argv[1:] = prepare_argv(sys.argv[1:])  # reward.sandbox_fusion.* is reward_model.sandbox_fusion.*
     main()

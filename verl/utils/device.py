@@ -111,3 +111,15 @@ def hardware_compute_dtype() -> tuple[str, str]:
 
 if __name__ == "__main__":  # `python -m verl.utils.device`: the dtype scripts should compute in
     print(preferred_low_precision())
+
+
+def is_npu_available() -> bool:
+    """Whether an Ascend NPU is usable (torch_npu installed and a device visible); upstream's switch for NPU code.
+
+    This package runs on CUDA and CPU only, so every NPU branch in user code stays off unless torch_npu is present.
+    """
+    npu = getattr(torch, "npu", None)
+    try:
+        return bool(npu is not None and npu.is_available())
+    except Exception:  # noqa: BLE001 - a broken torch_npu install means no NPU
+        return False

@@ -3,11 +3,15 @@ classes by dotted path, with errors that name the file and the entry."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import os
+import sys
+from types import ModuleType
 from typing import Any
 
-__all__ = ["import_class", "load_yaml_list"]
+__all__ = ["import_class", "import_file_as_module", "load_extern_object", "load_yaml_list"]
 
 
 def import_class(dotted: Any, where: str = "") -> type:
@@ -40,3 +44,50 @@ def load_yaml_list(path: str, list_key: str, what: str, config_key: str, entry_f
     if not isinstance(loaded, dict) or not isinstance(loaded.get(list_key), list):
         raise ValueError(f"{what} {path!r}: expected a top-level `{list_key}:` list of {{{entry_fields}}} entries")
     return loaded
+
+
+def import_file_as_module(path: str, prefix: str) -> ModuleType:
+    """The python file at the absolute ``path`` imported once per process, as ``prefix`` + a hash of the path.
+
+    Registered in sys.modules (pickling and dataclasses need it); an import that fails is removed again and its
+    exception propagates unchanged.
+    """
+    module_name = prefix + hashlib.sha1(path.encode()).hexdigest()[:12]
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path!r} cannot be imported as a python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
+def load_extern_object(module_path: str, object_name: str) -> Any:
+    """The object named ``object_name`` (a class, function, constant) defined in the python file ``module_path``,
+    or in the importable module ``pkg://dotted.module.name``.
+
+    The file is imported once per process under a name derived from its absolute path (so pickling and
+    dataclasses work). A missing file raises FileNotFoundError, a file that fails to import RuntimeError (with the
+    cause chained), a missing name AttributeError, as upstream.
+    """
+    if str(module_path).startswith("pkg://"):
+        module = importlib.import_module(str(module_path)[len("pkg://"):])
+        if not hasattr(module, object_name):
+            raise AttributeError(f"{module_path!r} defines no {object_name!r}")
+        return getattr(module, object_name)
+    path = os.path.abspath(os.path.expanduser(str(module_path)))
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no python file at {module_path!r} (looked for {path})")
+    try:
+        module = import_file_as_module(path, "verl_extern_")
+    except Exception as exc:
+        raise RuntimeError(f"importing {module_path!r} failed: {type(exc).__name__}: {exc}") from exc
+    if not hasattr(module, object_name):
+        raise AttributeError(f"{module_path!r} defines no {object_name!r}")
+    return getattr(module, object_name)

@@ -9,10 +9,12 @@ the other — the differences shrink quickly and the result is usually far tight
 
 from __future__ import annotations
 
+import copy
 import heapq
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -27,7 +29,16 @@ __all__ = [
     "rearrange_micro_batches",
     "get_reverse_idx",
     "log_seqlen_unbalance",
+    "ceildiv",
+    "prepare_dynamic_batch",
+    "restore_dynamic_batch",
+    "get_group_balanced_partitions",
 ]
+
+
+def ceildiv(a: int, b: int) -> int:
+    """a / b rounded up, in integers (no float rounding for large values)."""
+    return -(a // -b)
 
 
 class _PartialSolution:
@@ -193,3 +204,63 @@ def log_seqlen_unbalance(seqlen_list: Sequence[int], partitions: list[list[int]]
         f"{prefix}/balanced_max": float(max(balanced)),
         f"{prefix}/mean": float(sum(balanced) / k),
     }
+
+
+def prepare_dynamic_batch(data: Any, max_token_len: int, dp_group: dist.ProcessGroup | None = None,
+                          same_micro_num_in_dp: bool = True,
+                          min_num_micro_batch: int | None = None) -> tuple[list[Any], list[list[int]]]:
+    """A DataProto split into micro-batches of at most ``max_token_len`` real tokens, and each one's row indices.
+
+    The DataProto form of ``rearrange_micro_batches``: non-tensor columns follow their rows and every micro-batch
+    gets its own copy of ``meta_info``. Put outputs back in the original order with ``restore_dynamic_batch``.
+    """
+    _, partitions = rearrange_micro_batches(data.batch, max_token_len=max_token_len, dp_group=dp_group,
+                                            same_micro_num_in_dp=same_micro_num_in_dp,
+                                            min_num_micro_batch=min_num_micro_batch)
+    micro_batches = []
+    for rows in partitions:
+        micro = data.select_idxs(rows)
+        micro.meta_info = copy.deepcopy(data.meta_info)
+        micro_batches.append(micro)
+    return micro_batches, partitions
+
+
+def restore_dynamic_batch(data: torch.Tensor, batch_idx_list: list[list[int]]) -> torch.Tensor:
+    """Rows of the concatenated micro-batch outputs put back in the order of the batch they were split from.
+
+    Works for plain tensors and jagged nested tensors. The index lists must cover exactly the rows of ``data``.
+    """
+    order = list(itertools.chain.from_iterable(batch_idx_list))
+    assert len(order) == data.shape[0], (
+        f"restore_dynamic_batch: the index lists name {len(order)} rows but data has {data.shape[0]}"
+    )
+    reverse = get_reverse_idx(order)
+    if data.is_nested:
+        rows = data.unbind()
+        return torch.nested.as_nested_tensor([rows[i] for i in reverse], layout=torch.jagged)
+    return data[torch.tensor(reverse, dtype=torch.long, device=data.device)]
+
+
+def get_group_balanced_partitions(seqlen_list: Sequence[int], uid_list: Sequence[Hashable],
+                                  k_partitions: int) -> list[list[int]]:
+    """Rows split into ``k_partitions`` sets of near-equal token sums, never separating rows that share a uid.
+
+    Rows with the same uid must be consecutive (as ``rollout.n`` repeats interleave them); each run of equal
+    uids is one group, and every partition gets the same number of groups. Each set is sorted ascending.
+    """
+    assert len(seqlen_list) == len(uid_list), (
+        f"get_group_balanced_partitions: {len(seqlen_list)} lengths but {len(uid_list)} uids"
+    )
+    groups: list[list[int]] = []
+    for i, uid in enumerate(uid_list):
+        if groups and uid_list[groups[-1][0]] == uid:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    assert len(groups) >= k_partitions, (
+        f"get_group_balanced_partitions: {len(groups)} uid groups cannot fill {k_partitions} partitions; "
+        "use fewer ranks or more prompts per batch"
+    )
+    group_lengths = [sum(int(seqlen_list[i]) for i in group) for group in groups]
+    group_sets = get_seqlen_balanced_partitions(group_lengths, k_partitions, equal_size=True)
+    return [sorted(i for g in group_set for i in groups[g]) for group_set in group_sets]

@@ -29,6 +29,9 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "distributed_masked_mean",
+    "distributed_mean_max_min_std",
+    "expand_as_nested",
 ]
 
 # Elements (rows x vocab) handled at once; 2**24 float32 values = 64 MiB of temporaries per chunk.
@@ -202,3 +205,61 @@ def clip_grad_norm_(parameters: Iterable[torch.nn.Parameter] | torch.Tensor, max
     if math.isfinite(norm) and max_norm is not None and max_norm > 0:
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
     return norm
+
+
+def distributed_masked_mean(local_tensor: torch.Tensor, local_mask: torch.Tensor) -> torch.Tensor:
+    """Mean of the elements where ``local_mask`` is 1, over every rank of the default process group.
+
+    Each rank contributes its masked sum and its mask count; the global mean is sum / (count + 1e-8), so a
+    batch with nothing selected anywhere gives 0 instead of NaN (upstream's guard). Collective: every rank calls it.
+    """
+    mask = local_mask.to(local_tensor.dtype)
+    stats = torch.stack([(local_tensor * mask).sum(), mask.sum()])
+    torch.distributed.all_reduce(stats, op=torch.distributed.ReduceOp.SUM)
+    return stats[0] / (stats[1] + 1e-8)
+
+
+def distributed_mean_max_min_std(local_tensor: torch.Tensor, compute_max: bool = True, compute_min: bool = True,
+                                 compute_std: bool = True):
+    """(mean, max, min, std) of all elements on all ranks; a statistic not asked for is None.
+
+    std is the sample standard deviation (Bessel's n - 1). Sum, count and sum of squares travel in one
+    all-reduce; max and min take one each. Collective: every rank calls it with the same flags.
+    """
+    values = local_tensor.to(_at_least_float32(local_tensor.dtype))
+    stats = torch.stack([values.sum(), torch.tensor(float(values.numel()), device=values.device, dtype=values.dtype),
+                         values.square().sum()])
+    torch.distributed.all_reduce(stats, op=torch.distributed.ReduceOp.SUM)
+    total, count, total_sq = stats
+    mean = total / count
+    global_max = global_min = global_std = None
+    if compute_max:
+        global_max = values.max().clone()
+        torch.distributed.all_reduce(global_max, op=torch.distributed.ReduceOp.MAX)
+    if compute_min:
+        global_min = values.min().clone()
+        torch.distributed.all_reduce(global_min, op=torch.distributed.ReduceOp.MIN)
+    if compute_std:
+        # sum((x - mean)^2) = sum(x^2) - count * mean^2, clamped at 0 against rounding.
+        global_std = torch.sqrt(torch.clamp(total_sq - count * mean * mean, min=0.0) / (count - 1))
+    return mean, global_max, global_min, global_std
+
+
+def expand_as_nested(tensor: torch.Tensor, nested_tensor: torch.Tensor) -> torch.Tensor:
+    """A jagged nested tensor shaped like ``nested_tensor`` (batch, j1) whose row i repeats ``tensor[i]``.
+
+    Used for per-sample values (a temperature per row) next to packed sequences. ``tensor`` must be 1-D with one
+    value per row, ``nested_tensor`` a 2-D jagged nested tensor; anything else fails an assertion, as upstream.
+    """
+    assert getattr(nested_tensor, "is_nested", False), "expand_as_nested: the second argument must be a nested tensor"
+    assert nested_tensor.layout == torch.jagged and nested_tensor.dim() == 2, (
+        f"expand_as_nested: nested_tensor must be a 2-D jagged tensor (batch, j1), got {nested_tensor.dim()}-D"
+    )
+    assert tensor.dim() == 1, f"expand_as_nested: tensor must be 1-D (one value per row), got shape {tuple(tensor.shape)}"
+    offsets = nested_tensor.offsets()
+    assert tensor.shape[0] == offsets.numel() - 1, (
+        f"expand_as_nested: tensor has {tensor.shape[0]} values but nested_tensor has {offsets.numel() - 1} rows"
+    )
+    lengths = offsets.diff().to(tensor.device)
+    values = tensor.repeat_interleave(lengths)
+    return torch.nested.nested_tensor_from_jagged(values, offsets=offsets.to(values.device))

@@ -35,6 +35,7 @@ _LORA_W = "tests/workers/test_lora_workers.py"
 _ULYSSES_W = "tests/workers/test_ulysses_workers.py"
 _TRAINER_KEYS = "tests/trainer/ppo/test_trainer_keys.py"  # helper H1's runtime-key tests
 _BATCHES = "tests/trainer/config/test_config_batch_sizes.py"
+_DEPRECATED = "tests/trainer/config/test_deprecated_keys.py"
 _EFFECTS = "tests/trainer/config/test_honoured_effects.py"
 _KEYS = "tests/trainer/config/test_key_effects.py"
 _UPDATE = "tests/trainer/config/test_key_effects_update.py"
@@ -86,6 +87,7 @@ HONOURED: dict[str, str] = {
     "data.max_prompt_length": f"{_DATASET}::test_truncation_modes_keep_max_prompt_length",
     "data.max_response_length": f"{_DATA}::test_max_response_length_is_the_rollout_length_and_dapos_limit",
     "data.train_batch_size": f"{_UPDATE}::test_train_batch_size_is_the_prompts_per_step",
+    "data.val_batch_size": f"{_DEPRECATED}::test_val_batch_size_is_the_validation_generation_batch",
     "data.gen_batch_size": f"{_DYN}::test_trainer_generates_gen_batch_size_prompts_per_round_and_trains_on_train_batch_size",
     "data.return_raw_input_ids": f"{_TRAINER_KEYS}::test_return_raw_input_ids",
     "data.return_raw_chat": f"{_DATASET}::test_raw_chat_only_when_asked",
@@ -123,7 +125,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.actor.rollout_n": f"{_KEYS}::test_rollout_n_scales_the_mini_batch_and_must_equal_rollout_n",
     f"{ARR}.actor.use_remove_padding": f"{_RMPAD}::test_update_matches_padded",
     f"{ARR}.actor.ppo_mini_batch_size": f"{_ACTOR}::test_metrics_names_and_counts",
-    f"{ARR}.actor.ppo_micro_batch_size": f"{_BATCHES}::test_deprecated_global_micro_batch_is_divided_over_the_workers",
+    f"{ARR}.actor.ppo_micro_batch_size": f"{_DEPRECATED}::test_global_micro_batch_sizes_are_divided_by_the_world_size",
     f"{ARR}.actor.ppo_micro_batch_size_per_gpu": f"{_ACTOR}::test_row_weighting_would_differ",
     f"{ARR}.actor.use_dynamic_bsz": f"{_ACTOR}::test_micro_batch_size_does_not_change_update",
     f"{ARR}.actor.ppo_max_token_len_per_gpu": f"{_ACTOR}::test_micro_batch_size_does_not_change_update",
@@ -157,6 +159,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.ref.strategy": f"{_KEYS}::{_STRATEGY}",
     f"{ARR}.ref.use_remove_padding": f"{_RMPAD}::test_log_probs_and_entropy_match_padded",
     **_fsdp(f"{ARR}.ref.fsdp_config"),
+    f"{ARR}.ref.log_prob_micro_batch_size": f"{_DEPRECATED}::test_global_micro_batch_sizes_are_divided_by_the_world_size",
     f"{ARR}.ref.log_prob_micro_batch_size_per_gpu": f"{_UPDATE}::test_log_prob_batching_follows_its_own_section",
     f"{ARR}.ref.log_prob_use_dynamic_bsz": f"{_UPDATE}::test_log_prob_batching_follows_its_own_section",
     f"{ARR}.ref.log_prob_max_token_len_per_gpu": f"{_UPDATE}::test_log_prob_batching_follows_its_own_section",
@@ -180,6 +183,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.rollout.max_num_batched_tokens": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.max_model_len": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.max_num_seqs": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
+    f"{ARR}.rollout.log_prob_micro_batch_size": f"{_DEPRECATED}::test_global_micro_batch_sizes_are_divided_by_the_world_size",
     f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu": f"{_UPDATE}::test_log_prob_batching_follows_its_own_section",
     f"{ARR}.rollout.log_prob_use_dynamic_bsz": f"{_UPDATE}::test_log_prob_batching_follows_its_own_section",
     f"{ARR}.rollout.log_prob_max_token_len_per_gpu": f"{_UPDATE}::test_log_prob_batching_follows_its_own_section",
@@ -235,7 +239,7 @@ HONOURED: dict[str, str] = {
     **_fsdp("critic.model.fsdp_config"),
     "critic.model.trust_remote_code": f"{_KEYS}::test_critic_trust_remote_code_reaches_the_value_model_load",
     "critic.ppo_mini_batch_size": f"{_CRITIC}::test_update_reduces_value_error_and_reports_metrics",
-    "critic.ppo_micro_batch_size": f"{_BATCHES}::test_deprecated_global_micro_batch_is_divided_over_the_workers",
+    "critic.ppo_micro_batch_size": f"{_DEPRECATED}::test_critic_global_size_sets_the_update_and_value_pass",
     "critic.ppo_micro_batch_size_per_gpu": f"{_CRITIC}::test_micro_batch_size_does_not_change_critic_update",
     "critic.forward_micro_batch_size_per_gpu": f"{_CRITIC}::test_values_independent_of_micro_batching",
     "critic.use_dynamic_bsz": f"{_CRITIC}::test_micro_batch_size_does_not_change_critic_update",

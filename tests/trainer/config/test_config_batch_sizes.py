@@ -65,24 +65,7 @@ def test_per_worker_mini_batch_must_divide_into_micro_batches(cfg):
     assert any("each worker gets, 6" in p and "not divisible by" in p and "(4)" in p for p in problems_of(cfg))
 
 
-def test_deprecated_and_per_gpu_micro_batch_are_exclusive(cfg):
-    set_keys(cfg, actor_rollout_ref__actor__ppo_micro_batch_size=4)
-    assert any(
-        "actor_rollout_ref.actor.ppo_micro_batch_size (4) and actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (2)"
-        " are both set" in p
-        for p in problems_of(cfg)
-    )
-
-
-def test_deprecated_global_micro_batch_is_divided_over_the_workers(cfg):
-    set_keys(
-        cfg,
-        actor_rollout_ref__actor__ppo_micro_batch_size=4,
-        actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu=None,
-    )
-    validate_config(cfg, check_files=False)  # 4 / 2 workers = 2 per worker, which divides the share of 2
-    cfg.actor_rollout_ref.actor.ppo_micro_batch_size = 3
-    assert any("ppo_micro_batch_size (3) is a global size" in p and "data-parallel size 2" in p for p in problems_of(cfg))
+# The deprecated global micro-batch sizes: tests/trainer/config/test_deprecated_keys.py
 
 
 def test_micro_batch_size_is_required_without_dynamic_batching(cfg):

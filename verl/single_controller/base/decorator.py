@@ -9,45 +9,31 @@ from __future__ import annotations
 
 import functools
 import inspect
-from enum import Enum
 from typing import Any, Callable, Mapping
+
+from verl.single_controller.base.dispatch import (
+    DISPATCH_MODE_FN_REGISTRY,
+    get_predefined_dispatch_fn,
+    make_nd_compute_dataproto_dispatch_fn,
+)
+from verl.single_controller.base.modes import RANK_ZERO_COMPATIBLE, Dispatch, Execute, add_dispatch_member
+
+__all__ = [
+    "DISPATCH_MODE_FN_REGISTRY",
+    "MAGIC_ATTR",
+    "Dispatch",
+    "Execute",
+    "get_predefined_dispatch_fn",
+    "get_registered_attrs",
+    "make_nd_compute_dataproto_dispatch_fn",
+    "register",
+    "register_dispatch_mode",
+    "registered_methods",
+    "update_dispatch_mode",
+]
 
 # A name unlikely to collide with anything a user puts on a method.
 MAGIC_ATTR = "_verl_register_attrs_5f3a"
-
-
-class Dispatch(Enum):
-    """How the driver's arguments reach the ranks and how their results come back.
-
-    RANK_ZERO: same args to every rank (so collectives inside the method still line up); rank 0's result returned.
-    ONE_TO_ALL: same args to every rank; the list of per-rank results returned.
-    ALL_TO_ALL: arguments that are lists of length world_size are split one element per rank, anything else is
-        sent to every rank as is; the list of per-rank results returned.
-    DP_COMPUTE: every argument is already a list of length world_size (element i goes to rank i); list returned.
-    DP_COMPUTE_PROTO: every argument is a DataProto / DataProtoFuture, padded to a multiple of world_size and
-        chunked; the per-rank DataProtos are concatenated and the padding removed.
-    DP_COMPUTE_PROTO_WITH_FUNC: the first argument is a function sent to every rank; the rest as DP_COMPUTE_PROTO.
-    DP_COMPUTE_METRIC: split as DP_COMPUTE_PROTO; the list of per-rank results (e.g. metric dicts) returned.
-    """
-
-    RANK_ZERO = "rank_zero"
-    ONE_TO_ALL = "one_to_all"
-    ALL_TO_ALL = "all_to_all"
-    DP_COMPUTE = "dp_compute"
-    DP_COMPUTE_PROTO = "dp_compute_proto"
-    DP_COMPUTE_PROTO_WITH_FUNC = "dp_compute_proto_with_func"
-    DP_COMPUTE_METRIC = "dp_compute_metric"
-
-
-class Execute(Enum):
-    """Which ranks run the method: every rank, or rank 0 alone (with the driver's arguments unchanged)."""
-
-    ALL = "all"
-    RANK_ZERO = "rank_zero"
-
-
-# Execute.RANK_ZERO hands rank 0 the driver's raw arguments, which is only meaningful when nothing is split.
-_RANK_ZERO_COMPATIBLE = {Dispatch.RANK_ZERO, Dispatch.ONE_TO_ALL, Dispatch.ALL_TO_ALL}
 
 
 def _check_dispatch_mode(dispatch_mode: Any) -> None:
@@ -68,14 +54,37 @@ def _check_dispatch_mode(dispatch_mode: Any) -> None:
     )
 
 
+def register_dispatch_mode(dispatch_mode_name: str, dispatch_fn: Callable, collect_fn: Callable) -> Dispatch:
+    """Add ``Dispatch.<dispatch_mode_name>`` splitting arguments with ``dispatch_fn(worker_group, *args, **kwargs)
+    -> (args, kwargs)`` and gathering with ``collect_fn(worker_group, outputs)``; returns the new member. Register
+    it where the worker class is defined, so that the worker processes know the member too."""
+    fns = {"dispatch_fn": dispatch_fn, "collect_fn": collect_fn}
+    _check_dispatch_mode(fns)
+    if dispatch_mode_name in Dispatch.__members__:
+        raise AssertionError(f"dispatch mode {dispatch_mode_name!r} already exists; use update_dispatch_mode to change it")
+    mode = add_dispatch_member(dispatch_mode_name)
+    DISPATCH_MODE_FN_REGISTRY[mode] = fns
+    return mode
+
+
+def update_dispatch_mode(dispatch_mode: Dispatch, dispatch_fn: Callable, collect_fn: Callable) -> None:
+    """Replace the dispatch and collect functions of an existing mode (calls made afterwards use them)."""
+    _check_dispatch_mode(dispatch_mode)
+    if dispatch_mode not in DISPATCH_MODE_FN_REGISTRY:
+        raise AssertionError(f"{dispatch_mode!r} has no dispatch functions to update; use register_dispatch_mode")
+    fns = {"dispatch_fn": dispatch_fn, "collect_fn": collect_fn}
+    _check_dispatch_mode(fns)
+    DISPATCH_MODE_FN_REGISTRY[dispatch_mode] = fns
+
+
 def _check_execute_mode(execute_mode: Any, dispatch_mode: Any) -> None:
     if not isinstance(execute_mode, Execute):
         raise TypeError(f"register(execute_mode=...) must be an Execute member, got {execute_mode!r}")
-    if execute_mode is Execute.RANK_ZERO and dispatch_mode not in _RANK_ZERO_COMPATIBLE:
+    if execute_mode is Execute.RANK_ZERO and dispatch_mode not in RANK_ZERO_COMPATIBLE:
         raise ValueError(
             f"register(execute_mode=Execute.RANK_ZERO) runs rank 0 alone with the driver's arguments, so it cannot "
             f"split data with dispatch_mode={dispatch_mode!r}; use one of "
-            f"{sorted(m.name for m in _RANK_ZERO_COMPATIBLE)} or Execute.ALL"
+            f"{sorted(m.name for m in RANK_ZERO_COMPATIBLE)} or Execute.ALL"
         )
 
 

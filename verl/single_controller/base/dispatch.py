@@ -13,7 +13,11 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from verl.single_controller.base.decorator import Dispatch
+import torch
+from tensordict import TensorDict
+
+from verl.single_controller.base.modes import Dispatch
+from verl.utils import tensordict_utils as tu
 
 PAD_SIZE_KWARG = "__verl_dispatch_pad_size"
 
@@ -129,13 +133,16 @@ def split_data_protos(world_size: int, args: tuple, kwargs: dict, mode: str) -> 
 
 
 def unpad_result(result: Any, pad_size: int) -> Any:
-    """Drop the pad rows from a collected DataProto or DataProtoFuture; other results (per-rank lists) stay."""
+    """Drop the pad rows from a collected DataProto, TensorDict or DataProtoFuture; other results (per-rank
+    lists) stay."""
     if not pad_size:
         return result
     from verl.protocol import DataProto, DataProtoFuture, unpad_dataproto
 
     if isinstance(result, DataProto):
         return unpad_dataproto(result, pad_size)
+    if isinstance(result, TensorDict):
+        return tu.unpad(result, pad_size)
     if isinstance(result, DataProtoFuture):
         return DataProtoFuture(
             collect_fn=functools.partial(_concat_and_unpad, collect_fn=result.collect_fn, pad_size=pad_size),
@@ -160,9 +167,7 @@ def _carried_pad(future, world_size: int) -> int | None:
 
 
 def _concat_and_unpad(outputs: list, collect_fn: Callable, pad_size: int):
-    from verl.protocol import unpad_dataproto
-
-    return unpad_dataproto(collect_fn(outputs), pad_size)
+    return unpad_result(collect_fn(outputs), pad_size)
 
 
 def _named_args(args: tuple, kwargs: dict):
@@ -170,6 +175,86 @@ def _named_args(args: tuple, kwargs: dict):
         yield f"#{i}", a
     for k, v in kwargs.items():
         yield repr(k), v
+
+
+# -- nd compute: a mesh where several ranks share one data-parallel rank -------------------------------------------
+
+
+def make_nd_compute_dataproto_dispatch_fn(mesh_name: str) -> dict[str, Callable]:
+    """A custom dispatch mode for ``@register``: each rank gets the chunk of its data-parallel rank on mesh
+    ``mesh_name`` (ranks of one DP rank, e.g. tensor-parallel peers, get the same chunk), and only the ranks that
+    registered ``is_collect=True`` are gathered. Workers declare their place with
+    ``Worker._register_dispatch_collect_info(mesh_name, dp_rank, is_collect)``; the group asks them once per mesh.
+    Arguments are DataProtos, DataProtoFutures or TensorDicts (padded to a multiple of the DP size)."""
+    return {
+        "dispatch_fn": functools.partial(dispatch_nd_compute_data_proto, mesh_name),
+        "collect_fn": functools.partial(collect_nd_compute_data_proto, mesh_name),
+    }
+
+
+def _mesh_info(worker_group, mesh_name: str, cache_name: str, query_name: str) -> list:
+    cache = getattr(worker_group, cache_name)
+    if mesh_name not in cache:
+        info = list(getattr(worker_group, query_name)(mesh_name))
+        if len(info) != worker_group.world_size:
+            raise RuntimeError(f"mesh {mesh_name!r}: {len(info)} ranks answered {query_name}, expected {worker_group.world_size}")
+        cache[mesh_name] = info
+    return cache[mesh_name]
+
+
+def _split_tensordicts(chunks: int, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    lengths = {len(v) for v in (*args, *kwargs.values())}
+    if len(lengths) > 1:
+        raise ValueError(f"nd dispatch: all TensorDict arguments must have the same length, got {sorted(lengths)}")
+
+    def split(td: TensorDict) -> list[TensorDict]:
+        padded, _ = tu.pad_to_divisor(td, chunks)
+        size = len(padded) // chunks
+        return [tu.index_select_tensor_dict(padded, torch.arange(i * size, (i + 1) * size)) for i in range(chunks)]
+
+    pad_size = (-lengths.pop()) % chunks if lengths else 0
+    split_kwargs = {k: split(v) for k, v in kwargs.items()}
+    if pad_size:
+        split_kwargs[PAD_SIZE_KWARG] = pad_size
+    return tuple(split(a) for a in args), split_kwargs
+
+
+def dispatch_nd_compute_data_proto(mesh_name: str, worker_group, *args, **kwargs):
+    dp_ranks = _mesh_info(worker_group, mesh_name, "_dispatch_info", "_query_dispatch_info")
+    dp_size = max(dp_ranks) + 1
+    values = (*args, *kwargs.values())
+    if values and all(isinstance(v, TensorDict) for v in values):
+        split_args, split_kwargs = _split_tensordicts(dp_size, args, kwargs)
+    else:
+        split_args, split_kwargs = split_data_protos(dp_size, args, kwargs, mode=f"nd compute on mesh {mesh_name!r}")
+    pad_size = split_kwargs.pop(PAD_SIZE_KWARG, 0)
+    per_rank_args = tuple([chunks[r] for r in dp_ranks] for chunks in split_args)
+    per_rank_kwargs = {k: [chunks[r] for r in dp_ranks] for k, chunks in split_kwargs.items()}
+    if pad_size:
+        per_rank_kwargs[PAD_SIZE_KWARG] = pad_size
+    return per_rank_args, per_rank_kwargs
+
+
+def concat_outputs(outputs: list):
+    """One result from per-rank outputs: DataProtos or TensorDicts concatenated; Ray ObjectRefs (a non-blocking
+    call) become a DataProtoFuture that concatenates once they resolve."""
+    import ray
+
+    from verl.protocol import DataProto, DataProtoFuture
+
+    if outputs and all(isinstance(o, ray.ObjectRef) for o in outputs):
+        return DataProtoFuture(collect_fn=concat_outputs, futures=list(outputs))
+    if outputs and all(isinstance(o, DataProto) for o in outputs):
+        return DataProto.concat(outputs)
+    if outputs and all(isinstance(o, TensorDict) for o in outputs):
+        return tu.concat_tensordict(outputs)
+    raise TypeError(f"cannot concatenate per-rank outputs of types {sorted({type(o).__name__ for o in outputs})}; "
+                    "return a DataProto or a TensorDict on every collected rank")
+
+
+def collect_nd_compute_data_proto(mesh_name: str, worker_group, outputs: list):
+    mask = _mesh_info(worker_group, mesh_name, "_collect_info", "_query_collect_info")
+    return concat_outputs([o for o, keep in zip(outputs, mask) if keep])
 
 
 DISPATCH_MODE_FN_REGISTRY: dict[Dispatch, dict[str, Callable]] = {

@@ -29,6 +29,7 @@ class Worker:
 
     def __new__(cls, *args: Any, **kwargs: Any):
         instance = super().__new__(cls)
+        instance._mesh_dispatch_info = {}  # mesh name -> (dp rank, collected?), see _register_dispatch_collect_info
         # `ray.remote(SomeWorker)` builds a driver-side ActorClass that inherits from SomeWorker; it is a handle
         # factory, not a rank, and must not touch the driver's environment.
         if not _is_ray_actor_class(cls):
@@ -144,6 +145,27 @@ class Worker:
             world_size=self._world_size,
             **kwargs,
         )
+
+    def _register_dispatch_collect_info(self, mesh_name: str, dp_rank: int, is_collect: bool) -> None:
+        """Declare this rank's data-parallel rank on ``mesh_name`` and whether its output is gathered, for methods
+        registered with ``make_nd_compute_dataproto_dispatch_fn(mesh_name)``."""
+        if mesh_name in self._mesh_dispatch_info:
+            raise ValueError(f"rank {self.rank} already registered dispatch info for mesh {mesh_name!r}")
+        self._mesh_dispatch_info[mesh_name] = (int(dp_rank), bool(is_collect))
+
+    def _mesh_entry(self, mesh_name: str) -> tuple[int, bool]:
+        if mesh_name not in self._mesh_dispatch_info:
+            raise KeyError(f"rank {self.rank} has no dispatch info for mesh {mesh_name!r}; call "
+                           f"self._register_dispatch_collect_info({mesh_name!r}, dp_rank, is_collect) in __init__")
+        return self._mesh_dispatch_info[mesh_name]
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def _query_dispatch_info(self, mesh_name: str) -> int:
+        return self._mesh_entry(mesh_name)[0]
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def _query_collect_info(self, mesh_name: str) -> bool:
+        return self._mesh_entry(mesh_name)[1]
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO_WITH_FUNC)
     def execute_with_func_generator(self, func: Callable, *args: Any, **kwargs: Any) -> Any:

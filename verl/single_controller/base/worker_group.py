@@ -82,6 +82,9 @@ class WorkerGroup:
         self.name_prefix: str = kwargs.get("name_prefix") or "worker_group"
         # How long each blocking call may take (None: no deadline); see deadlines.py.
         self.deadlines: WorkerDeadlines | None = kwargs.get("deadlines")
+        # Per mesh: each rank's data-parallel rank and whether its output is collected (nd-compute dispatch).
+        self._dispatch_info: dict[str, list[int]] = {}
+        self._collect_info: dict[str, list[bool]] = {}
 
     @property
     def world_size(self) -> int:

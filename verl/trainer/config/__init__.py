@@ -10,6 +10,7 @@ from verl.trainer.config.algorithm import AlgoConfig, FilterGroupsConfig, KLCont
 from verl.trainer.config.base import BaseConfig, build_config, schema_keys
 from verl.trainer.config.critic import CriticConfig, CriticModelConfig
 from verl.trainer.config.data import CustomClsConfig, DataConfig
+from verl.trainer.config.deprecated import register_resolvers
 from verl.trainer.config.engine import (
     CheckpointConfig,
     FSDPConfig,
@@ -32,6 +33,8 @@ from verl.trainer.config.reward import (
 from verl.trainer.config.rollout import MultiTurnConfig, RolloutConfig, ValKwargsConfig
 from verl.trainer.config.trainer import RayKwargsConfig, TrainerConfig
 from verl.trainer.config.validate import CONFIG_DIR, load_config, validate_config
+
+register_resolvers()  # the yaml's ${verl.per_gpu_default:...}, before any composition
 
 __all__ = [
     "ActorConfig",

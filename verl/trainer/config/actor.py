@@ -27,10 +27,6 @@ NO_EXTERNAL_LIB = (
     "shipped with the model).",
 )
 NO_TORCH_COMPILE = ("torch.compile of the model is not built", "Set it to false.")
-NO_DEPRECATED_LOG_PROB_MICRO = (
-    "the deprecated global size is not built for log-prob passes",
-    "Set log_prob_micro_batch_size_per_gpu instead (samples per forward pass on one worker).",
-)
 
 
 @dataclass
@@ -87,7 +83,7 @@ class ActorConfig(BaseConfig):
     rollout_n: int = at_least(1, 1)  # ${actor_rollout_ref.rollout.n} in the yaml
     use_remove_padding: bool = True  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
     ppo_mini_batch_size: int = at_least(4, 1)  # in prompts; the workers multiply by rollout.n
-    ppo_micro_batch_size: int | None = None  # deprecated: global; use ppo_micro_batch_size_per_gpu
+    ppo_micro_batch_size: int | None = at_least(None, 1)  # deprecated global size (verl.trainer.config.deprecated)
     ppo_micro_batch_size_per_gpu: int | None = at_least(2, 1)
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = at_least(16384, 1)
@@ -119,7 +115,7 @@ class RefConfig(BaseConfig):
     use_remove_padding: bool = True  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
     fsdp_config: WorkerFSDPConfig = field(default_factory=WorkerFSDPConfig)
     use_torch_compile: bool = refused(False, *NO_TORCH_COMPILE)  # ${actor_rollout_ref.actor.use_torch_compile}
-    log_prob_micro_batch_size: int | None = refused(None, *NO_DEPRECATED_LOG_PROB_MICRO)
+    log_prob_micro_batch_size: int | None = at_least(None, 1)  # deprecated global size (verl.trainer.config.deprecated)
     log_prob_micro_batch_size_per_gpu: int | None = at_least(2, 1)
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = at_least(16384, 1)

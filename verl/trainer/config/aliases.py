@@ -2,6 +2,10 @@
 
 Upstream v0.9 moved ``reward_model.sandbox_fusion`` to ``reward.sandbox_fusion``. A command line in either
 spelling sets the same key; giving both with different values is an error rather than a silent winner.
+
+Keys upstream users must append with `+` because upstream's yaml lacks them (e.g.
+`+actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=bf16`) are declared in ours, where Hydra would
+refuse the append ("Could not append to config"): such a `+key=value` sets the key instead.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from verl.trainer.config.errors import ConfigError
+from verl.trainer.config.yaml_files import yaml_keys
 
 # new spelling (prefix) -> the key this schema has
 KEY_ALIASES: dict[str, str] = {
@@ -32,6 +37,10 @@ def _renamed(key: str) -> str | None:
     return None
 
 
+def _declared(key: str) -> bool:
+    return key in yaml_keys()
+
+
 def rewrite_aliases(overrides: Sequence[str]) -> list[str]:
     """The overrides with every aliased key in this schema's spelling (a `+` is dropped: the key exists)."""
     out: list[str] = []
@@ -45,6 +54,8 @@ def rewrite_aliases(overrides: Sequence[str]) -> list[str]:
         plus, key, value = parts
         canonical = _renamed(key)
         written = key
+        if plus == "+" and canonical is None and _declared(key):
+            plus = ""  # upstream's yaml lacks the key, so its users append it; ours declares it: set it instead
         if canonical is not None:
             override = f"{canonical}={value}"
             key = canonical

@@ -46,7 +46,7 @@ class CriticConfig(BaseConfig):
     optim: OptimConfig = field(default_factory=_critic_optim)
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
     ppo_mini_batch_size: int = at_least(4, 1)  # in prompts, like the actor's
-    ppo_micro_batch_size: int | None = None  # deprecated: global
+    ppo_micro_batch_size: int | None = at_least(None, 1)  # deprecated global size (verl.trainer.config.deprecated)
     ppo_micro_batch_size_per_gpu: int | None = at_least(2, 1)
     forward_micro_batch_size: int | None = refused(
         None,

@@ -32,11 +32,8 @@ class DataConfig(BaseConfig):
     train_batch_size: int = at_least(8, 1)
     # DAPO's dynamic sampling (algorithm.filter_groups): prompts generated per round; null means train_batch_size
     gen_batch_size: int | None = at_least(None, 1)
-    val_batch_size: int | None = refused(
-        None,
-        "deprecated upstream too: validation runs over the whole validation set at once",
-        "Remove it; data.val_max_samples limits the validation set.",
-    )
+    # deprecated upstream too, and run as there: validation prompts per generation batch; None: the whole set
+    val_batch_size: int | None = at_least(None, 1)
     return_raw_input_ids: bool = False
     return_raw_chat: bool = False
     return_full_prompt: bool = False

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from verl.trainer.config.base import schema_keys
+from verl.trainer.config.config_names import gpu_only_config_problem
 from verl.trainer.config.keys import unknown_key_message
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.config.yaml_files import yaml_keys
@@ -115,10 +116,15 @@ def prepare_argv(argv: Sequence[str]) -> list[str]:
 
 
 def precheck_argv(argv: Sequence[str]) -> None:
-    """Exit with status 2 and a suggestion when the command line names a key that does not exist."""
+    """Exit with status 2 and a suggestion when the command line names a key that does not exist, or a GPU-only
+    upstream config (--config-name=ppo_megatron_trainer) that this build does not have."""
     flags, overrides = split_argv(argv)
     if any(f.split("=", 1)[0] in _HELP_FLAGS for f in flags):
         return
+    refusal = gpu_only_config_problem(flags)
+    if refusal is not None:  # before Hydra, which would only say "Cannot find primary config"
+        print(refusal, file=sys.stderr)
+        sys.exit(2)
     problems = unknown_override_problems(overrides)
     if problems:
         print("\n".join(problems), file=sys.stderr)

@@ -20,11 +20,15 @@ ADV_ESTIMATORS = (
     "opo",
     "grpo_passk",
     "gpg",
+    "grpo_vectorized",
+    "rloo_vectorized",
 )
 
 # Estimators whose baseline is the other responses to the same prompt: with one response per prompt
 # every advantage is zero and nothing is learned.
-GROUP_ADV_ESTIMATORS = ("grpo", "grpo_passk", "rloo", "opo", "reinforce_plus_plus_baseline", "gpg")
+GROUP_ADV_ESTIMATORS = (
+    "grpo", "grpo_passk", "rloo", "opo", "reinforce_plus_plus_baseline", "gpg", "grpo_vectorized", "rloo_vectorized"
+)
 
 POLICY_LOSSES = ("vanilla", "gspo", "gpg", "clip_cov", "kl_cov", "geo_mean", "reinforce", "cispo", "sapo")
 

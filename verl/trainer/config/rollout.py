@@ -109,11 +109,7 @@ class RolloutConfig(BaseConfig):
     max_num_batched_tokens: int = at_least(8192, 1)
     max_model_len: int | None = None
     max_num_seqs: int = at_least(1024, 1)
-    log_prob_micro_batch_size: int | None = refused(
-        None,
-        "the deprecated global size is not built for log-prob passes",
-        "Set log_prob_micro_batch_size_per_gpu instead (samples per forward pass on one worker).",
-    )
+    log_prob_micro_batch_size: int | None = at_least(None, 1)  # deprecated global size (verl.trainer.config.deprecated)
     log_prob_micro_batch_size_per_gpu: int | None = at_least(2, 1)
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = at_least(16384, 1)

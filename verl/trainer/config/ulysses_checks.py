@@ -1,14 +1,18 @@
 """Ulysses sequence parallelism (``*.ulysses_sequence_parallel_size``): the combinations the workers (main_ppo)
 or the SFT trainer cannot run, refused before Ray or any rank starts. The split itself is verl.utils.ulysses;
-divisibility of the GPUs by sp and the token budgets are in checks.py with the other batch arithmetic."""
+divisibility of the GPUs by sp and the token budgets are in checks.py with the other batch arithmetic.
+``log_sequence_parallel_layout`` names the layout each role will run with, once, on the driver before Ray."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 
 ARR = "actor_rollout_ref"
+
+logger = logging.getLogger(__name__)
 
 
 def check_ulysses(cfg: PPOTrainerConfig) -> list[str]:
@@ -26,6 +30,30 @@ def check_ulysses(cfg: PPOTrainerConfig) -> list[str]:
         problems.append(f"critic.ulysses_sequence_parallel_size={critic_sp} splits packed sequences; set "
                         "critic.model.use_remove_padding=true.")
     return problems
+
+
+def sequence_parallel_layout(cfg: PPOTrainerConfig) -> str | None:
+    """One line naming data parallel x sequence parallel for every role this run builds, when any of them splits
+    sequences (None when none does): ``world / sp`` data-parallel groups of ``sp`` ranks each."""
+    arr, world = cfg.actor_rollout_ref, cfg.world_size
+    roles = [("actor", arr.actor.ulysses_sequence_parallel_size, "")]
+    if cfg.use_reference_policy:
+        where = " (the actor's module, adapter off)" if cfg.ref_in_actor else ""
+        roles.append(("ref", arr.ref.ulysses_sequence_parallel_size, where))
+    if cfg.use_critic:
+        roles.append(("critic", cfg.critic.ulysses_sequence_parallel_size, ""))
+    if all(sp == 1 for _, sp, _ in roles):
+        return None
+    parts = [f"{name} {world // sp} dp x {sp} sp{where}" for name, sp, where in roles]
+    return f"sequence parallel (Ulysses) over {world} ranks: " + ", ".join(parts)
+
+
+def log_sequence_parallel_layout(cfg: PPOTrainerConfig) -> str | None:
+    """Log the layout line (INFO, shown by the CLI's logging) when sequence parallelism is on; return it."""
+    line = sequence_parallel_layout(cfg)
+    if line is not None:
+        logger.info(line)
+    return line
 
 
 def _attention_heads(model_path: str | None, override: dict) -> int | None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from verl.trainer.config.aliases import rewrite_aliases
 from verl.trainer.config.base import build_config
 from verl.trainer.config.checks import run_checks
+from verl.trainer.config.deprecated import apply_deprecated_keys
 from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.files import check_files as file_problems
 from verl.trainer.config.overrides import unknown_override_problems
@@ -30,16 +32,17 @@ def validate_config(cfg: DictConfig | dict, *, check_files: bool = True) -> PPOT
     if result.problems:
         raise ConfigError(result.problems)
     typed: PPOTrainerConfig = result.config
-    problems = run_checks(typed)
+    writes, problems = apply_deprecated_keys(typed)  # before the checks: they see the per-GPU sizes
+    problems += run_checks(typed)
     if check_files:
         problems += file_problems(typed)
     if problems:
         raise ConfigError(problems)
-    _write_back(cfg, result.normalised)
+    _write_back(cfg, {**result.normalised, **writes})
     return typed
 
 
-def _write_back(cfg: DictConfig | dict, normalised: dict[str, list]) -> None:
+def _write_back(cfg: DictConfig | dict, normalised: dict[str, Any]) -> None:
     for key, value in normalised.items():
         if isinstance(cfg, DictConfig):
             with read_write(cfg), open_dict(cfg):
@@ -48,7 +51,7 @@ def _write_back(cfg: DictConfig | dict, normalised: dict[str, list]) -> None:
             node = cfg
             *parents, leaf = key.split(".")
             for part in parents:
-                node = node[part]
+                node = node.setdefault(part, {})
             node[leaf] = value
 
 

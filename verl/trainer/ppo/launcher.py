@@ -66,6 +66,7 @@ def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, cal
     from verl.data.rl_dataset import collate_fn
     from verl.data.rl_loading import create_rl_dataset, create_rl_sampler
     from verl.models.loader import load_tokenizer
+    from verl.trainer.config.ulysses_checks import log_sequence_parallel_layout
     from verl.trainer.ppo.data_check import check_data
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.resume_guard import early_checks, preflight
@@ -82,6 +83,7 @@ def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, cal
     resolve_model_paths(config)
     early = early_checks(config)  # another run's checkpoint or a live holder of its folder: refused in seconds
     log_defaults(resolve_ppo_defaults(config))  # the hardware's dtypes in place of null, logged once
+    log_sequence_parallel_layout(config)  # dp x sp per role, when ulysses_sequence_parallel_size > 1
     run_dir = _run_dir(config)
     report_dir = _report_dir(config)
     data = config.data

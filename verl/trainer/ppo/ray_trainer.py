@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from verl.algos.rollout_correction import apply_bypass_mode, apply_rollout_correction
+from verl.data.curriculum import AbstractCurriculumSampler
 from verl.protocol import DataProto
 from verl.single_controller.ray import (
     RayClassWithInitArgs,
@@ -104,8 +105,10 @@ class RayPPOTrainer:
                              f"data.gen_batch_size (null: data.train_batch_size)={data.resolved_gen_batch_size}")
         self.val_dataloader = None
         if val_dataset is not None and len(val_dataset) > 0:
-            # validation runs the whole set as one batch; the worker groups split it across ranks
-            self.val_dataloader = StatefulDataLoader(val_dataset, batch_size=len(val_dataset), shuffle=False,
+            # validation runs the whole set as one batch, or data.val_batch_size prompts at a time (deprecated
+            # upstream, run as there); the worker groups split each batch across ranks
+            self.val_dataloader = StatefulDataLoader(val_dataset, batch_size=data.val_batch_size or len(val_dataset),
+                                                     shuffle=False,
                                                      collate_fn=collate_fn, drop_last=False)
         steps = len(self.train_dataloader) * self.config.trainer.total_epochs
         if self.config.trainer.total_training_steps:
@@ -292,6 +295,9 @@ class RayPPOTrainer:
             if self.global_steps > self.config.trainer.critic_warmup:
                 with marked_timer("update_actor", timing):
                     metrics.update(reduce_metrics(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]))
+        sampler = getattr(self.train_dataloader, "sampler", None)
+        if isinstance(sampler, AbstractCurriculumSampler):  # data.sampler: the user's curriculum sees every batch
+            sampler.update(batch)
         check_finite_metrics(metrics, self.global_steps)
         metrics["training/global_step"] = self.global_steps
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))

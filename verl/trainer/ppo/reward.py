@@ -7,11 +7,8 @@ built-in `default_compute_score` picks a rule by each row's data_source.
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.util
 import inspect
 import os
-import sys
 from types import ModuleType
 from typing import Any
 
@@ -21,6 +18,7 @@ import torch
 from verl.protocol import DataProto
 from verl.rewards import default_compute_score
 from verl.trainer.config.errors import RewardFunctionError
+from verl.utils.import_utils import import_file_as_module
 from verl.workers.reward_manager import AbstractRewardManager, RawRewardFn, get_reward_manager_cls
 from verl.workers.reward_manager.timed_scoring import TIMEOUT_FIELD
 
@@ -33,19 +31,7 @@ def _load_module_from_file(file_path: str) -> ModuleType:
             f"custom_reward_function.path={file_path!r}: no such file ({abs_path}). "
             "Point it to a python file defining your scoring function."
         )
-    module_name = "verl_custom_reward_" + hashlib.sha1(abs_path.encode()).hexdigest()[:12]
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, abs_path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"custom_reward_function.path={file_path!r} is not an importable python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[module_name]
-        raise
+    module = import_file_as_module(abs_path, "verl_custom_reward_")
     ship_module_by_value(module)
     return module
 

@@ -3,7 +3,8 @@
 ``rollout.agent.num_workers`` agent-loop workers, each a thread with its own asyncio loop, run one ``run()``
 coroutine per sample of their slice; all of them send their requests to the rank's one engine, which the
 calling (main) thread drives (server.py). A tool that blocks its worker's event loop therefore stalls only that
-worker's trajectories, and the engine keeps batching the others.
+worker's trajectories, and vLLM keeps batching the others (HF batches wait for every live trajectory, so that
+sampling does not depend on timing: server.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from verl.workers.rollout.agent_loop.lockstep import EngineGroup, LockstepEngine
 from verl.workers.rollout.agent_loop.outputs import outputs_to_batch
 from verl.workers.rollout.agent_loop.registry import load_agent_loop_config, resolve_agent_loop
 from verl.workers.rollout.agent_loop.server import CURRENT_ROW, AsyncLLMServerManager, EngineLoop
+from verl.workers.rollout.seeding import CallSeeds, SamplingSeeds
 
 __all__ = ["AgentLoopManager", "AgentLoopWorker"]
 
@@ -60,11 +62,15 @@ class AgentLoopWorker:
 
 
 class AgentLoopManager:
-    """``config`` is the worker's ActorRolloutRefConfig; ``make_backend(meta)`` builds this call's engine backend."""
+    """``config`` is the worker's ActorRolloutRefConfig; ``make_backend(meta)`` builds this call's engine backend.
+    ``seed``: with this rank's number, the seeds of the sampled batches of an engine that does not seed each request
+    itself (HF), so that one seed gives the same trajectories whatever the tools' latency (server.py)."""
 
     def __init__(self, config: Any, tokenizer: Any, make_backend: Any, processor: Any = None,
-                 engine_group: EngineGroup | None = None) -> None:
+                 engine_group: EngineGroup | None = None, seed: int = 0) -> None:
         self.config = config
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        self.seeds = SamplingSeeds(seed, dp_rank=rank)
         self.engine_group = engine_group  # None: this rank's engine is its own (see lockstep.py)
         self.rollout_config = config.rollout
         self.tokenizer = tokenizer
@@ -89,7 +95,7 @@ class AgentLoopManager:
         """Every row through its agent loop (the ``agent_name`` column, else ``agent.default_agent_loop``)."""
         rows = self._rows(prompts)
         backend = self.make_backend(prompts.meta_info)
-        engine_loop = self._engine_loop(backend)
+        engine_loop = self._engine_loop(backend, self.seeds.next_call(prompts.meta_info))
         if isinstance(engine_loop, MirroredEngineLoop) and not self.engine_group.is_leader:
             return self._follow(engine_loop)
         server = AsyncLLMServerManager(engine_loop, self.rollout_config.prompt_length,
@@ -129,13 +135,13 @@ class AgentLoopManager:
             raise result
         return result
 
-    def _engine_loop(self, backend: Any) -> EngineLoop:
+    def _engine_loop(self, backend: Any, seeds: CallSeeds) -> EngineLoop:
         group = self.engine_group
         if group is None or group.size <= 1:
-            return EngineLoop(backend)
+            return EngineLoop(backend, seeds=seeds)
         if group.kind == "lockstep":
-            return LockstepEngineLoop(backend, group)
-        return MirroredEngineLoop(backend, group)
+            return LockstepEngineLoop(backend, group, seeds=seeds)
+        return MirroredEngineLoop(backend, group, seeds=seeds)
 
     def _follow(self, engine_loop: MirroredEngineLoop) -> DataProto:
         """A tensor-parallel follower: step the engine with the leader's requests, then take its batch."""

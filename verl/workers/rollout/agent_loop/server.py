@@ -12,19 +12,29 @@ live) and batches whatever is queued:
 
 Before starting a batch from idle, the loop waits briefly until every live trajectory has asked (or a short
 deadline passes): single-turn rows then form one batch, exactly as the sync rollout would have.
+
+Reproducible sampling, whatever the tools' latency: the vLLM backend gives every sampled request its own seed from
+its (row, turn) (verl.workers.rollout.seeding), so what it draws does not depend on what it was batched with. HF
+generate draws for a whole batch from one generator, so there the batches themselves must not depend on timing:
+given the call's seeds (``seeds``), the loop waits, without a deadline, until every live trajectory has asked
+before it starts a batch (the turns of one call advance together), and seeds the generator of the k-th batch it
+runs from (call seed, k). The same seed then gives the same batches, the same draws and the same trajectories.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import itertools
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
+
+from verl.workers.rollout.seeding import CallSeeds, derive_seed
 
 __all__ = ["TokenOutput", "AsyncLLMServerManager", "EngineLoop", "EngineRequest"]
 
@@ -32,6 +42,7 @@ __all__ = ["TokenOutput", "AsyncLLMServerManager", "EngineLoop", "EngineRequest"
 # first batch of a call waits longer, so that rows that all start by generating form one batch, as in sync mode.
 GATHER_WAIT_S = 0.05
 FIRST_GATHER_WAIT_S = 5.0
+_BATCH_SEED_TAG = -2  # (call seed, tag, k): the k-th batch's seed, apart from any (row, turn) request seed
 
 
 @dataclass
@@ -55,12 +66,33 @@ CURRENT_ROW: contextvars.ContextVar[int] = contextvars.ContextVar("agent_loop_ro
 _CALLS: contextvars.ContextVar[list] = contextvars.ContextVar("agent_loop_calls")
 
 
-class EngineLoop:
-    """The queue between agent-loop threads and one engine backend (``add``, ``has_work``, ``step``)."""
+def seeds_each_request(backend: Any) -> bool:
+    """Whether the backend gives every request a generator of its own (vLLM's ``request_seed``)."""
+    return callable(getattr(backend, "request_seed", None))
 
-    def __init__(self, backend: Any, gather_wait_s: float = GATHER_WAIT_S) -> None:
+
+@contextlib.contextmanager
+def seeded_global_generator(seed: int) -> Iterator[None]:
+    """torch's global generators (CPU and this process's current GPU) seeded for the block, then restored, so the
+    draws around it are the same as if it had not run."""
+    import torch
+
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+class EngineLoop:
+    """The queue between agent-loop threads and one engine backend (``add``, ``has_work``, ``step``). ``seeds``: the
+    call's seeds; with a backend that does not seed each request (HF), batches then wait for every live trajectory
+    and each is sampled from its own seed (the module docstring)."""
+
+    def __init__(self, backend: Any, gather_wait_s: float = GATHER_WAIT_S, seeds: CallSeeds | None = None) -> None:
         self.backend = backend
         self.gather_wait_s = gather_wait_s
+        self.seeds = seeds if seeds is not None and not seeds_each_request(backend) else None
+        self.batches = 0  # steps in which this rank's backend had requests of its own (lockstep rounds aside)
         self._queue: queue.SimpleQueue[EngineRequest] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._live = 0  # trajectories started and not finished
@@ -126,21 +158,29 @@ class EngineLoop:
                 return taken
 
     def _gather(self, wait_s: float) -> list[EngineRequest]:
+        """Wait until every live trajectory has asked: at most ``wait_s``, or for as long as it takes when batches
+        must not depend on timing (``seeds``): a trajectory that is not waiting is in a tool, and will ask or end."""
         taken: list[EngineRequest] = []
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
+        deadline = None if self.seeds is not None else time.monotonic() + wait_s
+        while deadline is None or time.monotonic() < deadline:
             with self._lock:
                 if self._waiting >= self._live:
                     break
+            poll = 0.01 if deadline is None else max(0.0, min(0.01, deadline - time.monotonic()))
             try:
-                taken.append(self._queue.get(timeout=max(0.0, min(0.01, deadline - time.monotonic()))))
+                taken.append(self._queue.get(timeout=poll))
             except queue.Empty:
                 continue
         return taken + self._drain(block=False)
 
     def _step(self) -> None:
         self.max_in_flight = max(self.max_in_flight, self.backend.in_flight())
-        finished = self.backend.step()
+        if self.seeds is not None and self.backend.has_work():
+            with seeded_global_generator(derive_seed(self.seeds.base, _BATCH_SEED_TAG, self.batches)):
+                finished = self.backend.step()
+            self.batches += 1
+        else:
+            finished = self.backend.step()
         self.steps += 1
         for request, output in finished:
             with self._lock:

@@ -1,0 +1,1 @@
+"""Upstream's ``verl.experimental.dataset`` path; the code lives in ``verl.data``."""

@@ -1,0 +1,117 @@
+"""Deprecated keys upstream verl still runs, run here the same way, each with a one-line warning.
+
+- `*.ppo_micro_batch_size`, `rollout.log_prob_micro_batch_size`, `ref.log_prob_micro_batch_size` are global sizes:
+  upstream divides them by the data-parallel size (world size / the actor's ulysses_sequence_parallel_size) and
+  uses the result as the per-GPU size. When the `_per_gpu` key is set too, the `_per_gpu` key wins.
+- `data.val_batch_size`: upstream generates the validation set in batches of that many prompts (the trainer's
+  val dataloader does the same here); unset, the whole set is one batch.
+
+The yaml makes each `_per_gpu` default follow its global key (`${verl.per_gpu_default:<global>,<default>}`): null
+while the global size is set, so a command line that sets only the global size is not taken as "both set".
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from verl.trainer.config.errors import ConfigWarning
+from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+
+RESOLVER = "verl.per_gpu_default"
+
+
+def _per_gpu_default(global_size: Any, default: Any) -> Any:
+    """The `_per_gpu` key's default: null when the deprecated global size is set (it then decides), else `default`."""
+    return None if global_size is not None else default
+
+
+def register_resolvers() -> None:
+    """The yaml's `${verl.per_gpu_default:...}`; called when verl.trainer.config is imported (before Hydra)."""
+    if not OmegaConf.has_resolver(RESOLVER):
+        OmegaConf.register_new_resolver(RESOLVER, _per_gpu_default)
+
+
+@dataclass(frozen=True)
+class _Pair:
+    section: Any  # the typed section holding both keys
+    prefix: str  # its dotted name
+    legacy: str  # the deprecated global key
+    per_gpu: str  # the per-GPU key
+
+
+def _pairs(cfg: PPOTrainerConfig) -> list[_Pair]:
+    arr = cfg.actor_rollout_ref
+    return [
+        _Pair(arr.actor, "actor_rollout_ref.actor", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
+        _Pair(arr.rollout, "actor_rollout_ref.rollout", "log_prob_micro_batch_size",
+              "log_prob_micro_batch_size_per_gpu"),
+        _Pair(arr.ref, "actor_rollout_ref.ref", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu"),
+        _Pair(cfg.critic, "critic", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
+    ]
+
+
+def _data_parallel(cfg: PPOTrainerConfig, pair: _Pair) -> tuple[int, str]:
+    """Upstream's divisor: world size / the role's ulysses_sequence_parallel_size (the actor's for rollout and ref)."""
+    sp_owner = cfg.critic if pair.prefix == "critic" else cfg.actor_rollout_ref.actor
+    sp_key = "critic" if pair.prefix == "critic" else "actor_rollout_ref.actor"
+    sp = sp_owner.ulysses_sequence_parallel_size
+    how = f"trainer.nnodes * trainer.n_gpus_per_node = {cfg.world_size}"
+    if sp > 1:
+        how += f", / {sp_key}.ulysses_sequence_parallel_size {sp}"
+    return max(1, cfg.world_size // sp), how
+
+
+def apply_deprecated_keys(cfg: PPOTrainerConfig) -> tuple[dict[str, Any], list[str]]:
+    """Turn the deprecated global sizes into per-GPU sizes in `cfg` (in place), warning once for each key set.
+
+    Returns ({dotted key: new value} to write back into the composed config, problems).
+    """
+    writes: dict[str, Any] = {}
+    problems: list[str] = []
+    for pair in _pairs(cfg):
+        legacy = getattr(pair.section, pair.legacy)
+        if legacy is None:
+            continue
+        legacy_key, per_gpu_key = f"{pair.prefix}.{pair.legacy}", f"{pair.prefix}.{pair.per_gpu}"
+        per_gpu = getattr(pair.section, pair.per_gpu)
+        if per_gpu is not None:
+            _warn(f"{legacy_key}={legacy} is deprecated and {per_gpu_key}={per_gpu} is set too: {per_gpu_key} wins "
+                  f"and the global size is not used; remove {legacy_key}.")
+        else:
+            dp, how = _data_parallel(cfg, pair)
+            if legacy < dp:
+                problems.append(f"{legacy_key}={legacy} is a deprecated global size, divided by the data-parallel "
+                                f"size ({how}) = {dp}: less than one sample per worker; set {per_gpu_key} instead.")
+                continue
+            per_gpu = legacy // dp
+            rest = "" if legacy % dp == 0 else " (rounded down, as upstream does)"
+            _warn(f"{legacy_key}={legacy} is deprecated: a global size, divided by the data-parallel size ({how}) = "
+                  f"{dp} as upstream does, so {per_gpu_key}={per_gpu}{rest}; set {per_gpu_key}={per_gpu} instead.")
+            setattr(pair.section, pair.per_gpu, per_gpu)
+            writes[per_gpu_key] = per_gpu
+            if pair.prefix == "critic" and cfg.critic.forward_micro_batch_size_per_gpu is None:
+                # the value pass follows the update's size, as upstream's forward_micro_batch_size does
+                cfg.critic.forward_micro_batch_size_per_gpu = per_gpu
+                cfg.critic.forward_micro_batch_size = None
+                writes["critic.forward_micro_batch_size_per_gpu"] = per_gpu
+                writes["critic.forward_micro_batch_size"] = None
+        setattr(pair.section, pair.legacy, None)
+        writes[legacy_key] = None
+    ref, rollout = cfg.actor_rollout_ref.ref, cfg.actor_rollout_ref.rollout
+    if ref.log_prob_micro_batch_size_per_gpu is None and rollout.log_prob_micro_batch_size_per_gpu is not None:
+        # the yaml's ref size follows rollout's, which the global size above has just decided
+        ref.log_prob_micro_batch_size_per_gpu = rollout.log_prob_micro_batch_size_per_gpu
+        writes["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = ref.log_prob_micro_batch_size_per_gpu
+    if cfg.data.val_batch_size is not None:
+        _warn(f"data.val_batch_size={cfg.data.val_batch_size} is deprecated upstream: as there, the validation set "
+              f"is generated in batches of {cfg.data.val_batch_size} prompts (scores do not change; unset, the "
+              "whole set is one batch).")
+    return writes, problems
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, ConfigWarning, stacklevel=3)
