@@ -15,7 +15,7 @@ def test_try_again_until_correct():
     async def conversation():
         iid = await interaction.start_interaction(ground_truth="42", query="What is 6 * 7?")
         replies = []
-        for attempt in ("I think it is 36.", "Sorry: 6 * 7 = 42, so #### 42"):
+        for attempt in ("I think it is #### 36.", "Sorry: 6 * 7 = 42, so #### 42"):
             messages.append({"role": "assistant", "content": attempt})
             replies.append(await interaction.generate_response(iid, messages))
             messages.append({"role": "user", "content": replies[-1][1]})
@@ -30,24 +30,38 @@ def test_try_again_until_correct():
         asyncio.run(interaction.calculate_score(iid))
 
 
-def test_reads_the_last_assistant_message_only():
+def test_reads_the_last_assistant_message_as_written_in_strict_mode():
     interaction = Gsm8kInteraction({})
 
-    async def score(messages):
-        iid = await interaction.start_interaction("t", ground_truth="5")
-        return (await interaction.generate_response(iid, messages))[0]
+    async def score(messages, ground_truth="5"):
+        iid = await interaction.start_interaction("t", ground_truth=ground_truth)
+        assert interaction._instance_dict["t"]["ground_truth"] == ground_truth
+        done, _, reward, _ = await interaction.generate_response(iid, messages)
+        return done, reward
 
-    # Flexible scoring reads the last number of the last assistant turn; the later user turn's number is ignored.
-    assert asyncio.run(score([{"role": "assistant", "content": "5"}, {"role": "user", "content": "9"}])) is True
-    assert asyncio.run(score([{"role": "assistant", "content": "5"}, {"role": "assistant", "content": "6"}])) is False
-    assert asyncio.run(score([{"role": "user", "content": "5"}])) is False  # no assistant turn at all
+    # Strict, as upstream: the answer must follow "#### "; no prefix is added to what the model wrote.
+    assert asyncio.run(score([{"role": "assistant", "content": "#### 5"}, {"role": "user", "content": "#### 9"}])) == (
+        True, 1.0)  # fmt: skip
+    assert asyncio.run(score([{"role": "assistant", "content": "5"}])) == (False, 0.0)
+    assert asyncio.run(score([{"role": "assistant", "content": "#### 5"}, {"role": "assistant", "content": "#### 6"}])) == (
+        False, 0.0)  # fmt: skip
+    assert asyncio.run(score([{"role": "user", "content": "#### 5"}])) == (False, 0.0)  # no assistant turn at all
     parts = [{"role": "assistant", "content": [{"type": "text", "text": "#### 5"}]}]
-    assert asyncio.run(score(parts)) is True
+    assert asyncio.run(score(parts)) == (True, 1.0)
+    assert asyncio.run(score([{"role": "assistant", "content": "#### 5"}], ground_truth=None)) == (False, 0.0)
+    asyncio.run(score([{"role": "assistant", "content": "so 5"}]))
+    assert interaction._instance_dict["t"]["response"] == "so 5"  # stored as written, no "#### " added
 
 
-def test_ground_truth_is_required():
-    with pytest.raises(ValueError, match="interaction_kwargs.ground_truth"):
-        asyncio.run(Gsm8kInteraction({}).start_interaction())
+def test_finalizing_an_unknown_instance_raises_key_error():
+    interaction = Gsm8kInteraction({})
+    with pytest.raises(KeyError):
+        asyncio.run(interaction.finalize_interaction("never-started"))
+    iid = asyncio.run(interaction.start_interaction())
+    assert interaction._instance_dict[iid]["ground_truth"] is None  # kept as None when the row has none
+    asyncio.run(interaction.finalize_interaction(iid))
+    with pytest.raises(KeyError):
+        asyncio.run(interaction.finalize_interaction(iid))
 
 
 def test_base_interaction_defaults():

@@ -46,7 +46,7 @@ interaction:
     ("body", "error", "message"),
     [
         ("interaction:\n  - name: a\n    config: {}\n", ValueError, r"interaction\[0\]: class_name is missing"),
-        ("interaction:\n  - class_name: nowhere.Thing\n", ImportError, r"interaction\[0\].*cannot import module"),
+        ("interaction:\n  - class_name: nowhere.Thing\n", ModuleNotFoundError, r"interaction\[0\].*cannot import module"),
         ("interaction:\n  - class_name: collections.OrderedDict\n", TypeError,
          r"interaction\[0\].*not a subclass of .*BaseInteraction"),
         ("interaction:\n  - name: g\n    class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n"

@@ -82,7 +82,8 @@ class DemoWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def env(self) -> dict:
-        keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+        keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "RAY_LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT", "VERL_TEST_WORKER_ENV")
         return {**{k: os.environ.get(k) for k in keys}, "threads": torch.get_num_threads(), "pid": os.getpid(),
                 "nice": os.nice(0)}
 

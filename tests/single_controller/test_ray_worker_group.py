@@ -25,10 +25,10 @@ def make_data(n: int) -> DataProto:
     )
 
 
-def build_group(worker_cls: type, prefix: str, **init_kwargs):
+def build_group(worker_cls: type, prefix: str, worker_env: dict | None = None, **init_kwargs):
     pool = RayResourcePool(process_on_nodes=[2], use_gpu=False, max_colocate_count=1, name_prefix=prefix)
     cls = RayClassWithInitArgs(worker_cls, **init_kwargs)
-    return pool, RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, name_prefix=prefix)
+    return pool, RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, name_prefix=prefix, worker_env=worker_env)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def wg(local_ray):
     import sc_test_workers
 
     env_before = dict(os.environ)
-    pool, group = build_group(sc_test_workers.DemoWorker, "demo", scale=1)
+    pool, group = build_group(sc_test_workers.DemoWorker, "demo", worker_env={"VERL_TEST_WORKER_ENV": "on"}, scale=1)
     # Building the group (which wraps the class with ray.remote here) must not change the driver's environment.
     assert dict(os.environ) == env_before
     yield group
@@ -70,6 +70,18 @@ def test_rank_environment_and_threads(wg):
     assert [e["threads"] for e in envs] == [expected_threads, expected_threads]
     # Workers compete for the CPU as the driver does, instead of Ray's default nice 15 (init_ray sets that).
     assert [e["nice"] for e in envs] == [os.nice(0), os.nice(0)]
+
+
+def test_worker_env_reaches_every_worker_with_ray_local_world_size(wg):
+    envs = wg.env()
+    assert [e["VERL_TEST_WORKER_ENV"] for e in envs] == ["on", "on"]  # RayWorkerGroup(worker_env=...), as upstream
+    assert [e["RAY_LOCAL_WORLD_SIZE"] for e in envs] == ["2", "2"]
+    assert "VERL_TEST_WORKER_ENV" not in os.environ  # the driver's own environment is untouched
+
+
+def test_worker_env_cannot_override_the_rank_variables():
+    with pytest.raises(ValueError, match="RANK"):
+        RayWorkerGroup(resource_pool=None, ray_cls_with_init=None, worker_env={"RANK": "3"})
 
 
 def test_dp_compute_proto_pads_splits_and_unpads(wg):

@@ -1,8 +1,9 @@
 """Gsm8kInteraction: a "try again" user for GSM8K. It scores the model's last answer and either ends the
 conversation ("correct") or asks for another attempt.
 
-Scoring is the gsm8k rule scorer in flexible mode on the last assistant message, prefixed by ``#### `` as upstream
-does; the ground truth comes from ``extra_info.interaction_kwargs.ground_truth``.
+As upstream: the last assistant message, as written, is scored by the gsm8k rule scorer in strict mode (the answer
+must follow ``#### ``); the ground truth comes from ``extra_info.interaction_kwargs.ground_truth`` (None when the
+row has none: every answer then scores 0).
 """
 
 from __future__ import annotations
@@ -30,19 +31,15 @@ def _last_assistant_text(messages: list[dict[str, Any]]) -> str:
 
 class Gsm8kInteraction(BaseInteraction):
     async def start_interaction(self, instance_id: str | None = None, ground_truth: str | None = None, **kwargs) -> str:
-        if ground_truth is None:
-            raise ValueError(f"interaction {self.name!r}: start_interaction needs ground_truth (the row's "
-                             "extra_info.interaction_kwargs.ground_truth)")
         instance_id = await super().start_interaction(instance_id)
-        self._instance_dict[instance_id] = {"response": "", "ground_truth": str(ground_truth), "reward": 0.0}
+        self._instance_dict[instance_id] = {"response": "", "ground_truth": ground_truth, "reward": 0.0}
         return instance_id
 
     async def generate_response(
         self, instance_id: str, messages: list[dict[str, Any]], **kwargs
     ) -> tuple[bool, str, float, dict[str, Any]]:
         state = self._state(instance_id)
-        content = _last_assistant_text(messages)
-        state["response"] = content if content.startswith("#### ") else "#### " + content
+        state["response"] = _last_assistant_text(messages)
         reward = await self.calculate_score(instance_id)
         state["reward"] = reward
         if reward == 1.0:
@@ -51,8 +48,15 @@ class Gsm8kInteraction(BaseInteraction):
 
     async def calculate_score(self, instance_id: str, **kwargs) -> float:
         state = self._state(instance_id)
-        return gsm8k.compute_score(state["response"], state["ground_truth"], method="flexible", format_score=0.0,
+        if state["ground_truth"] is None:
+            return 0.0
+        return gsm8k.compute_score(state["response"], state["ground_truth"], method="strict", format_score=0.0,
                                    score=1.0)
+
+    async def finalize_interaction(self, instance_id: str, **kwargs) -> None:
+        """Drop the instance's state; an id never started (or already finalized) raises KeyError, as upstream."""
+        self._state(instance_id)
+        del self._instance_dict[instance_id]
 
     def _state(self, instance_id: str) -> dict[str, Any]:
         try:

@@ -23,6 +23,32 @@ def resolve_model_path(path: str | None, key: str) -> str:
     return expanded
 
 
+SHM_ROOT = "/dev/shm/verl-cache"
+
+
+def copy_to_shm(path: str, key: str, root: str | None = None) -> str:
+    """`model.use_shm`: a copy of the model folder in shared memory (tmpfs), made once and reused while the source
+    is unchanged, so every worker on this node reads the weights from RAM. Returns the copy's folder."""
+    import hashlib
+    import shutil
+
+    root = root or SHM_ROOT
+    source = Path(path)
+    if not source.is_dir():
+        raise FileNotFoundError(f"{key}.use_shm=true needs a local model folder, but {key}.path={path!r} is not one.")
+    if not Path(root).parent.is_dir():
+        raise FileNotFoundError(f"{key}.use_shm=true: {Path(root).parent} does not exist on this machine; set it "
+                                "to false.")
+    stamp = max((f.stat().st_mtime_ns for f in source.rglob("*") if f.is_file()), default=0)
+    digest = hashlib.md5(f"{source.resolve()}:{stamp}".encode()).hexdigest()[:16]
+    target = Path(root) / f"{source.name}-{digest}"
+    if not target.is_dir():
+        partial = target.with_name(target.name + f".part{os.getpid()}")
+        shutil.copytree(source, partial, dirs_exist_ok=True)
+        partial.rename(target)  # whole or absent: a concurrent reader never sees half a copy
+    return str(target)
+
+
 def _explain(err: Exception, path: str, key: str, what: str) -> RuntimeError:
     hint = ("it is not a local folder, so it was looked up on the Hugging Face hub, which this machine cannot reach; "
             "download it elsewhere and point the key at the folder") if not Path(path).exists() else "see the cause above"

@@ -39,7 +39,16 @@ def _score_gsm8k(solution_str: str, ground_truth: Any, extra_info: dict | None) 
     return gsm8k.compute_score(solution_str, ground_truth)
 
 
+# Upstream's NuminaMath subsets (PRIME's data) are scored like MATH: the last boxed answer, normalized, then
+# checked symbolically (math_verify) when installed.
+NUMINA_DATA_SOURCES = (
+    "numina_aops_forum", "numina_synthetic_math", "numina_amc_aime", "numina_synthetic_amc", "numina_cn_k12",
+    "numina_olympiads",
+)  # fmt: skip
+
+
 @register_data_source("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500")
+@register_data_source(*NUMINA_DATA_SOURCES)
 def _score_math(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
     from verl.rewards import math_reward
 
@@ -141,4 +150,6 @@ def default_compute_score(
 # Upstream's older name, still used in user code.
 _default_compute_score = default_compute_score
 
-__all__ = ["default_compute_score", "register_data_source", "known_data_sources", "CODE_DATA_SOURCES"]
+__all__ = [
+    "default_compute_score", "register_data_source", "known_data_sources", "CODE_DATA_SOURCES", "NUMINA_DATA_SOURCES",
+]  # fmt: skip

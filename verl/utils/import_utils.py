@@ -22,8 +22,9 @@ def import_class(dotted: Any, where: str = "") -> type:
     module_name, _, attr = dotted.rpartition(".")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ImportError(f"{prefix}cannot import module {module_name!r} of class_name {dotted!r}: {exc}") from exc
+    except ImportError as exc:  # a missing module stays a ModuleNotFoundError, as upstream raises
+        error = ModuleNotFoundError if isinstance(exc, ModuleNotFoundError) else ImportError
+        raise error(f"{prefix}cannot import module {module_name!r} of class_name {dotted!r}: {exc}") from exc
     try:
         return getattr(module, attr)
     except AttributeError:

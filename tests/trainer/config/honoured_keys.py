@@ -36,6 +36,8 @@ _ULYSSES_W = "tests/workers/test_ulysses_workers.py"
 _TRAINER_KEYS = "tests/trainer/ppo/test_trainer_keys.py"  # helper H1's runtime-key tests
 _BATCHES = "tests/trainer/config/test_config_batch_sizes.py"
 _DEPRECATED = "tests/trainer/config/test_deprecated_keys.py"
+_UPSTREAM = "tests/trainer/config/test_upstream_keys.py"
+_FSDP1_NOTES = "test_fsdp1_options_and_ref_compile_and_worker_impl_are_accepted_with_a_note"
 _EFFECTS = "tests/trainer/config/test_honoured_effects.py"
 _KEYS = "tests/trainer/config/test_key_effects.py"
 _UPDATE = "tests/trainer/config/test_key_effects_update.py"
@@ -67,6 +69,9 @@ def _fsdp(prefix: str) -> dict[str, str]:
         f"{prefix}.model_dtype": f"{_DATA}::{_DTYPE_RESHARD}",
         f"{prefix}.mixed_precision.param_dtype": f"{_KNOBS}::test_bf16_mixed_precision_is_close_to_fp32",
         f"{prefix}.mixed_precision.reduce_dtype": f"{_KNOBS}::test_bf16_mixed_precision_is_close_to_fp32",
+        f"{prefix}.strategy": f"{_UPSTREAM}::test_fsdp_config_strategy_accepts_fsdp_and_fsdp2_and_refuses_megatron",
+        f"{prefix}.use_orig_params": f"{_UPSTREAM}::{_FSDP1_NOTES}",
+        f"{prefix}.forward_prefetch": f"{_UPSTREAM}::{_FSDP1_NOTES}",
     }
 
 
@@ -74,10 +79,16 @@ def _optim(prefix: str) -> dict[str, str]:
     test = f"{_KEYS}::test_optim_keys_build_the_optimizer_and_its_schedule"
     keys = ("lr", "lr_warmup_steps", "lr_warmup_steps_ratio", "min_lr_ratio", "num_cycles", "warmup_style",
             "total_training_steps", "weight_decay", "betas")
-    return {f"{prefix}.{key}": test for key in keys}
+    return {f"{prefix}.{key}": test for key in keys} | {
+        f"{prefix}.clip_grad": f"{_UPSTREAM}::test_optim_clip_grad_is_the_roles_grad_clip"}
 
 
 HONOURED: dict[str, str] = {
+    f"{ARR}.model.use_shm": f"{_UPSTREAM}::test_use_shm_loads_the_model_from_a_dev_shm_copy",
+    f"{ARR}.actor.tau_pos": f"{_UPSTREAM}::test_actor_tau_spelling_sets_the_sapo_temperatures",
+    f"{ARR}.actor.tau_neg": f"{_UPSTREAM}::test_actor_tau_spelling_sets_the_sapo_temperatures",
+    f"{ARR}.ref.use_torch_compile": f"{_UPSTREAM}::{_FSDP1_NOTES}",
+    "trainer.use_legacy_worker_impl": f"{_UPSTREAM}::{_FSDP1_NOTES}",
     # ------------------------------------------------------------ data
     "data.tokenizer": "tests/data/test_rl_dataset_real_tokenizer.py::test_arithmetic_prompts_with_smollm2_tokenizer",
     "data.train_files": f"{_DATA}::{_FILES}",

@@ -46,14 +46,14 @@ def test_unknown_key_exits_fast_with_a_suggestion_before_ray(tmp_path):
 def test_invalid_value_is_reported_without_traceback(tmp_path):
     proc, _ = _run(
         f"hydra.run.dir={tmp_path / 'hydra'}",
-        "algorithm.adv_estimator=grpo",
+        "algorithm.adv_estimator=opo",
         "actor_rollout_ref.actor.ppo_mini_batch_size=3",
         cwd=tmp_path,
     )
     message = _message(proc.stderr)
     assert proc.returncode == 2, message
     assert "Traceback" not in message
-    assert "algorithm.adv_estimator=grpo compares the responses" in message
+    assert "algorithm.adv_estimator=opo compares the responses" in message
     assert "3 * 1 = 3" in message  # the mini-batch arithmetic, with its numbers
     assert not {m for m in _imported(proc.stderr) if m == "ray" or m.startswith("ray.")}
 

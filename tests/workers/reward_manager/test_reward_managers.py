@@ -195,7 +195,7 @@ def test_registry():
     assert get_reward_manager_cls("batch") is BatchRewardManager
     assert get_reward_manager_cls("dapo") is DAPORewardManager
     assert get_reward_manager_cls("prime") is PrimeRewardManager
-    with pytest.raises(ValueError, match="Unknown reward manager.*'nope'.*batch, dapo, naive, prime"):
+    with pytest.raises(ValueError, match="^Unknown reward manager: nope .*'nope'.*batch, dapo, naive, prime"):
         get_reward_manager_cls("nope")
 
     @register("test_only_manager")

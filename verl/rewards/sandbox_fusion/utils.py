@@ -8,13 +8,49 @@ case with what the sandbox answered.
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from verl.sandbox.client import SandboxHTTPError, run_code
+from verl.sandbox.client import SandboxHTTPError, SandboxUnavailable, run_code
 
 DEFAULT_TIMEOUT = 10
 MAX_CASE_THREADS = 16
+# Upstream's retry policy for a gateway timeout (HTTP 504) in front of a busy SandboxFusion: 3 tries, 1 s then 2 s.
+API_MAX_TRIES = 3
+API_FIRST_RETRY_DELAY = 1.0
+
+
+def call_sandbox_api(
+    sandbox_fusion_url: str,
+    code: str,
+    stdin: str | None,
+    compile_timeout: float,
+    run_timeout: float,
+    memory_limit_mb: int,
+    language: str = "python",
+) -> tuple[dict[str, Any] | None, str | None]:
+    """One /run_code request: (the sandbox's response JSON, None), or (None, what went wrong).
+
+    As upstream, failures are returned, not raised: an unreachable service, an HTTP error, or a 504 gateway
+    timeout that persists after ``API_MAX_TRIES`` tries (1 s, then 2 s apart).
+    """
+    delay = API_FIRST_RETRY_DELAY
+    for attempt in range(1, API_MAX_TRIES + 1):
+        try:
+            response = run_code(
+                sandbox_fusion_url, code, language=language, run_timeout=run_timeout,
+                compile_timeout=compile_timeout, memory_limit_mb=memory_limit_mb, stdin=stdin,
+            )  # fmt: skip
+            return response, None
+        except SandboxHTTPError as err:
+            if err.status != 504 or attempt == API_MAX_TRIES:
+                return None, f"API request failed after {attempt} attempt(s): {err}"
+        except SandboxUnavailable as err:
+            return None, f"API request failed: {err}"
+        time.sleep(delay)
+        delay *= 2
+    return None, "API request failed"  # unreachable: the loop returns on its last try
 
 
 def outputs_match(actual: str, expected: str) -> bool:

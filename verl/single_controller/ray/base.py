@@ -60,10 +60,16 @@ class RayWorkerGroup(WorkerGroup):
         worker_names: list[str] | None = None,
         worker_handles: list[Any] | None = None,
         deadlines: WorkerDeadlines | None = None,
+        worker_env: dict[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(resource_pool=resource_pool, name_prefix=name_prefix or secrets.token_hex(3),
                          deadlines=deadlines)
+        reserved = sorted(set(worker_env or {}) & _GROUP_ENV)
+        if reserved:
+            raise ValueError(f"worker_env may not set {reserved}: the worker group sets them for each rank")
+        # upstream's worker_env: extra environment variables every worker process starts with
+        self.worker_env = {str(k): str(v) for k, v in (worker_env or {}).items()}
         if ray_cls_with_init is None:
             raise ValueError("RayWorkerGroup needs ray_cls_with_init=RayClassWithInitArgs(WorkerClass, ...)")
         self.ray_cls_with_init = ray_cls_with_init
@@ -96,7 +102,8 @@ class RayWorkerGroup(WorkerGroup):
         world_size = pool.world_size
         local_ranks, local_sizes = pool.local_rank_list(), pool.local_world_size_list()
         is_worker = issubclass(cls_with_init.user_class(), Worker)
-        base_env = {"WORLD_SIZE": str(world_size), "WG_PREFIX": self.name_prefix, "WG_BACKEND": "ray"}
+        base_env = {**self.worker_env, "WORLD_SIZE": str(world_size), "WG_PREFIX": self.name_prefix,
+                    "WG_BACKEND": "ray"}
         # A joined cluster's workers do not inherit the driver's environment: trainer.device goes explicitly.
         for name in (TORCH_THREADS_ENV, DEVICE_ENV):
             if name in os.environ:
@@ -114,6 +121,7 @@ class RayWorkerGroup(WorkerGroup):
                 "RANK": str(rank),
                 "LOCAL_RANK": str(local_ranks[rank]),
                 "LOCAL_WORLD_SIZE": str(local_sizes[rank]),
+                "RAY_LOCAL_WORLD_SIZE": str(local_sizes[rank]),  # upstream's name for the same number
             }
             name = f"{self.name_prefix}_{label}_rank{rank}"
             pg, bundle = pool.placement_of_rank(rank)
@@ -250,6 +258,11 @@ class RayWorkerGroup(WorkerGroup):
         if self._owns_pool_slot:
             self.resource_pool.release_group_slot()
             self._owns_pool_slot = False
+
+
+# Set per rank by the group; a user's worker_env cannot override them.
+_GROUP_ENV = frozenset({"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "RAY_LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                        "MASTER_PORT", "WG_PREFIX", "WG_BACKEND"})
 
 
 @ray.remote(num_cpus=0)

@@ -47,11 +47,7 @@ class ModelConfig(BaseConfig):
     target_modules: str | list[str] = "all-linear"  # peft's names: all-linear, or [q_proj, v_proj, ...]
     exclude_modules: str | list[str] | None = None  # peft's: module names (or a regex) never adapted
     lora_adapter_path: str | None = None  # a saved peft adapter folder to start from instead of a fresh adapter
-    use_shm: bool = refused(
-        False,
-        "loading the model through /dev/shm is not built; the model loads from model.path",
-        "Set it to false.",
-    )
+    use_shm: bool = False  # copy the model folder to /dev/shm once on the driver; every worker loads that copy
     trust_remote_code: bool = False
     use_liger: bool = refused(
         False, "Liger kernels are GPU kernels this build does not include", "Set it to false."
@@ -72,7 +68,7 @@ class PolicyLossConfig(BaseConfig):
     clip_cov_ub: float = 5.0
     kl_cov_ratio: float = 0.0002
     ppo_kl_coef: float = 0.1
-    # sapo gate temperatures. Upstream keeps them on the actor; the sapo loss reads actor.<key> first, then these.
+    # sapo gate temperatures; the yaml makes them follow upstream's actor.tau_pos / actor.tau_neg
     tau_pos: float = 1.0
     tau_neg: float = 1.05
 
@@ -103,6 +99,9 @@ class ActorConfig(BaseConfig):
     ppo_epochs: int = at_least(1, 1)
     shuffle: bool = False
     ulysses_sequence_parallel_size: int = at_least(1, 1)  # Ulysses: verl.utils.ulysses
+    # upstream's spelling of the sapo temperatures; policy_loss.tau_pos / tau_neg follow them in the yaml
+    tau_pos: float = 1.0
+    tau_neg: float = 1.05
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -114,7 +113,8 @@ class RefConfig(BaseConfig):
     strategy: str = train_strategy("fsdp")
     use_remove_padding: bool = True  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
     fsdp_config: WorkerFSDPConfig = field(default_factory=WorkerFSDPConfig)
-    use_torch_compile: bool = refused(False, *NO_TORCH_COMPILE)  # ${actor_rollout_ref.actor.use_torch_compile}
+    # upstream compiles the entropy function with it, which the reference pass never computes: a note when true
+    use_torch_compile: bool = False  # ${actor_rollout_ref.actor.use_torch_compile}
     log_prob_micro_batch_size: int | None = at_least(None, 1)  # deprecated global size (verl.trainer.config.deprecated)
     log_prob_micro_batch_size_per_gpu: int | None = at_least(2, 1)
     log_prob_use_dynamic_bsz: bool = False

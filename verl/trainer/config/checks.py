@@ -23,6 +23,7 @@ from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.config.registries import GROUP_ADV_ESTIMATORS
 from verl.trainer.config.reward import check_reward_model
 from verl.trainer.config.ulysses_checks import check_ulysses
+from verl.trainer.config.upstream_keys import SINGLETON_GROUP_ESTIMATORS
 
 N = "actor_rollout_ref.rollout.n"
 
@@ -291,7 +292,7 @@ def check_resources(cfg: PPOTrainerConfig) -> list[str]:
 def check_algorithm(cfg: PPOTrainerConfig) -> list[str]:
     problems: list[str] = []
     estimator, n = cfg.algorithm.adv_estimator, cfg.actor_rollout_ref.rollout.n
-    if estimator in GROUP_ADV_ESTIMATORS and n == 1:
+    if estimator in GROUP_ADV_ESTIMATORS and estimator not in SINGLETON_GROUP_ESTIMATORS and n == 1:
         problems.append(
             f"algorithm.adv_estimator={estimator} compares the responses to the same prompt, but {N}=1 gives one "
             f"response per prompt, so every advantage is 0; set {N} to 2 or more (e.g. {N}=4)."

@@ -74,13 +74,20 @@ FSDPEngineConfig = FSDPConfig
 
 @dataclass
 class WorkerFSDPConfig(FSDPConfig):
-    """fsdp_config of the RL workers (actor, reference, critic): they shard over all ranks."""
+    """fsdp_config of the RL workers (actor, reference, critic): they shard over all ranks.
 
+    strategy / use_orig_params / forward_prefetch are upstream's engine keys: fsdp and fsdp2 both mean FSDP2
+    here; the other two are FSDP1 options FSDP2 has no use for, accepted with a one-line note
+    (verl.trainer.config.upstream_keys)."""
+
+    strategy: str = train_strategy("fsdp")
+    use_orig_params: bool = False
     fsdp_size: int = refused(
         -1,
         "the RL workers shard over all ranks; HSDP (fsdp_size smaller than the world) is built for SFT only",
         "Set fsdp_size=-1 (the default), or change trainer.n_gpus_per_node / trainer.nnodes.",
     )
+    forward_prefetch: bool = False  # FSDP1's; FSDP2 prefetches the next layer itself (a note when true)
 
 
 @dataclass
@@ -94,6 +101,8 @@ class OptimConfig(BaseConfig):
     total_training_steps: int = -1  # filled in by the trainer from the data and epochs
     weight_decay: float = 0.01
     betas: list[float] = list_field([0.9, 0.999])
+    # upstream's engine name for the role's grad_clip; the yaml makes it follow grad_clip, set either
+    clip_grad: float = 1.0
 
 
 OptimizerConfig = OptimConfig

@@ -116,6 +116,20 @@ class RolloutConfig(BaseConfig):
     disable_log_stats: bool = True
     enable_chunked_prefill: bool = True
     n: int = at_least(1, 1)  # responses per prompt
+    data_parallel_size: int = refused(
+        1,
+        "data parallelism inside one rollout server (several engine replicas behind it, upstream's data-parallel "
+        "attention for MoE models) needs several GPUs per server; each rollout rank here runs one engine on one "
+        "GPU or on the CPU",
+        "Set it to 1; the rollout ranks (trainer.n_gpus_per_node / tensor_model_parallel_size) already generate "
+        "in parallel.",
+    )
+    expert_parallel_size: int = refused(
+        1,
+        "expert parallelism spreads an MoE model's experts over several GPUs of one engine; each rollout rank "
+        "here runs one engine on one GPU or on the CPU",
+        "Set it to 1 (every rank holds all experts).",
+    )
     calculate_log_probs: bool = False
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
     engine_kwargs: dict[str, Any] = dict_field({"vllm": {}, "sglang": {}})

@@ -23,6 +23,9 @@ CONSOLE_FORMATS = ("compact", "full")  # verl.trainer.console_table.CONSOLE_FORM
 LOGGERS = ("console", "tensorboard", "wandb", "mlflow", "swanlab", "vemlp_wandb", "clearml", "file")
 
 
+LEGACY_WORKER_IMPL = ("auto", "enable", "disable")
+
+
 @dataclass
 class TrainerConfig(BaseConfig):
     balance_batch: bool = True
@@ -81,6 +84,9 @@ class TrainerConfig(BaseConfig):
     worker_call_timeout_per_sample_s: float = at_least(30.0, 0.0)
     device: str = choice("auto", DEVICES)
     report_dir: str = "checkpoints/verl_examples/gsm8k/report"
+    # upstream picks its legacy fsdp_workers (enable) or its engine-based workers (disable); one worker
+    # implementation exists here (verl.workers.fsdp_workers) and every value runs it (a note for disable)
+    use_legacy_worker_impl: str = choice("auto", LEGACY_WORKER_IMPL)
 
 
 @dataclass

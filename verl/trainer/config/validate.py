@@ -15,6 +15,7 @@ from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.files import check_files as file_problems
 from verl.trainer.config.overrides import unknown_override_problems
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+from verl.trainer.config.upstream_keys import apply_upstream_keys
 from verl.trainer.config.yaml_files import CONFIG_DIR
 
 
@@ -33,6 +34,9 @@ def validate_config(cfg: DictConfig | dict, *, check_files: bool = True) -> PPOT
         raise ConfigError(result.problems)
     typed: PPOTrainerConfig = result.config
     writes, problems = apply_deprecated_keys(typed)  # before the checks: they see the per-GPU sizes
+    upstream_writes, upstream_problems = apply_upstream_keys(typed)
+    writes.update(upstream_writes)
+    problems += upstream_problems
     problems += run_checks(typed)
     if check_files:
         problems += file_problems(typed)

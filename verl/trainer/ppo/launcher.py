@@ -22,12 +22,19 @@ def _report_dir(config: PPOTrainerConfig) -> str:
 
 
 def resolve_model_paths(config: PPOTrainerConfig) -> None:
-    """Fill `model.path: null` with the bundled default model, once, so every role loads the same folder."""
+    """Fill `model.path: null` with the bundled default model, once, so every role loads the same folder; with
+    `model.use_shm` the actor's roles load a copy of it in /dev/shm."""
     from verl.models.loader import resolve_model_path
 
     model = config.actor_rollout_ref.model
     model.path = resolve_model_path(model.path, "actor_rollout_ref.model.path")
     critic_model = config.critic.model
+    if model.use_shm:  # as upstream: the actor, reference and rollout load a /dev/shm copy; the critic its own path
+        from verl.models.loader import copy_to_shm
+
+        if not critic_model.path:
+            critic_model.path = model.path
+        model.path = copy_to_shm(model.path, "actor_rollout_ref.model")
     if not critic_model.path:
         critic_model.path = model.path
     if not critic_model.tokenizer_path:

@@ -26,7 +26,7 @@ def register(name: str) -> Callable[[type], type]:
 def get_reward_manager_cls(name: str) -> type:
     if name not in REWARD_MANAGER_REGISTRY:
         raise ValueError(
-            f"Unknown reward manager reward_model.reward_manager={name!r}. "
+            f"Unknown reward manager: {name} (reward_model.reward_manager={name!r}). "
             f"Known: {', '.join(sorted(REWARD_MANAGER_REGISTRY))}. "
             "Register your own class with @verl.workers.reward_manager.register(name)."
         )

@@ -1,0 +1,1 @@
+"""Upstream's ``verl.experimental.reward_loop.reward_manager`` path."""

@@ -1,0 +1,99 @@
+"""Upstream keys with an obvious meaning here: folded into ours, or accepted with a one-line note of what they do.
+
+- `actor.optim.clip_grad` / `critic.optim.clip_grad`: upstream's engine name for the role's `grad_clip` (the yaml
+  makes it follow grad_clip, so setting either works; set to different values, optim.clip_grad wins over a
+  grad_clip left at its default, and two explicit different values are refused).
+- `actor.tau_pos` / `tau_neg`: upstream's spelling of `actor.policy_loss.tau_pos` / `tau_neg` (the yaml makes
+  policy_loss follow the actor's; an explicit policy_loss value wins, with a note).
+- `algorithm.adv_estimator=grpo|rloo` with `rollout.n=1`: accepted as upstream does; a group of one has no
+  baseline, so each advantage is the response's own score (GRPO: divided by std 1), i.e. plain REINFORCE.
+- `fsdp_config.use_orig_params` / `forward_prefetch` (FSDP1 options), `ref.use_torch_compile` (compiles an entropy
+  function the reference pass never calls), `trainer.use_legacy_worker_impl=disable`: accepted, each with a note.
+- `model.use_shm` with several nodes: refused, the copy is made on the driver's node only.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from verl.trainer.config.errors import ConfigWarning
+from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+
+ARR = "actor_rollout_ref"
+# Group estimators whose group of one is defined upstream (no baseline: the score itself); the others stay refused.
+SINGLETON_GROUP_ESTIMATORS = ("grpo", "rloo", "rloo_vectorized")
+_DEFAULT_GRAD_CLIP = 1.0
+_DEFAULT_TAU = {"tau_pos": 1.0, "tau_neg": 1.05}
+
+
+def apply_upstream_keys(cfg: PPOTrainerConfig) -> tuple[dict[str, Any], list[str]]:
+    """Fold upstream's spellings into ours (in place) and note the accepted no-op keys.
+
+    Returns ({dotted key: new value} to write back into the composed config, problems).
+    """
+    writes: dict[str, Any] = {}
+    problems: list[str] = []
+    _clip_grad(cfg, writes, problems)
+    _tau(cfg, writes)
+    _notes(cfg)
+    if cfg.actor_rollout_ref.model.use_shm and cfg.trainer.nnodes > 1:
+        problems.append(f"{ARR}.model.use_shm=true copies the model to /dev/shm on the driver's node only, but "
+                        f"trainer.nnodes={cfg.trainer.nnodes}; set {ARR}.model.use_shm=false on several nodes.")
+    return writes, problems
+
+
+def _clip_grad(cfg: PPOTrainerConfig, writes: dict[str, Any], problems: list[str]) -> None:
+    for prefix, role in ((f"{ARR}.actor", cfg.actor_rollout_ref.actor), ("critic", cfg.critic)):
+        clip_grad, grad_clip = role.optim.clip_grad, role.grad_clip
+        if clip_grad == grad_clip:
+            continue
+        if grad_clip != _DEFAULT_GRAD_CLIP:
+            problems.append(f"{prefix}.optim.clip_grad={clip_grad} and {prefix}.grad_clip={grad_clip} are the same "
+                            f"setting (upstream's engine name and its worker name); give one.")
+            continue
+        role.grad_clip = clip_grad  # the workers clip by grad_clip
+        writes[f"{prefix}.grad_clip"] = clip_grad
+
+
+def _tau(cfg: PPOTrainerConfig, writes: dict[str, Any]) -> None:
+    actor = cfg.actor_rollout_ref.actor
+    for name, default in _DEFAULT_TAU.items():
+        upstream, ours = getattr(actor, name), getattr(actor.policy_loss, name)
+        if upstream == ours:
+            continue
+        if upstream != default:
+            _note(f"{ARR}.actor.{name}={upstream} and {ARR}.actor.policy_loss.{name}={ours} are both set: the "
+                  f"policy_loss value is used.")
+        setattr(actor, name, ours)
+        writes[f"{ARR}.actor.{name}"] = ours
+
+
+def _notes(cfg: PPOTrainerConfig) -> None:
+    arr = cfg.actor_rollout_ref
+    estimator = cfg.algorithm.adv_estimator
+    if estimator in SINGLETON_GROUP_ESTIMATORS and arr.rollout.n == 1:
+        _note(f"algorithm.adv_estimator={estimator} with {ARR}.rollout.n=1: a group of one has no baseline, so each "
+              "response's advantage is its own score (no mean subtracted, std 1), as upstream: plain REINFORCE.")
+    sections = [(f"{ARR}.actor", arr.actor.fsdp_config), (f"{ARR}.ref", arr.ref.fsdp_config)]
+    if cfg.use_critic:
+        sections.append(("critic.model", cfg.critic.model.fsdp_config))
+    if cfg.reward_model.enable:
+        sections.append(("reward_model.model", cfg.reward_model.model.fsdp_config))
+    for prefix, fsdp in sections:
+        if fsdp.use_orig_params:
+            _note(f"{prefix}.fsdp_config.use_orig_params=true is an FSDP1 option: FSDP2 (used here for fsdp and "
+                  "fsdp2) always shards the original parameters, so it changes nothing.")
+        if fsdp.forward_prefetch:
+            _note(f"{prefix}.fsdp_config.forward_prefetch=true is an FSDP1 option (upstream ignores it under fsdp2): "
+                  "FSDP2, used here, prefetches the next layer's parameters by itself.")
+    if arr.ref.use_torch_compile:
+        _note(f"{ARR}.ref.use_torch_compile=true: upstream compiles the entropy function with it, and the reference "
+              "pass computes no entropy, so it changes nothing there or here.")
+    if cfg.trainer.use_legacy_worker_impl == "disable":
+        _note("trainer.use_legacy_worker_impl=disable selects upstream's engine-based workers; this build has one "
+              "worker implementation (verl/workers/fsdp_workers.py, FSDP2), which runs for every value.")
+
+
+def _note(message: str) -> None:
+    warnings.warn(message, ConfigWarning, stacklevel=4)
