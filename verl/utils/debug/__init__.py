@@ -1,0 +1,1 @@
+"""Upstream's debugging helpers: ``verl.utils.debug.metrics`` (rollout-vs-actor probability metrics)."""
