@@ -188,18 +188,61 @@ def prompt_lengths(prompts: Sequence[Any], tokenizer: Any, prompt_key: str) -> t
     return lengths, malformed
 
 
+def _vision_lengths(key: str, table: Any, data: Any, processor: Any, prompt_key: str, report: SplitReport,
+                    rows_text: Callable[..., str]) -> list[int] | None:
+    """Prompt lengths with image tokens counted (the processor on every row, as RLHFDataset renders it); rows with
+    missing or unreadable images, or a placeholder count that differs from their images, become problems. None
+    when the split has no image column."""
+    columns = table.column_names
+    if data.video_key in columns:
+        report.problems.append(f"{key}: column {data.video_key!r} (data.video_key) holds videos, which are not built "
+                               "here; drop the column (images work: data.image_key).")
+    if data.image_key not in columns:
+        return None
+    if processor is None:
+        report.problems.append(
+            f"{key}: column {data.image_key!r} (data.image_key) holds images, but the model folder has no "
+            "multi-modal processor; use a vision-language model (Qwen2-VL / Qwen2.5-VL) or drop the column.")
+        return None
+    from verl.data.prompt_text import as_messages
+    from verl.data.rl_vision import vision_prompt_length
+    from verl.data.vision import ImageError
+
+    prompts, images = table.column(prompt_key).to_pylist(), table.column(data.image_key).to_pylist()
+    lengths, unreadable, mismatched, reasons = [-1] * len(prompts), [], [], {}
+    for row, (prompt, entries) in enumerate(zip(prompts, images)):
+        try:
+            lengths[row] = vision_prompt_length(processor, as_messages(prompt, row, prompt_key),
+                                                {data.image_key: entries}, data.image_key, row)
+        except ImageError as err:
+            unreadable.append(row)
+            reasons[row] = str(err).split(": ", 1)[-1]
+        except ValueError as err:
+            (mismatched if "placeholders" in str(err) else unreadable).append(row)
+            reasons[row] = str(err).split(": ", 1)[-1]
+    if unreadable:
+        report.problems.append(f"{key}: {len(unreadable)} rows have a missing or unreadable image in column "
+                               f"{data.image_key!r} (data.image_key): {rows_text(unreadable, reasons.get)}.")
+    if mismatched:
+        report.problems.append(f"{key}: {len(mismatched)} rows have a different number of <image> placeholders "
+                               f"than images in column {data.image_key!r}: {rows_text(mismatched, reasons.get)}.")
+    return lengths
+
+
 def check_split(key: str, files: Sequence[str], data: Any, tokenizer: Any, needs: RowNeeds, max_samples: int = -1,
-                min_rows: int = 1) -> SplitReport:
+                min_rows: int = 1, processor: Any = None) -> SplitReport:
     """Check one split's files (key: 'data.train_files' or 'data.val_files'); `data` is the typed data section.
 
     Problems are collected, not raised: the caller reports both splits at once. `min_rows`: rows the split must
-    keep after filtering (the train split: one batch)."""
+    keep after filtering (the train split: one batch). `processor`: the model's multi-modal processor (None for a
+    text model); image rows are rendered with it and their image tokens counted."""
     report = SplitReport(key)
     required = {needs.prompt_key: "data.prompt_key: the chat messages"}
     if needs.reward_columns:
         required[needs.reward_fn_key] = "data.reward_fn_key: picks the reward function"
         required["reward_model"] = "{'ground_truth': ...}, read by the reward manager"
-    read = _read_columns(key, files, list(required), required, report)
+    media = [c for c in (getattr(data, "image_key", None), getattr(data, "video_key", None)) if c]
+    read = _read_columns(key, files, list(required) + media, required, report)
     if read is None:
         return report
     table, sizes = read
@@ -234,7 +277,11 @@ def check_split(key: str, files: Sequence[str], data: Any, tokenizer: Any, needs
                 f"{rows_text(rows)}. Set custom_reward_function.path to your compute_score, or register the data "
                 "source (verl.rewards.register_data_source).")
 
-    lengths, malformed = prompt_lengths(table.column(needs.prompt_key).to_pylist(), tokenizer, needs.prompt_key)
+    vision = _vision_lengths(key, table, data, processor, needs.prompt_key, report, rows_text) if media else None
+    if vision is None:
+        lengths, malformed = prompt_lengths(table.column(needs.prompt_key).to_pylist(), tokenizer, needs.prompt_key)
+    else:
+        lengths, malformed = vision, []
     if malformed:
         report.problems.append(
             f"{key}: {len(malformed)} rows of column {needs.prompt_key!r} (data.prompt_key) hold neither chat "
@@ -243,12 +290,14 @@ def check_split(key: str, files: Sequence[str], data: Any, tokenizer: Any, needs
     overlong = [row for row, length in enumerate(lengths) if length > limit]
     if overlong and data.filter_overlong_prompts:
         report.filtered = len(overlong)
-    elif overlong and data.truncation == "error":
+    elif overlong and (data.truncation == "error" or vision is not None):
+        counted = " and image tokens counted" if vision is not None else ""
+        tail = ("an image prompt cannot be truncated." if vision is not None else
+                "or set data.truncation to left/right/middle.")
         report.problems.append(
             f"{key}: {len(overlong)} of {table.num_rows} prompts are longer than data.max_prompt_length={limit} "
-            f"tokens with the chat template applied: {rows_text(overlong, lambda r: f'{lengths[r]} tokens')}. "
-            "Raise data.max_prompt_length, set data.filter_overlong_prompts=true to drop such rows, or set "
-            "data.truncation to left/right/middle.")
+            f"tokens with the chat template applied{counted}: {rows_text(overlong, lambda r: f'{lengths[r]} tokens')}."
+            f" Raise data.max_prompt_length, set data.filter_overlong_prompts=true to drop such rows, {tail}")
     if not report.problems and report.kept < min_rows:
         need = "one batch (data.gen_batch_size, null: data.train_batch_size)" if min_rows > 1 else "one row"
         if report.filtered:

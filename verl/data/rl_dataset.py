@@ -8,12 +8,10 @@ so the reward manager sees the row's data_source and ground truth.
 from __future__ import annotations
 
 import copy
-import os
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
 from omegaconf import ListConfig
 from torch.utils.data import Dataset
@@ -23,11 +21,11 @@ from verl.data.parquet_files import read_parquet_files
 from verl.data.prompt_ids import TRUNCATION_MODES, left_pad, truncate_ids
 from verl.data.prompt_text import as_messages as _as_messages
 from verl.data.prompt_text import chat_text as _chat_text
+from verl.data.rl_vision import check_media_columns, vision_item, vision_prompt_length
+from verl.data.vision import split_placeholders
 from verl.utils.torch_functional import compute_position_id_with_mask
 
 _LENGTH_BATCH = 1024
-# upstream's data.image_key / data.video_key columns
-MEDIA_COLUMNS = ("images", "videos")
 
 
 def _as_file_list(data_files: str | list[str] | ListConfig) -> list[str]:
@@ -50,7 +48,10 @@ class RLHFDataset(Dataset):
     Items: input_ids / attention_mask / position_ids (left-padded), raw_prompt_ids (the templated prompt's ids),
     index, every other column; raw_input_ids (the prompt's ids without the chat template, for a reward model
     whose template differs) with return_raw_input_ids; raw_prompt (the messages) with return_raw_chat;
-    full_prompts (the templated text) with return_full_prompt."""
+    full_prompts (the templated text) with return_full_prompt.
+
+    Vision-language rows (a `processor` and the data.image_key column): see `verl.data.rl_vision`; items then also
+    carry multi_modal_data and (data.return_multi_modal_inputs) multi_modal_inputs, position_ids are (4, L)."""
 
     def __init__(
         self,
@@ -94,23 +95,12 @@ class RLHFDataset(Dataset):
     def _read_files_and_tokenize(self) -> None:
         hint = f"Set data.prompt_key (now {self.prompt_key!r}) to the column holding the chat messages."
         self.dataframe = read_parquet_files(self.data_files, required_column=self.prompt_key, column_hint=hint)
-        self._reject_multimodal()
+        self.vision = check_media_columns(list(self.dataframe.column_names), self.data_files, self.config,
+                                          self.processor)
         self.dataframe = self._take_max_samples(self.dataframe)
         if self.filter_overlong_prompts:
             self.dataframe = self._drop_overlong(self.dataframe)
         print(f"[RLHFDataset] {len(self.dataframe)} prompts from {self.data_files}")
-
-    def _reject_multimodal(self) -> None:
-        """Images or videos would be carried along and the model trained on the text alone: refuse at load."""
-        for column in MEDIA_COLUMNS:
-            if column not in self.dataframe.column_names:
-                continue
-            files = [path for path in self.data_files if column in pq.read_schema(os.path.expanduser(path)).names]
-            raise NotImplementedError(
-                f"{', '.join(files) or self.data_files}: column {column!r} holds {column} for a vision-language "
-                "model, and VLM training is not built in this verl (the model would silently train on the text "
-                f"alone). Use a text-only dataset, or drop the {column!r} column."
-            )
 
     def _take_max_samples(self, frame: Any) -> Any:
         if self.max_samples is None or self.max_samples < 0 or self.max_samples >= len(frame):
@@ -124,12 +114,11 @@ class RLHFDataset(Dataset):
             raise ValueError(f"{self.data_files} hold no rows; point data.train_files / data.val_files at the data")
         # data.filter_overlong_prompts_workers processes tokenize the prompts (one: in this process)
         workers = self.filter_overlong_prompts_workers
-        lengths = frame.select_columns([self.prompt_key]).map(
-            _prompt_lengths, fn_kwargs={"tokenizer": self.tokenizer, "prompt_key": self.prompt_key},
-            input_columns=[self.prompt_key], with_indices=True, batched=True,
-            batch_size=_LENGTH_BATCH, remove_columns=[self.prompt_key], num_proc=workers if workers > 1 else None,
-            desc="filter_overlong_prompts",
-        )["_prompt_length"]
+        if self.vision:  # image tokens counted: the processor runs on every row (in this process)
+            lengths = [vision_prompt_length(self.processor, _as_messages(row[self.prompt_key], i, self.prompt_key),
+                                            row, self.config.image_key, i) for i, row in enumerate(frame)]
+        else:
+            lengths = self._text_lengths(frame, workers)
         keep = [row for row, length in enumerate(lengths) if length <= self.max_prompt_length]
         dropped = len(lengths) - len(keep)
         print(
@@ -143,6 +132,14 @@ class RLHFDataset(Dataset):
             )
         return frame.select(keep) if dropped else frame
 
+    def _text_lengths(self, frame: Any, workers: int) -> list[int]:
+        return frame.select_columns([self.prompt_key]).map(
+            _prompt_lengths, fn_kwargs={"tokenizer": self.tokenizer, "prompt_key": self.prompt_key},
+            input_columns=[self.prompt_key], with_indices=True, batched=True,
+            batch_size=_LENGTH_BATCH, remove_columns=[self.prompt_key], num_proc=workers if workers > 1 else None,
+            desc="filter_overlong_prompts",
+        )["_prompt_length"]
+
     def _chat_text(self, messages: list[dict[str, Any]]) -> str:
         return _chat_text(self.tokenizer, messages)
 
@@ -154,6 +151,8 @@ class RLHFDataset(Dataset):
     def __getitem__(self, item: int) -> dict[str, Any]:
         row_dict: dict[str, Any] = dict(self.dataframe[item])
         messages = _as_messages(row_dict.pop(self.prompt_key), item, self.prompt_key)
+        if self.vision:
+            return self._vision_item(row_dict, messages, item)
         raw_prompt = self._chat_text(messages)
         ids = self.tokenizer.encode(raw_prompt, add_special_tokens=False)
         raw_prompt_ids = truncate_ids(ids, self.max_prompt_length, self.truncation, row=item)
@@ -171,6 +170,23 @@ class RLHFDataset(Dataset):
             row_dict["raw_prompt"] = messages
         if self.return_full_prompt:
             row_dict["full_prompts"] = raw_prompt
+        return self._with_index(row_dict, item)
+
+    def _vision_item(self, row_dict: dict[str, Any], messages: list[dict[str, Any]], item: int) -> dict[str, Any]:
+        row_dict.update(vision_item(self.processor, self.tokenizer, messages, row_dict, self.config, item,
+                                    self.pad_token_id))
+        if self.return_raw_input_ids:
+            raise NotImplementedError("data.return_raw_input_ids with image rows is not built (a reward model "
+                                      "reading images is not either); set it to false")
+        if self.return_raw_chat:
+            row_dict["raw_prompt"] = messages
+        if self.return_full_prompt:
+            row_dict["full_prompts"] = self.processor.apply_chat_template(
+                split_placeholders(messages), add_generation_prompt=True, tokenize=False)
+        return self._with_index(row_dict, item)
+
+    @staticmethod
+    def _with_index(row_dict: dict[str, Any], item: int) -> dict[str, Any]:
         extra_info = row_dict.get("extra_info") or {}
         index = extra_info.get("index") if isinstance(extra_info, dict) else None
         row_dict["index"] = item if index is None else index

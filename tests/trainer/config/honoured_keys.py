@@ -114,6 +114,9 @@ HONOURED: dict[str, str] = {
     "data.val_max_samples": f"{_DATA}::{_FILES}",
     "data.custom_cls.path": f"{_DATASET}::test_custom_dataset_class_from_file",
     "data.custom_cls.name": f"{_DATASET}::test_custom_dataset_class_from_file",
+    "data.image_key": "tests/data/test_rl_dataset_vision.py::test_items_carry_expanded_prompts_mrope_positions_and_multi_modal_inputs",
+    "data.video_key": "tests/data/test_rl_dataset_vision.py::test_video_column_refused",
+    "data.return_multi_modal_inputs": "tests/data/test_rl_dataset_vision.py::test_items_carry_expanded_prompts_mrope_positions_and_multi_modal_inputs",
     # ------------------------------------------------------------ actor_rollout_ref.model
     f"{ARR}.model.path": "tests/trainer/sft/test_sft_trainer.py::test_checkpoint_is_a_plain_hf_folder_main_ppo_can_load",
     f"{ARR}.model.custom_chat_template": f"{_EFFECTS}::test_custom_chat_template_replaces_the_tokenizers_template",

@@ -52,6 +52,12 @@ class DataConfig(BaseConfig):
     train_max_samples: int = -1
     val_max_samples: int = -1
     custom_cls: CustomClsConfig = field(default_factory=CustomClsConfig)
+    # vision-language rows (docs/vlm.md): the column of {"bytes"|"path"} image entries, one per <image> placeholder
+    image_key: str = "images"
+    # the video column: a file that has it is refused (videos are not built)
+    video_key: str = "videos"
+    # items carry the processor's pixel_values / image_grid_thw (multi_modal_inputs) for the actor's forward
+    return_multi_modal_inputs: bool = True
 
     @property
     def resolved_gen_batch_size(self) -> int:

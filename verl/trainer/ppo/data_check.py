@@ -54,7 +54,8 @@ def _summary(reports: list[SplitReport], seconds: float, max_prompt_length: int)
             f"the chat template); {seconds:.1f} s")
 
 
-def check_data(config: PPOTrainerConfig, tokenizer: Any, custom_reward: bool = False) -> list[SplitReport]:
+def check_data(config: PPOTrainerConfig, tokenizer: Any, custom_reward: bool = False,
+               processor: Any = None) -> list[SplitReport]:
     """Check the train and val files as configured; raise DataCheckError listing every problem, else log one line.
 
     A custom dataset class (data.custom_cls.path) reads the files its own way, so the check is skipped for it."""
@@ -66,10 +67,11 @@ def check_data(config: PPOTrainerConfig, tokenizer: Any, custom_reward: bool = F
     start = time.perf_counter()
     needs = row_needs(config, custom_reward)
     reports = [check_split("data.train_files", data.train_files, data, tokenizer, needs,
-                           max_samples=data.train_max_samples, min_rows=data.resolved_gen_batch_size)]
+                           max_samples=data.train_max_samples, min_rows=data.resolved_gen_batch_size,
+                           processor=processor)]
     if data.val_files:
         reports.append(check_split("data.val_files", data.val_files, data, tokenizer, needs,
-                                   max_samples=data.val_max_samples))
+                                   max_samples=data.val_max_samples, processor=processor))
     problems = [problem for report in reports for problem in report.problems]
     if problems:
         raise DataCheckError(problems)

@@ -73,6 +73,7 @@ def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, cal
     from verl.data.rl_dataset import collate_fn
     from verl.data.rl_loading import create_rl_dataset, create_rl_sampler
     from verl.models.loader import load_tokenizer
+    from verl.models.processor import load_processor
     from verl.trainer.config.ulysses_checks import log_sequence_parallel_layout
     from verl.trainer.ppo.data_check import check_data
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -97,12 +98,16 @@ def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, cal
     model = config.actor_rollout_ref.model
     tokenizer = load_tokenizer(data.tokenizer or model.path, "data.tokenizer",
                                trust_remote_code=data.trust_remote_code, custom_chat_template=model.custom_chat_template)
+    # a vision-language model's processor (images in the rows); None for a text model
+    processor = load_processor(data.tokenizer or model.path, tokenizer, "actor_rollout_ref.model.path",
+                               trust_remote_code=data.trust_remote_code)
     # every row of the train and val files, before Ray: a bad row must not surface when its batch comes up
-    check_data(config, tokenizer, custom_reward=compute_score is not None)
-    train_dataset = create_rl_dataset(data.train_files, data, tokenizer, max_samples=data.train_max_samples)
+    check_data(config, tokenizer, custom_reward=compute_score is not None, processor=processor)
+    train_dataset = create_rl_dataset(data.train_files, data, tokenizer, processor=processor,
+                                      max_samples=data.train_max_samples)
     val_dataset = None
     if data.val_files:
-        val_dataset = create_rl_dataset(data.val_files, data, tokenizer, is_train=False,
+        val_dataset = create_rl_dataset(data.val_files, data, tokenizer, processor=processor, is_train=False,
                                         max_samples=data.val_max_samples)
     # before Ray and before anything is written to the run's folder: a different run's checkpoint is refused, a
     # finished run raises RunFinished, and then the folder is locked against a second run
