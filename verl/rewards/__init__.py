@@ -63,6 +63,20 @@ def _score_math_dapo(solution_str: str, ground_truth: Any, extra_info: dict | No
     return math_dapo.compute_score(solution_str, ground_truth)
 
 
+@register_data_source("hiyouga/geometry3k", "geometry3k")
+def _score_geo3k(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    from verl.rewards import geo3k
+
+    return geo3k.compute_score(solution_str, ground_truth)
+
+
+@register_data_source("visual_count")
+def _score_visual_count(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    from verl.rewards import geo3k
+
+    return geo3k.count_score(solution_str, ground_truth)
+
+
 @register_data_source("countdown")
 def _score_countdown(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
     from verl.rewards import countdown

@@ -1,0 +1,56 @@
+"""examples/data_preprocess/{geo3k,visual_count}.py: rows in upstream's geo3k layout that RLHFDataset reads."""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from PIL import Image
+
+from tests.examples.test_data_preprocess import load_script, read
+from verl.data.vision import load_image
+from verl.rewards import default_compute_score
+
+
+def png(color) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (30, 20), color).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_geo3k_from_a_local_copy_in_the_hub_layout(tmp_path):
+    source = tmp_path / "geometry3k" / "data"
+    source.mkdir(parents=True)
+    for split, answer in (("train", "3"), ("test", "\\frac{1}{2}")):
+        rows = [{"problem": "<image>Find x.", "answer": answer, "images": [{"bytes": png((1, 2, 3)), "path": None}]}]
+        pq.write_table(pa.Table.from_pylist(rows), source / f"{split}-00000-of-00001.parquet")
+    train, test = load_script("geo3k").main(["--local_dataset_path", str(tmp_path / "geometry3k"),
+                                             "--local_save_dir", str(tmp_path / "out")])
+    row = read(train)[0]
+    assert row["data_source"] == "hiyouga/geometry3k" and row["prompt"][0]["content"].startswith("<image>Find x. ")
+    assert "\\boxed{}" in row["prompt"][0]["content"]
+    assert load_image(row["images"][0], "row 0").getpixel((0, 0)) == (1, 2, 3)
+    truth = read(test)[0]["reward_model"]["ground_truth"]
+    assert default_compute_score(row["data_source"], "<think>x</think> \\boxed{0.5}", truth) == 1.0
+    assert abs(default_compute_score(row["data_source"], "\\boxed{0.5}", truth) - 0.9) < 1e-9
+    assert abs(default_compute_score(row["data_source"], "<think>x</think> \\boxed{2}", truth) - 0.1) < 1e-9
+
+
+def test_visual_count_images_hold_the_counted_shapes(tmp_path):
+    train, test = load_script("visual_count").main(["--local_save_dir", str(tmp_path), "--train_size", "12",
+                                                    "--test_size", "4", "--max_count", "4"])
+    rows = read(train)
+    assert len(rows) == 12 and len(read(test)) == 4
+    for i, row in enumerate(rows):
+        image = load_image(row["images"][0], f"row {i}")
+        truth = int(row["reward_model"]["ground_truth"])
+        assert 1 <= truth <= 4
+        # count the 28x28 grid cells that hold colour (each shape fills one cell)
+        cells = {(x // 28, y // 28) for x in range(84) for y in range(84) if image.getpixel((x, y)) != (255, 255, 255)}
+        assert len(cells) == truth, i
+        assert default_compute_score("visual_count", f"I see \\boxed{{{truth}}}", str(truth)) == 1.0
+        assert default_compute_score("visual_count", f"\\boxed{{{truth + 1}}}", str(truth)) == 0.0
+    again, _ = load_script("visual_count").main(["--local_save_dir", str(tmp_path / "again"), "--train_size", "12",
+                                                 "--test_size", "4", "--max_count", "4"])
+    assert read(again) == rows  # deterministic for a seed
