@@ -30,8 +30,11 @@ def test_pack_keeps_given_position_ids_and_checks_shapes():
     ids = torch.tensor([[0, 5, 6]])
     mask = torch.tensor([[0, 1, 1]])
     assert pack_sequences(ids, mask, torch.tensor([[0, 0, 1]])).position_ids.tolist() == [[0, 1]]
-    with pytest.raises(ValueError, match="mrope"):
-        pack_sequences(ids, mask, torch.zeros(1, 3, 3, dtype=torch.long))
+    # multi-axis (a VLM's text + mrope rows, (bs, C, L)) pack to (C, 1, T), the layout HF's Qwen-VL takes
+    axes = torch.tensor([[[9, 0, 1], [9, 2, 3], [9, 4, 5]]])
+    assert pack_sequences(ids, mask, axes).position_ids.tolist() == [[[0, 1]], [[2, 3]], [[4, 5]]]
+    with pytest.raises(ValueError, match="must be \\(batch, length\\) or \\(batch, axes, length\\)"):
+        pack_sequences(ids, mask, torch.zeros(1, 3, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="no real token"):
         pack_sequences(ids, torch.zeros_like(mask))
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from verl.models.vision import is_vision_language_config
 from verl.utils.model import update_model_config
 
 
@@ -94,6 +95,10 @@ def load_causal_lm(model: Any, key: str, dtype: torch.dtype = torch.float32, val
             from verl.models.value_head import load_value_model
 
             module = load_value_model(path, hf_config=hf_config, **kwargs)
+        elif is_vision_language_config(hf_config):  # Qwen2-VL / Qwen2.5-VL: the LM head over a vision tower
+            from transformers import AutoModelForImageTextToText
+
+            module = AutoModelForImageTextToText.from_pretrained(path, config=hf_config, **kwargs)
         else:
             module = AutoModelForCausalLM.from_pretrained(path, config=hf_config, **kwargs)
     except Exception as err:  # noqa: BLE001

@@ -24,7 +24,7 @@ __all__ = ["PackedSequences", "pack_sequences", "scatter_to_padded", "accepts_lo
 @dataclass(frozen=True)
 class PackedSequences:
     input_ids: torch.Tensor  # (1, T)
-    position_ids: torch.Tensor  # (1, T), restarting at 0 for every row
+    position_ids: torch.Tensor  # (1, T), restarting at 0 for every row; (C, 1, T) for multi-axis (mrope) ids
     cu_seqlens: torch.Tensor  # (segments + 1,) int32: segment s is [cu_seqlens[s], cu_seqlens[s + 1])
     max_seqlen: int
     token_index: torch.Tensor  # (bs, L) long: packed position of each real token, -1 on padding
@@ -104,14 +104,18 @@ def pack_sequences(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     token_index = torch.where(mask.flatten(), flat_index, torch.full_like(flat_index, -1)).view_as(input_ids)
     if position_ids is None:
         position_ids = torch.cumsum(mask.long(), -1) - 1
-    elif position_ids.shape != input_ids.shape:
-        raise ValueError(f"pack_sequences: position_ids {tuple(position_ids.shape)} must be (batch, length) like "
-                         f"input_ids {tuple(input_ids.shape)}; multi-axis (mrope) position ids are not supported")
-    position_ids = position_ids[mask]
+    if position_ids.dim() == 3 and position_ids.shape[::2] == input_ids.shape:
+        # multi-axis (a VLM's text + mrope rows, (bs, C, L)): packed as (C, 1, T), the layout HF's Qwen-VL takes
+        packed_positions = position_ids.transpose(0, 1)[:, mask][:, None]
+    elif position_ids.shape == input_ids.shape:
+        packed_positions = position_ids[mask][None]
+    else:
+        raise ValueError(f"pack_sequences: position_ids {tuple(position_ids.shape)} must be (batch, length) or "
+                         f"(batch, axes, length) like input_ids {tuple(input_ids.shape)}")
     seg_lengths = lengths[lengths > 0]
     cu_seqlens = torch.zeros(seg_lengths.numel() + 1, dtype=torch.int32, device=input_ids.device)
     cu_seqlens[1:] = torch.cumsum(seg_lengths, 0)
-    return PackedSequences(input_ids=input_ids[mask][None], position_ids=position_ids[None], cu_seqlens=cu_seqlens,
+    return PackedSequences(input_ids=input_ids[mask][None], position_ids=packed_positions, cu_seqlens=cu_seqlens,
                            max_seqlen=int(seg_lengths.max().item()), token_index=token_index)
 
 

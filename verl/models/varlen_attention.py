@@ -185,6 +185,9 @@ def _sequence_parallel_attention(base: str, module: torch.nn.Module, query: torc
 def _make_attention(base: str):
     def attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
                   **kwargs):
+        if getattr(module, "is_causal", True) is False:  # a vision encoder's: its own chunks, not a packed text row
+            return _base_attention(base, module)(module, query, key, value, attention_mask, dropout=dropout,
+                                                 scaling=scaling, **kwargs)
         cu_seqlens = kwargs.get("cu_seq_lens_q")
         # from the forward's kwargs too: a gradient-checkpointing recompute runs in the backward, outside the context
         group = kwargs.pop(ULYSSES_GROUP_KWARG, None) or active_ulysses_group()

@@ -141,6 +141,10 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
                                             trust_remote_code=cfg.model.trust_remote_code,
                                             custom_chat_template=cfg.model.custom_chat_template)
             module = lora_from_model_config(module, cfg.model, "actor_rollout_ref.model")
+            if self._is_actor and cfg.actor.freeze_vision_tower:
+                from verl.models.vision import freeze_vision_tower
+
+                freeze_vision_tower(module)
             self.actor_module = apply_fsdp2(module, fsdp_cfg, self.device_mesh)
         if self._is_actor:
             self._build_actor()

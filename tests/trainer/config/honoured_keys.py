@@ -114,6 +114,7 @@ HONOURED: dict[str, str] = {
     "data.val_max_samples": f"{_DATA}::{_FILES}",
     "data.custom_cls.path": f"{_DATASET}::test_custom_dataset_class_from_file",
     "data.custom_cls.name": f"{_DATASET}::test_custom_dataset_class_from_file",
+    f"{ARR}.actor.freeze_vision_tower": "tests/workers/actor/test_vlm_actor.py::test_update_reaches_the_vision_tower_unless_frozen",
     "data.image_key": "tests/data/test_rl_dataset_vision.py::test_items_carry_expanded_prompts_mrope_positions_and_multi_modal_inputs",
     "data.video_key": "tests/data/test_rl_dataset_vision.py::test_video_column_refused",
     "data.return_multi_modal_inputs": "tests/data/test_rl_dataset_vision.py::test_items_carry_expanded_prompts_mrope_positions_and_multi_modal_inputs",

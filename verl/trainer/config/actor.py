@@ -98,6 +98,8 @@ class ActorConfig(BaseConfig):
     kl_loss_type: str = choice("low_var_kl", KL_PENALTIES)
     ppo_epochs: int = at_least(1, 1)
     shuffle: bool = False
+    # a vision-language model's vision tower gets no gradient (verl.models.vision); refused for a text model
+    freeze_vision_tower: bool = False
     ulysses_sequence_parallel_size: int = at_least(1, 1)  # Ulysses: verl.utils.ulysses
     # upstream's spelling of the sapo temperatures; policy_loss.tau_pos / tau_neg follow them in the yaml
     tau_pos: float = 1.0

@@ -58,6 +58,8 @@ from verl.workers.update_loop import ppo_update
 __all__ = ["DataParallelPPOActor", "NonFiniteLossError", "accepts_logits_to_keep"]
 
 _FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
+# a VLM batch's row numbers, so each micro-batch finds its rows' images (multi_modal_inputs, a non-tensor column)
+_MM_ROW = "multi_modal_row"
 
 
 class DataParallelPPOActor(BasePPOActor):
@@ -84,6 +86,31 @@ class DataParallelPPOActor(BasePPOActor):
                              "actor_rollout_ref.model.use_remove_padding=true")
         if self.use_remove_padding:
             enable_varlen_attention(actor_module, sequence_parallel=self.ulysses_group is not None)
+        self._multi_modal_inputs = None  # the batch's per-row pixel_values / image_grid_thw, during one call
+
+    def _select(self, data: DataProto, keys: list[str]) -> DataProto:
+        """``data`` restricted to ``keys``, plus row numbers when it carries images for the forward."""
+        selected = data.select(batch_keys=keys)
+        self._multi_modal_inputs = data.non_tensor_batch.get("multi_modal_inputs")
+        if self._multi_modal_inputs is not None:
+            if self.ulysses_group is not None:
+                raise NotImplementedError("ulysses_sequence_parallel_size > 1 with images is not built; set it to 1")
+            selected.batch[_MM_ROW] = torch.arange(len(data), device=selected.batch.device)
+        return selected
+
+    def _vision_kwargs(self, micro_batch: TensorDict) -> dict:
+        """pixel_values / image_grid_thw of the micro-batch's rows, concatenated in row order (the order of their
+        image tokens in the batch), and position ids in HF's (axes, bs, L) layout."""
+        if _MM_ROW not in micro_batch.keys():
+            return {}
+        rows = [self._multi_modal_inputs[int(i)] for i in micro_batch[_MM_ROW].tolist()]
+        device = micro_batch["input_ids"].device
+        kwargs = {}
+        for key in ("pixel_values", "image_grid_thw"):
+            parts = [row[key] for row in rows if row and row.get(key) is not None]
+            if parts:
+                kwargs[key] = torch.cat([torch.as_tensor(p) for p in parts]).to(device)
+        return kwargs
 
     # -- state that shapes the next update (saved with the checkpoint's extra state) -------------------------------
 
@@ -103,11 +130,14 @@ class DataParallelPPOActor(BasePPOActor):
             return self._forward_packed(micro_batch, temperature, calculate_entropy)
         responses = micro_batch["responses"]
         response_length = responses.size(-1)
-        kwargs = {}
+        kwargs = self._vision_kwargs(micro_batch)
         if self._logits_to_keep:
             kwargs["logits_to_keep"] = response_length + 1
+        position_ids = micro_batch["position_ids"]
+        if position_ids.dim() == 3:  # (bs, axes, L) -> HF's (axes, bs, L)
+            position_ids = position_ids.transpose(0, 1)
         output = self.actor_module(input_ids=micro_batch["input_ids"], attention_mask=micro_batch["attention_mask"],
-                                   position_ids=micro_batch["position_ids"], use_cache=False, **kwargs)
+                                   position_ids=position_ids, use_cache=False, **kwargs)
         logits = output.logits[:, -response_length - 1 : -1, :]
         if temperature != 1.0:
             logits = logits / temperature
@@ -136,7 +166,7 @@ class DataParallelPPOActor(BasePPOActor):
         with packed_forward():
             # squeeze (a view), not [0]: a select's or slice's backward zero-fills a gradient of all the logits
             logits = logits_at(self.actor_module, keep, self._logits_to_keep, use_cache=False,
-                               **packed.model_inputs()).squeeze(0)
+                               **packed.model_inputs(), **self._vision_kwargs(micro_batch)).squeeze(0)
         if keep is not predictors:
             logits = logits[: predictors.numel()]
         if temperature != 1.0:
@@ -188,7 +218,7 @@ class DataParallelPPOActor(BasePPOActor):
         max_token_len = data.meta_info.get("max_token_len")
         if not use_dynamic_bsz:
             micro_batch_size = require_meta(data, "micro_batch_size", "compute_log_prob")
-        batch = data.select(batch_keys=_FORWARD_KEYS).batch
+        batch = self._select(data, _FORWARD_KEYS).batch
         micro_batches, indices = make_micro_batches(batch, micro_batch_size, use_dynamic_bsz, max_token_len,
                                                     "meta_info micro_batch_size / max_token_len")
         device = module_device(self.actor_module)
@@ -275,7 +305,7 @@ class DataParallelPPOActor(BasePPOActor):
         seed = self._update_calls
         self._update_calls += 1
         metrics = ppo_update(self.config, "actor", self.actor_module, self.actor_optimizer,
-                             data.select(batch_keys=select_keys),
+                             self._select(data, select_keys),
                              lambda micro_batch: self._micro_loss(micro_batch, temperature, loss_fn, loss_agg_mode,
                                                                   tally), seed, self._nonfinite_streak)
         if tally is not None:  # what the pass reported: the whole batch's entropy, replacing per-micro-batch values
