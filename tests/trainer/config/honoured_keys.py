@@ -52,6 +52,7 @@ _AGENT_KEYS = "tests/workers/rollout/agent_loop/test_agent_keys.py"
 _AGENT_HF = "tests/workers/rollout/agent_loop/test_single_turn_hf.py"
 _SANDBOX = "tests/trainer/ppo/test_sandbox_service.py"
 _RM = "tests/workers/reward_model/test_reward_model_worker.py"
+_LOOP = "tests/workers/reward_manager/test_reward_loop_keys.py"
 _RM_CFG = "tests/workers/reward_model/test_reward_model_config.py"
 _RM_E2E = "tests/workers/reward_model/test_reward_model_e2e.py"
 _LOAD_CONTENTS = "test_checkpoint_load_contents_picks_what_a_resume_restores"
@@ -287,6 +288,16 @@ HONOURED: dict[str, str] = {
     "reward_model.forward_max_token_len_per_gpu": f"{_RM}::test_micro_batch_dynamic_bsz_and_whole_batch_agree",
     "reward_model.max_length": f"{_RM}::test_retemplating_renders_the_chat_in_the_reward_models_template",
     "reward_model.reward_manager": f"{_LOAD_REWARD}::test_batch_manager_expects_plural_arguments",
+    "reward_model.use_reward_loop": f"{_LOOP}::test_use_reward_loop_scores_through_the_loop_like_the_batch_path",
+    "reward_model.num_workers": f"{_LOOP}::test_num_workers_is_how_many_samples_are_scored_at_once",
+    "reward_model.reward_loop_source": f"{_LOOP}::test_reward_loop_source_importlib_loads_the_named_class",
+    "reward_model.reward_loop_module_path": f"{_LOOP}::test_reward_loop_source_importlib_loads_the_named_class",
+    "reward_model.reward_loop_class_name": f"{_LOOP}::test_reward_loop_source_importlib_loads_the_named_class",
+    "reward_model.max_concurrent": f"{_LOOP}::test_max_concurrent_caps_calls_below_num_workers",
+    "reward_model.max_rpm": f"{_LOOP}::test_max_rpm_and_max_tpm_take_tokens_per_request",
+    "reward_model.max_tpm": f"{_LOOP}::test_max_rpm_and_max_tpm_take_tokens_per_request",
+    "reward_model.estimated_tokens_per_request": f"{_LOOP}::test_max_rpm_and_max_tpm_take_tokens_per_request",
+    "reward_model.timeout": f"{_LOOP}::test_timeout_scores_a_hanging_sample_zero_and_counts_it",
     "reward_model.reward_kwargs": f"{_LOAD_REWARD}::test_dapo_reads_overlong_buffer_from_config",
     "reward_model.launch_reward_fn_async": f"{_TRAINER_KEYS}::test_launch_reward_fn_async_matches_sync",
     "reward_model.sandbox_fusion.url": f"{_SANDBOX}::test_sandbox_fusion_keys_reach_the_code_reward",

@@ -1,1 +1,10 @@
-"""Upstream's ``verl.experimental.reward_loop`` path. Only the rate limiter is provided so far (see limited.py)."""
+"""Upstream's ``verl.experimental.reward_loop`` path; the reward loop lives in ``verl.workers.reward_loop``."""
+
+from verl.workers.reward_loop import (
+    RewardLoopManager,
+    RewardLoopSession,
+    RewardLoopSpec,
+    RewardLoopWorker,
+)
+
+__all__ = ["RewardLoopManager", "RewardLoopSession", "RewardLoopSpec", "RewardLoopWorker"]

@@ -32,7 +32,7 @@ GROUP_ADV_ESTIMATORS = (
 
 POLICY_LOSSES = ("vanilla", "gspo", "gpg", "clip_cov", "kl_cov", "geo_mean", "reinforce", "cispo", "sapo")
 
-REWARD_MANAGERS = ("naive", "batch", "dapo", "prime")
+REWARD_MANAGERS = ("naive", "batch", "dapo", "prime", "rate_limited")
 
 
 def _in_registry(module_name: str, registry_attr: str, getter_attr: str, name: str) -> bool:

@@ -66,6 +66,27 @@ class RewardScoringConfig(BaseConfig):
     num_processes: int | None = at_least(None, 1)  # null: one per CPU core (os.cpu_count())
 
 
+NO_GENRM_ENGINE = (
+    "a generative reward model on its own rollout engine is not built here",
+    "Serve the judge model behind an OpenAI-compatible endpoint (`vllm serve`, or any such server) and score with "
+    "reward_model.use_reward_loop=true, reward_model.reward_manager=rate_limited and "
+    "custom_reward_function.path=examples/reward_loop/llm_judge.py (docs/reward_loop.md).",
+)
+
+
+@dataclass
+class RewardModelRolloutConfig(BaseConfig):
+    """Upstream's engine for a generative reward model (``reward_model.rollout.*``): not built (the section is
+    refused); a judge is served over HTTP instead (docs/reward_loop.md)."""
+
+    name: str | None = None
+    dtype: str = "bfloat16"
+    gpu_memory_utilization: float = 0.5
+    tensor_model_parallel_size: int = at_least(1, 1)
+    prompt_length: int = at_least(2048, 1)
+    response_length: int = at_least(2048, 1)
+
+
 @dataclass
 class RewardModelConfig(BaseConfig):
     enable: bool = False  # true: a reward-model worker scores every response (rm_scores), see docs/reward_model.md
@@ -87,6 +108,19 @@ class RewardModelConfig(BaseConfig):
     sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     scoring: RewardScoringConfig = field(default_factory=RewardScoringConfig)
+    # the reward loop (docs/reward_loop.md): each sample scored as its rollout finishes, num_workers at a time
+    use_reward_loop: bool = False
+    num_workers: int = at_least(8, 1)
+    reward_loop_source: str = choice("register", ("register", "importlib"))
+    reward_loop_module_path: str | None = None  # importlib: a python file (or pkg://module) holding the class
+    reward_loop_class_name: str | None = None
+    # reward_manager=rate_limited (remote judges): concurrency, requests and tokens per minute, deadline per sample
+    max_concurrent: int | None = at_least(None, 1)  # null: no limit beyond num_workers
+    max_rpm: float | None = at_least(None, 0)
+    max_tpm: float | None = at_least(None, 0)
+    estimated_tokens_per_request: float = at_least(2000.0, 1)
+    timeout: float | None = at_least(None, 0)  # seconds; null: reward_model.scoring.timeout
+    rollout: RewardModelRolloutConfig = refused(field(default_factory=RewardModelRolloutConfig), *NO_GENRM_ENGINE)
 
 
 @dataclass
@@ -96,12 +130,30 @@ class CustomRewardFunctionConfig(BaseConfig):
     reward_kwargs: dict[str, Any] = dict_field()
 
 
+def check_reward_loop(cfg: Any) -> list[str]:
+    """reward_model.use_reward_loop's keys that need more than one key (cfg: the PPOTrainerConfig)."""
+    rm = cfg.reward_model
+    problems: list[str] = []
+    if rm.reward_loop_source == "importlib" and not (rm.reward_loop_module_path and rm.reward_loop_class_name):
+        problems.append("reward_model.reward_loop_source=importlib needs reward_model.reward_loop_module_path (a "
+                        "python file) and reward_model.reward_loop_class_name (the reward manager class in it).")
+    if not rm.use_reward_loop:
+        for key in ("reward_loop_module_path", "reward_loop_class_name"):
+            if getattr(rm, key) is not None:
+                problems.append(f"reward_model.{key} is read by the reward loop only; set "
+                                "reward_model.use_reward_loop=true (or drop the key).")
+        if rm.reward_loop_source != "register":
+            problems.append("reward_model.reward_loop_source=importlib is read by the reward loop only; set "
+                            "reward_model.use_reward_loop=true.")
+    return problems
+
+
 def check_reward_model(cfg: Any) -> list[str]:
     """reward_model's rules that need more than one key (cfg: the PPOTrainerConfig)."""
     rm = cfg.reward_model
+    problems = check_reward_loop(cfg)
     if not rm.enable:
-        return []
-    problems: list[str] = []
+        return problems
     if not rm.model.path:
         problems.append("reward_model.enable=true needs reward_model.model.path: an HF folder holding a token- or "
                         "sequence-classification model with one label (examples/reward_model/ builds one).")

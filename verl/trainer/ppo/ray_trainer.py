@@ -46,6 +46,8 @@ from verl.trainer.ppo.worker_failures import add_checkpoint_note, worker_deadlin
 from verl.utils.metric import reduce_metrics
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
 from verl.utils.timer import marked_timer
+from verl.workers.reward_loop import META_KEY as REWARD_LOOP_META
+from verl.workers.reward_loop import RewardLoopManager
 from verl.workers.rollout.metrics import rollout_probs_diff_metrics
 
 
@@ -362,6 +364,8 @@ class RayPPOTrainer:
         rollout = self.config.actor_rollout_ref.rollout
         gen_batch = pop_generation_input(batch, rollout.mode)
         gen_batch.meta_info.update(self._gen_meta(do_sample=True))
+        if rollout.mode == "async" and self.rm_wg is None and isinstance(self.reward_fn, RewardLoopManager):
+            gen_batch.meta_info[REWARD_LOOP_META] = self.reward_fn.spec()  # scored as each sample finishes
         output = self.actor_rollout_wg.generate_sequences(gen_batch.repeat(rollout.n, interleave=True))
         return batch.repeat(rollout.n, interleave=True).union(output)
 

@@ -18,7 +18,8 @@ import torch
 from verl.protocol import DataProto
 from verl.rewards import default_compute_score
 from verl.trainer.config.errors import RewardFunctionError
-from verl.utils.import_utils import import_file_as_module
+from verl.utils.import_utils import import_file_as_module, load_extern_object
+from verl.workers.reward_loop import RewardLoopManager, RewardManagerBase, get_reward_loop_manager_cls
 from verl.workers.reward_manager import AbstractRewardManager, RawRewardFn, get_reward_manager_cls
 from verl.workers.reward_manager.timed_scoring import TIMEOUT_FIELD
 
@@ -128,11 +129,59 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, compute_s
                         **reward_kwargs: Any) -> AbstractRewardManager:
     """The reward manager named by reward_model.reward_manager of the typed PPOTrainerConfig, scoring with
     `compute_score` when given (verl.train's reward_fn, already adapted), else the custom function when one is
-    configured, else default_compute_score."""
+    configured, else default_compute_score. With reward_model.use_reward_loop, that manager inside a
+    RewardLoopManager (verl.workers.reward_loop), which scores each sample on its own."""
+    manager_name = config.reward_model.reward_manager
+    if compute_score is None:
+        checked_as = "naive" if manager_name == "rate_limited" else manager_name
+        compute_score = get_custom_reward_fn(config, checked_as) or _default_score(config)
+    if manager_name == "rate_limited" or _loop_native(config) or (
+            config.reward_model.use_reward_loop and manager_name == "naive" and _is_async(compute_score)):
+        manager = _per_sample_manager(config, tokenizer, num_examine, compute_score, **reward_kwargs)
+    else:
+        manager = _batch_manager(config, tokenizer, num_examine, compute_score, **reward_kwargs)
+    if not config.reward_model.use_reward_loop:
+        return manager
+    if _is_async(compute_score) and not isinstance(manager, RewardManagerBase):
+        raise RewardFunctionError(f"custom_reward_function {config.custom_reward_function.name!r} is a coroutine "
+                                  f"function; reward_model.reward_manager={manager_name!r} calls it synchronously. "
+                                  "Use reward_manager=naive or rate_limited with an async function.")
+    return RewardLoopManager(manager, config.reward_model.num_workers)
+
+
+def _is_async(fn: Any) -> bool:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn)
+
+
+def _loop_native(config: Any) -> bool:
+    rm = config.reward_model
+    return rm.use_reward_loop and rm.reward_loop_source == "importlib"
+
+
+def _per_sample_manager(config: Any, tokenizer: Any, num_examine: int, compute_score: RawRewardFn,
+                        **reward_kwargs: Any) -> Any:
+    """rate_limited, naive with an async function in the loop, or reward_loop_source=importlib's class."""
+    rm = config.reward_model
+    if _loop_native(config):
+        cls = load_extern_object(rm.reward_loop_module_path, rm.reward_loop_class_name)
+    else:
+        cls = get_reward_loop_manager_cls("rate_limited")
+    if isinstance(cls, type) and issubclass(cls, RewardManagerBase):
+        return cls(config, tokenizer, compute_score, num_examine=num_examine,
+                   reward_fn_key=config.data.reward_fn_key, **reward_kwargs)
+    if not callable(cls):
+        raise RewardFunctionError(f"reward_model.reward_loop_class_name={rm.reward_loop_class_name!r} in "
+                                  f"{rm.reward_loop_module_path} is not a reward manager class")
+    return cls(tokenizer=tokenizer, num_examine=num_examine, compute_score=compute_score,
+               reward_fn_key=config.data.reward_fn_key, **reward_kwargs)
+
+
+def _batch_manager(config: Any, tokenizer: Any, num_examine: int, compute_score: RawRewardFn,
+                   **reward_kwargs: Any) -> AbstractRewardManager:
     manager_name = config.reward_model.reward_manager
     manager_cls = get_reward_manager_cls(manager_name)
-    if compute_score is None:
-        compute_score = get_custom_reward_fn(config, manager_name) or _default_score(config)
     reward_fn_key = config.data.reward_fn_key
     kwargs = {**manager_cls.kwargs_from_config(config), **reward_kwargs}
     return manager_cls(

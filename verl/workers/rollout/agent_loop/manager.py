@@ -18,6 +18,7 @@ import numpy as np
 import torch.distributed as dist
 
 from verl.protocol import DataProto
+from verl.workers.reward_loop import META_KEY, RewardLoopSession, attach_loop_scores
 
 # the built-in loops, imported for their @register side effect
 from verl.workers.rollout.agent_loop import single_turn_agent_loop, tool_agent_loop  # noqa: F401
@@ -57,6 +58,8 @@ class AgentLoopWorker:
             if not isinstance(output, AgentLoopOutput):
                 raise TypeError(f"agent loop {name!r} returned {type(output).__name__}, not an AgentLoopOutput")
             outputs[index] = output
+            if self.manager.sample_done is not None:  # reward_model.use_reward_loop: scored from now on
+                self.manager.sample_done(index, output)
         finally:
             self.engine_loop.trajectory_finished()
 
@@ -81,6 +84,7 @@ class AgentLoopManager:
         self._classes: dict[str, tuple[type, dict]] = {}
         self._lock = threading.Lock()
         self.last_stats: dict[str, float] = {}
+        self.sample_done: Any = None  # called (row, output) as each trajectory ends, during generate_sequences
 
     def new_loop(self, name: str, server: AsyncLLMServerManager):
         with self._lock:  # worker threads resolve (and class-initialise) loops concurrently
@@ -92,7 +96,34 @@ class AgentLoopManager:
         return cls(self.trainer_config, server, self.tokenizer, self.processor, **kwargs)
 
     def generate_sequences(self, prompts: DataProto, sampling_params: dict[str, Any]) -> DataProto:
-        """Every row through its agent loop (the ``agent_name`` column, else ``agent.default_agent_loop``)."""
+        """Every row through its agent loop (the ``agent_name`` column, else ``agent.default_agent_loop``). With
+        the trainer's reward-loop spec in ``meta_info`` (reward_model.use_reward_loop), each row is scored as soon
+        as its trajectory ends, and the batch comes back with its scores (``rm_scores`` and the extra info)."""
+        spec = prompts.meta_info.pop(META_KEY, None)
+        if spec is None:
+            return self._generate(prompts, sampling_params, None)
+        session = spec.session()
+        self.sample_done = lambda index, output: session.submit(index, self._scoring_row(prompts, index, output))
+        try:
+            return self._generate(prompts, sampling_params, session)
+        finally:
+            self.sample_done = None
+            session.close()
+
+    def _scoring_row(self, prompts: DataProto, index: int, output: AgentLoopOutput) -> DataProto:
+        """The row as the trainer's reward manager would see it after generation: the trajectory's tensors and
+        extra fields, with the prompt's columns (not the loop's own score, nor the counters the trainer pops)."""
+        row = outputs_to_batch([output], self.rollout_config.prompt_length, self.rollout_config.response_length,
+                               int(prompts.meta_info["pad_token_id"]))
+        if "rm_scores" in row.batch.keys():
+            row.batch = row.batch.exclude("rm_scores")
+        columns = {k: v for k, v in row.non_tensor_batch.items() if not k.startswith("__")}
+        columns.update({k: v[index:index + 1] for k, v in prompts.non_tensor_batch.items()})
+        row.non_tensor_batch = columns
+        return row
+
+    def _generate(self, prompts: DataProto, sampling_params: dict[str, Any],
+                  session: RewardLoopSession | None) -> DataProto:
         rows = self._rows(prompts)
         backend = self.make_backend(prompts.meta_info)
         engine_loop = self._engine_loop(backend, self.seeds.next_call(prompts.meta_info))
@@ -127,6 +158,10 @@ class AgentLoopManager:
             try:
                 result = outputs_to_batch(outputs, self.rollout_config.prompt_length,
                                           self.rollout_config.response_length, int(prompts.meta_info["pad_token_id"]))
+                if session is not None:
+                    wait = time.perf_counter()
+                    result = attach_loop_scores(result, session.finish(len(rows)))
+                    self.last_stats["reward_loop/wait_s"] = time.perf_counter() - wait
             except Exception as err:  # noqa: BLE001 - the followers must hear of it too
                 result = err
         if isinstance(engine_loop, MirroredEngineLoop):  # the followers return the same batch, or raise the same

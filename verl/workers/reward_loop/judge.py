@@ -1,0 +1,178 @@
+"""An LLM judge behind an OpenAI-compatible HTTP endpoint (``POST {base_url}/chat/completions``).
+
+``OpenAIJudge(base_url, model)`` fills a judge prompt template with the question, the response and the reference,
+asks the endpoint, and reads a score from the answer with ``parse_verdict``. Each attempt has a timeout
+(``request_timeout``); connection failures, timeouts, HTTP 429 and 5xx are retried ``max_retries`` times with
+exponential backoff; other 4xx are not. Failures raise ``JudgeError`` subclasses that name the endpoint:
+
+- ``JudgeUnavailableError``: the endpoint could not be reached or kept failing (down, refusing, 5xx);
+- ``JudgeResponseError``: it answered, but not an OpenAI chat completion, or without a verdict in the text.
+
+``judge_compute_score`` is the custom reward function form (``async``): point ``custom_reward_function.path`` at a
+file that calls it (examples/reward_loop/llm_judge.py) and pair it with ``reward_model.reward_manager=rate_limited``
+for rate limits and a per-sample deadline. HTTP goes through the standard library on a thread, so nothing beyond
+Python is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DEFAULT_JUDGE_TEMPLATE", "JudgeError", "JudgeResponseError", "JudgeUnavailableError", "JudgeVerdict",
+           "OpenAIJudge", "judge_compute_score", "parse_verdict"]
+
+DEFAULT_JUDGE_TEMPLATE = (
+    "You are grading a response to a question.\n\n"
+    "Question:\n{question}\n\n"
+    "Reference answer:\n{ground_truth}\n\n"
+    "Response to grade:\n{response}\n\n"
+    "Reason briefly, then end with one line `SCORE: <number from 0 to 10>`."
+)
+
+_SCORE = re.compile(r"score\s*[:=]\s*(-?\d+(?:\.\d+)?)(?:\s*/\s*(\d+(?:\.\d+)?))?", re.IGNORECASE)
+_VERDICT = re.compile(r"verdict\s*[:=]\s*\**\s*(correct|incorrect|yes|no|pass|fail)\b", re.IGNORECASE)
+_POSITIVE = {"correct", "yes", "pass"}
+
+
+class JudgeError(RuntimeError):
+    """The judge could not give a score; the message names the endpoint."""
+
+
+class JudgeUnavailableError(JudgeError):
+    """The endpoint could not be reached, or kept failing, after every retry."""
+
+
+class JudgeResponseError(JudgeError):
+    """The endpoint answered with something that is not a usable verdict."""
+
+
+@dataclass
+class JudgeVerdict:
+    score: float
+    text: str
+
+
+def parse_verdict(text: str, max_score: float = 10.0) -> float:
+    """A score in [0, 1] from the judge's text: the last ``SCORE: x`` (or ``SCORE: x/y``) divided by its scale
+    (``max_score`` when no ``/y``), else the last ``VERDICT: correct|incorrect|yes|no|pass|fail`` as 1 or 0.
+    Raises ValueError when there is neither, or the score lies outside its scale."""
+    scores = _SCORE.findall(text or "")
+    if scores:
+        value, scale = scores[-1]
+        top = float(scale) if scale else float(max_score)
+        score = float(value)
+        if top <= 0 or not 0 <= score <= top:
+            raise ValueError(f"the judge's score {score:g} is outside 0..{top:g}")
+        return score / top
+    verdicts = _VERDICT.findall(text or "")
+    if verdicts:
+        return 1.0 if verdicts[-1].lower() in _POSITIVE else 0.0
+    raise ValueError("no 'SCORE: <number>' or 'VERDICT: correct|incorrect' line in the judge's answer")
+
+
+class OpenAIJudge:
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None,
+                 prompt_template: str = DEFAULT_JUDGE_TEMPLATE, max_score: float = 10.0,
+                 request_timeout: float = 60.0, max_retries: int = 3, backoff_s: float = 0.5,
+                 temperature: float = 0.0, max_tokens: int = 512) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"judge base_url must start with http:// or https://, got {base_url!r}")
+        if max_retries < 0 or request_timeout <= 0:
+            raise ValueError("judge max_retries must be >= 0 and request_timeout > 0 seconds")
+        self.base_url = base_url.rstrip("/")
+        self.url = f"{self.base_url}/chat/completions"
+        self.model = model
+        self.api_key = api_key
+        self.prompt_template = prompt_template
+        self.max_score = max_score
+        self.request_timeout = float(request_timeout)
+        self.max_retries = int(max_retries)
+        self.backoff_s = float(backoff_s)
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+
+    def prompt(self, question: str, response: str, ground_truth: Any = None) -> str:
+        return self.prompt_template.format(question=question, response=response,
+                                           ground_truth="" if ground_truth is None else ground_truth)
+
+    async def judge(self, question: str, response: str, ground_truth: Any = None) -> JudgeVerdict:
+        text = await self.complete([{"role": "user", "content": self.prompt(question, response, ground_truth)}])
+        try:
+            return JudgeVerdict(parse_verdict(text, self.max_score), text)
+        except ValueError as err:
+            raise JudgeResponseError(f"judge at {self.url} (model {self.model!r}): {err}; it answered "
+                                     f"{text[:200]!r}") from None
+
+    async def complete(self, messages: list[dict[str, str]]) -> str:
+        """The assistant text of one chat completion, with the retries and errors of the module docstring."""
+        body = {"model": self.model, "messages": messages, "temperature": self.temperature,
+                "max_tokens": self.max_tokens}
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+            outcome = await asyncio.to_thread(self._post, body)
+            if isinstance(outcome, str):
+                last = outcome
+                continue
+            return self._content(outcome)
+        raise JudgeUnavailableError(f"judge at {self.url} (model {self.model!r}) failed {self.max_retries + 1} "
+                                    f"attempts; last: {last}. Is the endpoint up (reward kwargs base_url)?")
+
+    def _post(self, body: dict) -> dict | str:
+        """The decoded JSON answer, or a string saying why this attempt failed and may be retried."""
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.request_timeout) as reply:
+                raw = reply.read()
+        except urllib.error.HTTPError as err:
+            if err.code == 429 or err.code >= 500:
+                return f"HTTP {err.code} {err.reason}"
+            raise JudgeResponseError(f"judge at {self.url} refused the request: HTTP {err.code} {err.reason} "
+                                     f"({err.read()[:200]!r})") from None
+        except TimeoutError:
+            return f"no answer within {self.request_timeout:g} s"
+        except (urllib.error.URLError, ConnectionError, OSError) as err:
+            reason = getattr(err, "reason", err)
+            return f"{type(reason).__name__}: {reason}"
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise JudgeResponseError(f"judge at {self.url} answered with something that is not JSON: "
+                                     f"{raw[:200]!r}") from None
+
+    def _content(self, reply: Any) -> str:
+        try:
+            content = reply["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise JudgeResponseError(f"judge at {self.url} answered without choices[0].message.content: "
+                                     f"{str(reply)[:200]!r}") from None
+        if not isinstance(content, str):
+            raise JudgeResponseError(f"judge at {self.url} answered with content of type {type(content).__name__}")
+        return content
+
+
+_JUDGES: dict[tuple, OpenAIJudge] = {}
+
+
+async def judge_compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
+                              *, base_url: str, model: str, question_key: str = "question", **judge_kwargs: Any
+                              ) -> dict[str, Any]:
+    """A reward function scored by an OpenAI-compatible judge: ``{"score": verdict in [0, 1]}``. The question is
+    ``extra_info[question_key]`` (empty when absent); ``judge_kwargs`` go to ``OpenAIJudge``."""
+    key = (base_url, model, tuple(sorted((k, repr(v)) for k, v in judge_kwargs.items())))
+    judge = _JUDGES.get(key)
+    if judge is None:
+        judge = _JUDGES.setdefault(key, OpenAIJudge(base_url, model, **judge_kwargs))
+    question = (extra_info or {}).get(question_key, "")
+    verdict = await judge.judge(str(question), solution_str, ground_truth)
+    return {"score": verdict.score}
