@@ -109,6 +109,12 @@ def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, cal
     if data.val_files:
         val_dataset = create_rl_dataset(data.val_files, data, tokenizer, processor=processor, is_train=False,
                                         max_samples=data.val_max_samples)
+    if getattr(train_dataset, "vision", False) or getattr(val_dataset, "vision", False):
+        # the data, the processor and the actor take images; the rollouts do not yet, and would answer blind
+        raise NotImplementedError(
+            f"data.train_files / data.val_files hold images (column {data.image_key!r}, data.image_key) for "
+            f"{model.path}, but generating with images (HF / vLLM rollout, agent loop) is not built yet, so the "
+            "rollout would ignore them. See docs/vlm.md for what works today.")
     # before Ray and before anything is written to the run's folder: a different run's checkpoint is refused, a
     # finished run raises RunFinished, and then the folder is locked against a second run
     checked = preflight(config, len(train_dataset), early)
