@@ -1,0 +1,17 @@
+"""A reward scored by an LLM judge behind an OpenAI-compatible endpoint (docs/reward_loop.md).
+
+    reward_model.use_reward_loop=true reward_model.reward_manager=rate_limited \
+    reward_model.max_concurrent=8 reward_model.max_rpm=600 reward_model.timeout=60 \
+    custom_reward_function.path=examples/reward_loop/llm_judge.py \
+    +custom_reward_function.reward_kwargs.base_url=http://127.0.0.1:8000/v1 \
+    +custom_reward_function.reward_kwargs.model=judge
+
+The judge reads extra_info["question"], the response and the ground truth, and ends with `SCORE: <0-10>`; the
+reward is that score / 10.
+"""
+
+from verl.workers.reward_loop.judge import judge_compute_score
+
+
+async def compute_score(data_source, solution_str, ground_truth, extra_info=None, **judge_kwargs):
+    return await judge_compute_score(data_source, solution_str, ground_truth, extra_info, **judge_kwargs)
