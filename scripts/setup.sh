@@ -33,6 +33,9 @@ else
   log "installing verl[$EXTRAS] and its pinned dependencies"
   "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
   # Some packages (vllm among them) pull CUDA builds of these; on CPU they break `import transformers`.
+  # PyPI has no CPU torchvision for Linux (0.28.0 matches torch 2.13 but its _C links libtorch_cuda, and the
+  # import dies at register_fake("torchvision::nms")), so vision-language processors are built without a video
+  # processor on transformers' PIL image processor (verl/models/processor.py; images only, videos refused).
   if ! "$VENV/bin/python" -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     for pkg in torchvision torchaudio torchcodec; do
       if "$VENV/bin/python" -m pip show -q "$pkg" >/dev/null 2>&1; then

@@ -61,3 +61,17 @@ def test_long_run_dir_falls_back_to_short_tmp_path():
     assert tmp.startswith("/tmp/ray_") and len(tmp) <= 36
     assert tmp == ray_temp_dir(long_dir)  # stable per run
     assert ray_temp_dir("/tmp/run7") == "/tmp/run7/ray"
+
+
+def test_parallel_put_keeps_order_and_refuses_an_empty_list(local_ray):
+    import ray
+
+    from verl.utils.ray_utils import parallel_put
+
+    data = [1, "two", {"three": 3}, [4], *range(5, 25)]
+    for workers in (None, 3):
+        refs = parallel_put(data, max_workers=workers)
+        assert all(isinstance(r, ray.ObjectRef) for r in refs)
+        assert ray.get(refs) == data
+    with pytest.raises(AssertionError):
+        parallel_put([])

@@ -241,3 +241,21 @@ def test_sanitize_mlflow_key():
 
 def test_flatten_dict():
     assert flatten_dict({"a": {"b": 1, "c": {"d": [1, 2]}}, "e": None}) == {"a.b": 1, "a.c.d": [1, 2], "e": None}
+
+
+def test_mlflow_logging_adapter_sanitizes_keys_and_warns_once_per_key():
+    from unittest.mock import patch
+
+    from verl.utils.tracking import _MlflowLoggingAdapter
+
+    adapter = _MlflowLoggingAdapter()
+    data = {"ok/key": 1.0, "acc@8!": 2, "val-core///acc": 3.0, "note": "text"}
+    with patch("mlflow.log_metrics") as log_metrics, patch.object(adapter, "logger") as logger:
+        adapter.log(data, step=5)
+        adapter.log(data, step=6)
+    assert log_metrics.call_args.kwargs == {"metrics": {"ok/key": 1.0, "acc_at_8_": 2.0, "val-core/acc": 3.0},
+                                            "step": 6}
+    warned = [str(c) for c in logger.warning.call_args_list]
+    assert len(warned) == 2  # two renamed keys, each warned about once
+    assert any("acc@8!" in w and "acc_at_8_" in w for w in warned)
+    assert any("val-core///acc" in w and "val-core/acc" in w for w in warned)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -62,6 +64,8 @@ class BaseCheckpointManager:
         self.lr_scheduler = lr_scheduler
         self.processing_class = processing_class
         self.checkpoint_config = checkpoint_config
+        # upstream's retention bookkeeping: the folders this manager saved (or was told about), oldest first
+        self.previous_saved_paths: list[str] = []
         # None (no section): save and load the defaults
         save = checkpoint_config.save_contents if checkpoint_config is not None else None
         load = checkpoint_config.load_contents if checkpoint_config is not None else None
@@ -133,6 +137,35 @@ class BaseCheckpointManager:
     def load(self, local_path: str) -> None:
         self.load_checkpoint(local_path)
 
+    # ---- retention (upstream's names) ----------------------------------------------------------------------------
+    def remove_previous_save_local_path(self, path: str | list[str]) -> None:
+        """Delete one checkpoint folder or several (a missing one is skipped)."""
+        for p in [path] if isinstance(path, str) else path:
+            if os.path.exists(p):
+                logger.info("removing old checkpoint %s", os.path.abspath(p))
+                shutil.rmtree(p, ignore_errors=True)
+
+    def _keep_newest(self, count: int) -> None:
+        excess = len(self.previous_saved_paths) - count
+        if excess > 0:
+            self.remove_previous_save_local_path(self.previous_saved_paths[:excess])
+            self.previous_saved_paths = self.previous_saved_paths[excess:]
+
+    def ensure_checkpoint_capacity(self, max_ckpt_to_keep: int | None, incoming_path: str | None = None) -> None:
+        """Before a save: with ``max_ckpt_to_keep = k >= 2`` keep the newest k-1 saved folders, so the new one fits.
+        With k = 1 nothing is deleted yet (the only checkpoint survives until the new save has succeeded, see
+        ``register_checkpoint``); 0 or None keeps everything."""
+        if isinstance(max_ckpt_to_keep, int) and max_ckpt_to_keep > 1:
+            self._keep_newest(max_ckpt_to_keep - 1)
+
+    def register_checkpoint(self, new_path: str, max_ckpt_to_keep: int | None) -> None:
+        """After a successful save: record `new_path` and keep only the newest ``max_ckpt_to_keep`` folders
+        (0 or None: keep all)."""
+        if new_path not in self.previous_saved_paths:
+            self.previous_saved_paths.append(new_path)
+        if isinstance(max_ckpt_to_keep, int) and max_ckpt_to_keep > 0:
+            self._keep_newest(max_ckpt_to_keep)
+
     @staticmethod
     def get_rng_state() -> dict[str, Any]:
         return get_rng_state()
@@ -146,3 +179,28 @@ class BaseCheckpointManager:
         path = os.path.abspath(os.path.expanduser(path))
         os.makedirs(path, exist_ok=True)
         return path
+
+
+# Environment variables that hold the end of a reserved capacity block, as a unix timestamp (seconds).
+ESI_EXPIRATION_ENV = ("MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP",  # Volcano Engine ML platform
+                      "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP")  # AWS SageMaker
+
+
+def should_save_ckpt_esi(max_steps_duration: float, save_ckpt_duration: float = 60,
+                         redundant_time: float = 0) -> bool:
+    """True when the machine's reserved capacity ends before one more step and a save could both finish: the time
+    left (from the first variable of ``ESI_EXPIRATION_ENV`` that is set) is positive and at most
+    ``max_steps_duration + save_ckpt_duration + redundant_time`` seconds. False when no variable is set, its value
+    is not a number, the block has already ended, or ``max_steps_duration`` is not positive (no step timed yet)."""
+    for name in ESI_EXPIRATION_ENV:
+        value = os.environ.get(name)
+        if value:
+            break
+    else:
+        return False
+    try:
+        remaining = float(value) - time.time()
+    except ValueError:
+        logger.warning("%s=%r is not a unix timestamp; no expiry save", name, value)
+        return False
+    return 0 < remaining <= max_steps_duration + save_ckpt_duration + redundant_time and max_steps_duration > 0

@@ -32,12 +32,14 @@ from verl.trainer.tracking_backends import (
     SwanlabBackend,
     TensorboardBackend,
     WandbBackend,
+    _MlflowLoggingAdapter,
     flatten_dict,
     sanitize_mlflow_key,
 )
 from verl.trainer.tracking_backends import as_scalar as _as_scalar
 
-__all__ = ["Tracking", "format_console_line", "format_value", "flatten_dict", "sanitize_mlflow_key", "SUPPORTED_BACKENDS"]
+__all__ = ["Tracking", "format_console_line", "format_value", "flatten_dict", "sanitize_mlflow_key", "SUPPORTED_BACKENDS",
+           "_MlflowLoggingAdapter"]
 
 SUPPORTED_BACKENDS = ("console", "tensorboard", "wandb", "mlflow", "swanlab", "file", "jsonl")
 # trainer.log_val_generations samples, next to metrics.jsonl.

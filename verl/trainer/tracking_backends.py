@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import numbers
 import os
 import re
@@ -170,6 +171,7 @@ class WandbBackend:
 
 # mlflow accepts alphanumerics, underscores, dashes, periods, spaces, colons and slashes in names.
 _MLFLOW_BAD_CHARS = re.compile(r"[^0-9A-Za-z_\-. :/]")
+_MLFLOW_SLASHES = re.compile(r"/{2,}")
 _MLFLOW_PARAMS_PER_CALL = 100
 _MLFLOW_PARAM_VALUE_LIMIT = 500
 # stores that mlflow opens through SQLAlchemy (absent from mlflow-skinny)
@@ -177,8 +179,36 @@ _MLFLOW_SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 
 
 def sanitize_mlflow_key(key: str) -> str:
-    """``val-core/gsm8k/acc/mean@4`` -> ``val-core/gsm8k/acc/mean_at_4``; other rejected characters -> ``_``."""
-    return _MLFLOW_BAD_CHARS.sub("_", key.replace("@", "_at_"))
+    """``val-core/gsm8k/acc/mean@4`` -> ``val-core/gsm8k/acc/mean_at_4``; other rejected characters -> ``_``;
+    runs of slashes -> one (mlflow refuses ``a//b``)."""
+    return _MLFLOW_SLASHES.sub("/", _MLFLOW_BAD_CHARS.sub("_", key.replace("@", "_at_")))
+
+
+class _MlflowLoggingAdapter:
+    """Upstream's mlflow metric logger: each step's numeric values go to ``mlflow.log_metrics`` (the active run)
+    under sanitized names, with a warning the first time a key is renamed."""
+
+    def __init__(self) -> None:
+        self.logger = logging.getLogger(__name__)
+        self._warned: set[str] = set()
+
+    def log(self, data: Mapping[str, Any], step: int) -> None:
+        import mlflow
+
+        metrics = {}
+        for key, value in numeric_metrics(data).items():
+            name = sanitize_mlflow_key(key)
+            if name != key and key not in self._warned:
+                self._warned.add(key)
+                self.logger.warning("[MLflow] metric key %r renamed to %r (mlflow does not accept the original)",
+                                    key, name)
+            metrics[name] = float(value)
+        mlflow.log_metrics(metrics=metrics, step=step)
+
+    def finish(self) -> None:
+        import mlflow
+
+        mlflow.end_run()
 
 
 def mlflow_tracking_uri(log_dir: str) -> str:
@@ -210,6 +240,7 @@ class MlflowBackend:
         self._mlflow = mlflow
         self._run = mlflow.start_run(run_name=experiment_name)
         self.run_id: str = self._run.info.run_id
+        self._metrics = _MlflowLoggingAdapter()
         if config:
             params = {sanitize_mlflow_key(k): str(v)[:_MLFLOW_PARAM_VALUE_LIMIT]
                       for k, v in flatten_dict(config).items()}
@@ -218,8 +249,7 @@ class MlflowBackend:
                 mlflow.log_params(dict(items[i:i + _MLFLOW_PARAMS_PER_CALL]))
 
     def log(self, data: dict[str, Any], step: int) -> None:
-        metrics = {sanitize_mlflow_key(k): float(v) for k, v in numeric_metrics(data).items()}
-        self._mlflow.log_metrics(metrics, step=step)
+        self._metrics.log(data, step)
 
     def log_generations(self, samples: Samples, step: int) -> None:
         rows = [{"input": i, "output": o, "score": s} for i, o, s in samples]

@@ -9,6 +9,7 @@ the run's output folder so a run's Ray logs sit next to its checkpoints. Setting
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import hashlib
 import os
@@ -155,3 +156,14 @@ def _warn_unless_loopback(gcs_address: str) -> None:
                       "from the network. Check that nothing else sets Ray's node IP (RAY_NODE_IP_ADDRESS, "
                       "ray_kwargs.ray_init._node_ip_address), or firewall the machine.",
                       RuntimeWarning, stacklevel=3)
+
+
+def parallel_put(data_list: list[Any], max_workers: int | None = None) -> list[Any]:
+    """``ray.put`` every item from a thread pool (``max_workers``, default min(len, 16)); the refs come back in the
+    order of `data_list`. An empty list is an AssertionError, as upstream."""
+    import ray
+
+    assert len(data_list) > 0, "parallel_put needs at least one object to put"
+    workers = max_workers if max_workers is not None else min(len(data_list), 16)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(ray.put, data_list))

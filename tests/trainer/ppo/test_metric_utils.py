@@ -201,3 +201,16 @@ def test_validation_metrics_to_dict_core_and_aux():
                     "val-core/a/acc/maj@2/mean", "val-core/a/acc/maj@2/std", "val-core/b/acc/mean@1"}
     assert "val-aux/a/acc/worst@2/mean" in flat and "val-aux/a/reward/mean@2" in flat
     assert flat["val-core/a/acc/mean@2"] == pytest.approx(0.75)
+
+
+def test_compute_response_info_splits_the_attention_mask():
+    from verl.trainer.ppo.metric_utils import _compute_response_info
+
+    attention_mask = torch.tensor([[0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]])
+    batch = DataProto.from_dict(tensors={"responses": torch.zeros(2, 3, dtype=torch.long),
+                                         "attention_mask": attention_mask})
+    info = _compute_response_info(batch)
+    assert torch.equal(info["response_mask"], attention_mask[:, 3:])
+    assert info["prompt_length"].tolist() == [2.0, 3.0]
+    assert info["response_length"].tolist() == [2.0, 1.0]
+    assert info["prompt_length"].dtype == torch.float32

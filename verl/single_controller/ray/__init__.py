@@ -9,6 +9,7 @@ from verl.single_controller.ray.base import (
     WorkerDeadlines,
     WorkerGroupError,
     create_colocated_worker_cls,
+    create_colocated_worker_raw_cls,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "WorkerDeadlines",
     "WorkerGroupError",
     "create_colocated_worker_cls",
+    "create_colocated_worker_raw_cls",
 ]

@@ -21,7 +21,7 @@ from verl.single_controller.base.deadlines import WorkerDeadlines, stage_of
 from verl.single_controller.base.worker import TORCH_THREADS_ENV, Worker
 from verl.single_controller.base.worker_group import WorkerGroup
 from verl.single_controller.ray.class_with_args import RayClassWithInitArgs
-from verl.single_controller.ray.colocate import create_colocated_worker_cls
+from verl.single_controller.ray.colocate import create_colocated_worker_cls, create_colocated_worker_raw_cls
 from verl.single_controller.ray.errors import (
     CallSite,
     WorkerDeadlineError,
@@ -41,6 +41,7 @@ __all__ = [
     "WorkerDeadlines",
     "WorkerGroupError",
     "create_colocated_worker_cls",
+    "create_colocated_worker_raw_cls",
 ]
 
 # Values this small are cheaper to send inline than through the object store.
@@ -158,9 +159,11 @@ class RayWorkerGroup(WorkerGroup):
 
     def spawn(self, prefix_set) -> dict[str, RayWorkerGroup]:
         """Per-role views of a colocated group: same processes, each role's methods under their plain names."""
-        method_names = self.ray_cls_with_init.role_method_names
+        method_names = (self.ray_cls_with_init.role_method_names
+                        or getattr(self.ray_cls_with_init.user_class(), "role_method_names", None))
         if method_names is None:
-            raise ValueError("spawn() needs a group built from create_colocated_worker_cls(...)")
+            raise ValueError("spawn() needs a group built from create_colocated_worker_cls(...) or from a subclass "
+                             "of create_colocated_worker_raw_cls(...)")
         views = {}
         for role in prefix_set:
             if role not in method_names:
@@ -174,6 +177,15 @@ class RayWorkerGroup(WorkerGroup):
             view._bind_worker_method(self.ray_cls_with_init.user_class(), method_names=method_names[role])
             views[role] = view
         return views
+
+    def fuse(self, prefix_set) -> None:
+        """Upstream's fused workers: the per-role views of ``spawn`` become attributes of this group
+        (``wg.actor.update(...)``), beside the group's own methods."""
+        for role, view in self.spawn(prefix_set).items():
+            if hasattr(self, role):
+                raise ValueError(f"cannot fuse role '{role}': {type(self).__name__} already has an attribute of "
+                                 "that name")
+            setattr(self, role, view)
 
     # ---- execution ---------------------------------------------------------------------------------------------
     def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> list[ray.ObjectRef]:

@@ -26,6 +26,9 @@ class RayClassWithInitArgs(ClassWithInitArgs):
         self._additional_resource: dict[str, float] = {}
         self.colocated_roles: list[str] | None = None
         self.role_method_names: dict[str, dict[str, str]] | None = None
+        # upstream's flag for a class built on create_colocated_worker_raw_cls; set by user code, read by nobody
+        # here (RayWorkerGroup.fuse finds the roles on the class itself)
+        self.fused_worker_used = False
 
     def set_additional_resource(self, additional_resource: dict[str, float]) -> None:
         self._additional_resource = dict(additional_resource)

@@ -60,6 +60,13 @@ def _prompt_response_lengths(batch: DataProto) -> tuple[torch.Tensor, torch.Tens
     return prompt_length, response_length, max_prompt_length, max_response_length
 
 
+def _compute_response_info(batch: DataProto) -> dict[str, torch.Tensor]:
+    """Upstream's helper: the response part of ``attention_mask`` and each row's prompt and response lengths."""
+    prompt_length, response_length, max_prompt_length, _ = _prompt_response_lengths(batch)
+    response_mask = batch.batch["attention_mask"][:, max_prompt_length:]
+    return {"response_mask": response_mask, "prompt_length": prompt_length, "response_length": response_length}
+
+
 def _mean_max_min(prefix: str, values: torch.Tensor) -> dict[str, float]:
     if values.numel() == 0:
         raise ValueError(f"{prefix}: no valid entries (empty batch or an all-zero response_mask)")

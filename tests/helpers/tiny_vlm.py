@@ -1,0 +1,100 @@
+"""Tiny random Qwen2-VL / Qwen2.5-VL folders (config, weights, tokenizer with the vision tokens, a small PIL image
+processor, a Qwen-VL chat template) for the vision-language tests. No downloads; CPU; deterministic."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
+
+VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+PATCH = 4  # pixels per patch side (real models: 14)
+MERGE = 2  # patches merged per side into one LM token
+TEMPORAL = 2
+
+VL_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{% elif part['type'] == 'video' %}{{ '<|vision_start|><|video_pad|><|vision_end|>' }}"
+    "{% else %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}"
+    "{{ '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def vl_tokenizer():
+    """The tiny tokenizer (a copy: the cached one stays untouched) with Qwen-VL's vision tokens and chat template."""
+    import copy
+
+    tokenizer = copy.deepcopy(build_tiny_tokenizer())
+    tokenizer.add_special_tokens({"additional_special_tokens": VISION_TOKENS})
+    tokenizer.chat_template = VL_CHAT_TEMPLATE
+    return tokenizer
+
+
+def image_processor(min_pixels: int = 8 * 8, max_pixels: int = 32 * 32):
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    return Qwen2VLImageProcessorPil(patch_size=PATCH, merge_size=MERGE, temporal_patch_size=TEMPORAL,
+                                    size={"shortest_edge": min_pixels, "longest_edge": max_pixels})
+
+
+def tiny_vlm_config(family: str = "qwen2_5_vl", tokenizer=None):
+    from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
+
+    tokenizer = tokenizer or vl_tokenizer()
+    ids = {name: tokenizer.convert_tokens_to_ids(name) for name in VISION_TOKENS}
+    text = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                rope_scaling={"type": "mrope", "mrope_section": [2, 1, 1]}, tie_word_embeddings=True,
+                pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                bos_token_id=tokenizer.bos_token_id)
+    vision = dict(depth=1, hidden_size=16, num_heads=2, in_chans=3, patch_size=PATCH, spatial_merge_size=MERGE,
+                  temporal_patch_size=TEMPORAL)
+    if family == "qwen2_5_vl":
+        vision.update(intermediate_size=32, out_hidden_size=32, fullatt_block_indexes=[0], window_size=16)
+        cls = Qwen2_5_VLConfig
+    else:
+        vision.update(embed_dim=16, mlp_ratio=2, hidden_size=32)
+        cls = Qwen2VLConfig
+    config = cls(text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
+                 video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
+                 vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=True,
+                 bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                 pad_token_id=tokenizer.pad_token_id)
+    config._attn_implementation = "eager"
+    return config
+
+
+def tiny_vlm(family: str = "qwen2_5_vl", seed: int = 0):
+    from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2VLForConditionalGeneration
+
+    torch.manual_seed(seed)
+    cls = Qwen2_5_VLForConditionalGeneration if family == "qwen2_5_vl" else Qwen2VLForConditionalGeneration
+    return cls(tiny_vlm_config(family)).float().eval()
+
+
+def save_tiny_vlm_dir(folder, family: str = "qwen2_5_vl", seed: int = 0) -> str:
+    """Weights, config, tokenizer, preprocessor_config.json and chat template: a folder `load_processor` and
+    AutoModelForImageTextToText read like a real Qwen-VL checkpoint's."""
+    folder = str(folder)
+    tiny_vlm(family, seed).save_pretrained(folder)
+    tokenizer = vl_tokenizer()
+    tokenizer.save_pretrained(folder)
+    processor_cls = "Qwen2_5_VLProcessor" if family == "qwen2_5_vl" else "Qwen2VLProcessor"
+    config = image_processor().to_dict()
+    config["processor_class"] = processor_cls
+    config["image_processor_type"] = "Qwen2VLImageProcessor"
+    with open(os.path.join(folder, "preprocessor_config.json"), "w", encoding="utf-8") as handle:
+        json.dump(config, handle, indent=1)
+    with open(os.path.join(folder, "chat_template.json"), "w", encoding="utf-8") as handle:
+        json.dump({"chat_template": VL_CHAT_TEMPLATE}, handle)
+    return folder

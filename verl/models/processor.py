@@ -1,0 +1,111 @@
+"""The multi-modal processor of a model folder (upstream's ``hf_processor``): tokenizer + image processor.
+
+transformers builds a Qwen2-VL / Qwen2.5-VL processor with a video processor, and its video processors need
+torchvision. On a CPU torch, PyPI's Linux torchvision wheels (CUDA builds) cannot load: their ``_C`` extension
+links the CUDA torch libraries, and ``import torchvision`` then fails at ``register_fake("torchvision::nms")``.
+Without torchvision, transformers 5.16-5.19 fail while *checking* the processor's arguments
+(``VIDEO_PROCESSOR_MAPPING has no attribute '_extra_content'``), even with ``video_processor=None``.
+
+So: ``AutoProcessor`` when it works (a GPU machine with a matching torchvision); otherwise the processor class named
+by the folder, built from its tokenizer and its image processor (transformers' PIL backend,
+``Qwen2VLImageProcessorPil``) with no video processor. Images work the same; videos are refused where they are
+read (``data.video_key``). Text-only folders give None, as upstream's ``hf_processor`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+__all__ = ["load_processor", "image_only_processor", "processor_class_name", "torchvision_usable"]
+
+_PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+
+
+def torchvision_usable() -> bool:
+    """Whether ``import torchvision`` works here (the CUDA wheel on a CPU torch does not)."""
+    try:
+        import torchvision  # noqa: F401
+    except Exception:  # noqa: BLE001 - any failure means the video processors cannot be built
+        return False
+    return True
+
+
+def processor_class_name(path: str) -> str | None:
+    """The ``processor_class`` a model folder declares (processor_config.json, else preprocessor_config.json)."""
+    for name in _PROCESSOR_FILES:
+        file = os.path.join(path, name)
+        if os.path.isfile(file):
+            with open(file, encoding="utf-8") as handle:
+                declared = json.load(handle).get("processor_class")
+            if declared:
+                return str(declared)
+    return None
+
+
+def image_only_processor(processor_cls: type, image_processor: Any, tokenizer: Any,
+                         chat_template: str | None = None) -> Any:
+    """An instance of ``processor_cls`` (a transformers ProcessorMixin with a video_processor slot) holding no video
+    processor: the argument check transformers runs on ``video_processor=None`` is skipped, nothing else changes."""
+
+    class ImageOnly(processor_cls):  # type: ignore[misc, valid-type]
+        def check_argument_for_proper_class(self, argument_name, argument):
+            if argument is None and argument_name == "video_processor":
+                return None
+            return super().check_argument_for_proper_class(argument_name, argument)
+
+    ImageOnly.__name__ = ImageOnly.__qualname__ = processor_cls.__name__
+    return ImageOnly(image_processor=image_processor, tokenizer=tokenizer, video_processor=None,
+                     chat_template=chat_template)
+
+
+def _folder_chat_template(path: str, tokenizer: Any) -> str | None:
+    for name in ("chat_template.json", "chat_template.jinja"):
+        file = os.path.join(path, name)
+        if os.path.isfile(file):
+            with open(file, encoding="utf-8") as handle:
+                text = handle.read()
+            return json.loads(text)["chat_template"] if name.endswith(".json") else text
+    return getattr(tokenizer, "chat_template", None)
+
+
+def _build_without_video(path: str, tokenizer: Any, trust_remote_code: bool) -> Any:
+    import transformers
+    from transformers import AutoImageProcessor
+
+    name = processor_class_name(path)
+    processor_cls = getattr(transformers, name, None) if name else None
+    if processor_cls is None:
+        return None
+    import inspect
+
+    if "video_processor" not in inspect.signature(processor_cls.__init__).parameters:
+        return None
+    image_processor = AutoImageProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+    return image_only_processor(processor_cls, image_processor, tokenizer, _folder_chat_template(path, tokenizer))
+
+
+def load_processor(path: str, tokenizer: Any, key: str, trust_remote_code: bool = False) -> Any:
+    """The folder's multi-modal processor, or None for a text-only model (no processor files, or a processor that is
+    only a tokenizer). ``tokenizer`` is the run's tokenizer (its pad token and chat template are kept)."""
+    if not os.path.isdir(path) or not any(os.path.isfile(os.path.join(path, f)) for f in _PROCESSOR_FILES):
+        return None
+    if torchvision_usable():
+        from transformers import AutoProcessor
+
+        try:
+            processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+        except Exception as err:  # noqa: BLE001 - re-raised with the key
+            raise RuntimeError(f"could not load the processor from {key}={path!r}: {type(err).__name__}: {err}") from err
+        if hasattr(processor, "tokenizer"):
+            processor.tokenizer = tokenizer
+    else:
+        try:
+            processor = _build_without_video(path, tokenizer, trust_remote_code)
+        except Exception as err:  # noqa: BLE001
+            raise RuntimeError(f"could not load the processor from {key}={path!r} (torchvision is not usable here, so "
+                               f"it is built without a video processor): {type(err).__name__}: {err}") from err
+    if processor is None or "Processor" not in type(processor).__name__ or not hasattr(processor, "image_processor"):
+        return None
+    return processor
