@@ -19,8 +19,6 @@ the worker's matmul-peak probe. Without CUDA it prints why it skipped and exits 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import subprocess
 import sys
@@ -30,6 +28,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 STAGES = ("gen", "old_log_prob", "ref", "reward", "adv", "update_actor")
 
 
@@ -96,11 +95,6 @@ def overrides(args: argparse.Namespace, model: Path, data: Path, run: Path) -> l
     ]
 
 
-def train_rows(run: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run / "report" / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return sorted((r for r in rows if "actor/pg_loss" in r), key=lambda r: r["step"])
-
-
 def figures(rows: list[dict], warmup: int) -> dict[str, float]:
     timed = rows[warmup:] or rows[-1:]
     med = lambda key: statistics.median(float(r[key]) for r in timed)  # noqa: E731
@@ -126,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cpu_smoke:
         args.prompts, args.n, args.response, args.steps, args.warmup = 4, 2, 8, 2, 1
+    from vs_trl import run_main_ppo
+
     from verl.utils.default_model import default_model_path
 
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="gpu_e2e_"))
@@ -133,17 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     model = random_model(args.model_config or default_model_path(), root / "model", shrink=args.cpu_smoke)
     data = make_data(root / "data", train_size=args.prompts * args.steps)
     run, log = root / "run", root / "main_ppo.log"
-    cmd = [PY, "-m", "verl.trainer.main_ppo", *overrides(args, model, data, run)]
-    print("[gpu_e2e] " + " ".join(cmd[1:]), flush=True)
     start = time.time()
-    with log.open("w") as fh:
-        done = subprocess.run(cmd, cwd=REPO, env={**os.environ, "VERL_PROGRESS": "0"}, stdout=fh,
-                              stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        tail = "\n".join(log.read_text().splitlines()[-40:])
-        print(f"[gpu_e2e] main_ppo failed (exit {done.returncode}); last lines of {log}:\n{tail}")
-        return 1
-    rows = train_rows(run)
+    rows = run_main_ppo(overrides(args, model, data, run), run, log, "gpu_e2e")
     for row in rows:
         row["_responses"] = args.prompts * args.n
         stages = " ".join(f"{s}={row[f'timing_s/{s}']:.2f}" for s in STAGES if f"timing_s/{s}" in row)

@@ -103,19 +103,24 @@ def ours_overrides(data: Path, model: str, out: Path, steps: int) -> list[str]:
     ]
 
 
-def run_ours(data: Path, model: str, root: Path, args: argparse.Namespace) -> dict:
-    out = root / "ours"
-    log = root / "ours.log"
-    cmd = [PY, "-m", "verl.trainer.main_ppo", *ours_overrides(data, model, out, args.steps)]
-    print("[ours] " + " ".join(cmd[1:]), flush=True)
-    start = time.time()
+def run_main_ppo(overrides: list[str], out: Path, log: Path, label: str) -> list[dict]:
+    """`python -m verl.trainer.main_ppo OVERRIDES` with its output in ``log``; the metric rows of its training steps
+    (from ``out``/report/metrics.jsonl), in step order. A failed run exits with the log's last lines."""
+    cmd = [PY, "-m", "verl.trainer.main_ppo", *overrides]
+    print(f"[{label}] " + " ".join(cmd[1:]), flush=True)
     with log.open("w") as fh:
         done = subprocess.run(cmd, cwd=REPO, env={**os.environ, "VERL_PROGRESS": "0"}, stdout=fh,
                               stderr=subprocess.STDOUT)
     if done.returncode != 0:
-        raise SystemExit(f"[ours] main_ppo failed (exit {done.returncode}); last lines of {log}:\n{tail(log)}")
+        raise SystemExit(f"[{label}] main_ppo failed (exit {done.returncode}); last lines of {log}:\n{tail(log)}")
     rows = [json.loads(line) for line in (out / "report" / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    rows = sorted((r for r in rows if "actor/pg_loss" in r), key=lambda r: r["step"])  # training steps only
+    return sorted((r for r in rows if "actor/pg_loss" in r), key=lambda r: r["step"])  # training steps only
+
+
+def run_ours(data: Path, model: str, root: Path, args: argparse.Namespace) -> dict:
+    out, log = root / "ours", root / "ours.log"
+    start = time.time()
+    rows = run_main_ppo(ours_overrides(data, model, out, args.steps), out, log, "ours")
     steps = [r["timing_s/step"] for r in rows]
     timed = rows[args.warmup:]
     stages = {k.removeprefix("timing_s/"): statistics.mean(r[k] for r in timed)

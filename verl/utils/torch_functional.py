@@ -19,6 +19,7 @@ from verl.utils.torch_masked import masked_mean, masked_sum, masked_var, masked_
 __all__ = [
     "logprobs_from_logits",
     "entropy_from_logits",
+    "entropy_from_logits_with_chunking",
     "get_response_mask",
     "pad_2d_list_to_length",
     "compute_position_id_with_mask",
@@ -102,14 +103,26 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, inplace_bac
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax(logits) over the last dim: (..., V) -> float32 (...).
 
-    H = logsumexp(z) - sum(softmax(z) * z), which avoids log(0) on tokens with vanishing probability.
+    H = logsumexp(z) - sum(softmax(z) * z), which avoids log(0) on tokens with vanishing probability. Computed in
+    row chunks of at most 2^24 elements, so the float32 temporaries stay bounded whatever the vocabulary.
     """
+    return _entropy_in_chunks(logits, None)
+
+
+def entropy_from_logits_with_chunking(logits: torch.Tensor, chunk_size: int = 2048) -> torch.Tensor:
+    """Upstream's chunked entropy: the same numbers as ``entropy_from_logits``, ``chunk_size`` rows at a time."""
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    return _entropy_in_chunks(logits, chunk_size)
+
+
+def _entropy_in_chunks(logits: torch.Tensor, rows: int | None) -> torch.Tensor:
     vocab = logits.shape[-1]
     flat = logits.reshape(-1, vocab)
     if flat.shape[0] == 0:
         return flat.new_zeros(logits.shape[:-1], dtype=torch.float32)
     parts = []
-    for chunk in _row_splits(flat):
+    for chunk in (flat.split(rows) if rows else _row_splits(flat)):
         chunk = chunk.float()
         probs = torch.softmax(chunk, dim=-1)
         parts.append(torch.logsumexp(chunk, dim=-1) - (probs * chunk).sum(dim=-1))

@@ -115,7 +115,8 @@ def _settle_root(module: FSDPModule) -> None:
     model's forward, not the PeftModel's (the root unit), so the first decoder layer would crown itself root and
     the first training forward would fail ("FSDP requires running forward through the root module first"). The
     units are final here, which is all FSDP2's lazy initialisation needs (torch 2.11 and 2.13 alike)."""
-    module._get_fsdp_state()._lazy_init()
+    if isinstance(module, FSDPModule):
+        module._get_fsdp_state()._lazy_init()
 
 
 def fsdp_modules(module: torch.nn.Module) -> list[FSDPModule]:

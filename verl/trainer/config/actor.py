@@ -94,6 +94,8 @@ class ActorConfig(BaseConfig):
     entropy_coeff: float = 0.0
     use_kl_loss: bool = False
     use_torch_compile: bool = refused(False, *NO_TORCH_COMPILE)
+    entropy_from_logits_with_chunking: bool = False  # verl.workers.actor.entropy
+    entropy_checkpointing: bool = False
     kl_loss_coef: float = 0.001
     kl_loss_type: str = choice("low_var_kl", KL_PENALTIES)
     ppo_epochs: int = at_least(1, 1)
@@ -117,6 +119,9 @@ class RefConfig(BaseConfig):
     fsdp_config: WorkerFSDPConfig = field(default_factory=WorkerFSDPConfig)
     # upstream compiles the entropy function with it, which the reference pass never computes: a note when true
     use_torch_compile: bool = False  # ${actor_rollout_ref.actor.use_torch_compile}
+    # as the actor's (verl.workers.actor.entropy); the reference pass computes no entropy, so they change nothing
+    entropy_from_logits_with_chunking: bool = False
+    entropy_checkpointing: bool = False
     log_prob_micro_batch_size: int | None = at_least(None, 1)  # deprecated global size (verl.trainer.config.deprecated)
     log_prob_micro_batch_size_per_gpu: int | None = at_least(2, 1)
     log_prob_use_dynamic_bsz: bool = False

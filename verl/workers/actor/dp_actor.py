@@ -39,9 +39,10 @@ from verl.models.packing import (
 )
 from verl.models.varlen_attention import enable_varlen_attention, packed_forward
 from verl.protocol import DataProto
-from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+from verl.utils.torch_functional import logprobs_from_logits
 from verl.utils.ulysses import gather_outputs_and_unpad, resolve_ulysses_group, ulysses_sequence_parallel
 from verl.workers.actor.base import BasePPOActor
+from verl.workers.actor.entropy import entropy_function
 from verl.workers.actor.on_policy import EntropyTally, check_single_step, wants_on_policy
 from verl.workers.micro_batching import (
     NonFiniteLossError,
@@ -74,6 +75,7 @@ class DataParallelPPOActor(BasePPOActor):
         self.actor_optimizer = actor_optimizer
         self._logits_to_keep = accepts_logits_to_keep(actor_module)
         self._update_calls = 0  # varies the shuffle seed from one training step to the next
+        self._entropy = entropy_function(config)
         # consecutive optimizer steps skipped for a NaN/inf grad norm; a streak this long stops the run
         self._nonfinite_streak = NonFiniteGradStreak(
             "actor", getattr(config, "max_consecutive_nonfinite_grad_skips", None), "actor_rollout_ref.actor.max_consecutive_nonfinite_grad_skips")
@@ -142,7 +144,7 @@ class DataParallelPPOActor(BasePPOActor):
         if temperature != 1.0:
             logits = logits / temperature
         log_probs = logprobs_from_logits(logits, responses)
-        entropy = entropy_from_logits(logits) if calculate_entropy else None
+        entropy = self._entropy(logits) if calculate_entropy else None
         return log_probs, entropy
 
     def _forward_packed(self, micro_batch: TensorDict, temperature: float,
@@ -172,7 +174,7 @@ class DataParallelPPOActor(BasePPOActor):
         if temperature != 1.0:
             logits = logits / temperature
         log_probs = scatter_to_padded(logprobs_from_logits(logits, responses[targets]), targets)
-        entropy = scatter_to_padded(entropy_from_logits(logits), targets) if calculate_entropy else None
+        entropy = scatter_to_padded(self._entropy(logits), targets) if calculate_entropy else None
         return log_probs, entropy
 
     def _forward_sequence_parallel(self, packed, predictors: torch.Tensor, labels: torch.Tensor,
@@ -203,7 +205,7 @@ class DataParallelPPOActor(BasePPOActor):
             return scatter_to_padded(full[predictors], targets)
 
         log_probs = gathered(logprobs_from_logits(logits, local_labels[keep[:count]]))
-        entropy = gathered(entropy_from_logits(logits)) if calculate_entropy else None
+        entropy = gathered(self._entropy(logits)) if calculate_entropy else None
         return log_probs, entropy
 
     def compute_log_prob(self, data: DataProto, calculate_entropy: bool = False
