@@ -7,9 +7,11 @@ import numpy as np
 
 from verl.protocol import DataProto
 
-__all__ = ["pop_generation_input", "pop_agent_metrics", "AGENT_COLUMNS"]
+__all__ = ["pop_generation_input", "pop_agent_metrics", "AGENT_COLUMNS", "MEDIA_KEYS"]
 
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
+# a vision-language row's images, which the sync rollout generates with (they stay in the batch for the actor)
+MEDIA_KEYS = ("multi_modal_inputs", "multi_modal_data")
 # per-trajectory counters the agent loop returns for metrics only; dropped from the batch once read
 AGENT_COLUMNS = ("__num_turns__", "__tool_calls__", "__tool_errors__", "__tokenization_mismatch__", "__rm_scored__")
 
@@ -17,10 +19,12 @@ AGENT_COLUMNS = ("__num_turns__", "__tool_calls__", "__tool_errors__", "__tokeni
 def pop_generation_input(batch: DataProto, mode: str) -> DataProto:
     """The prompts' tensors, moved out of ``batch``. An agent loop reads the row's other fields too (raw_prompt,
     extra_info, agent_name, tools_kwargs, ...), so in async mode they are copied along (and stay in ``batch``
-    for the reward)."""
+    for the reward). In sync mode only the rows' images go along (``multi_modal_inputs`` / ``multi_modal_data``,
+    also kept in ``batch`` for the actor's forward)."""
     gen = batch.pop(batch_keys=GEN_KEYS)
-    if mode == "async":
-        gen.non_tensor_batch = {k: v.copy() for k, v in batch.non_tensor_batch.items()}
+    columns = batch.non_tensor_batch
+    keys = list(columns) if mode == "async" else [k for k in MEDIA_KEYS if k in columns]
+    gen.non_tensor_batch = {k: columns[k].copy() for k in keys}
     return gen
 
 

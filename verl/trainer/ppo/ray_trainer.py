@@ -26,7 +26,7 @@ from verl.single_controller.ray import (
 from verl.single_controller.roles import Role
 from verl.trainer.config import PPOTrainerConfig
 from verl.trainer.ppo import core_algos
-from verl.trainer.ppo.agent_rollout import pop_agent_metrics, pop_generation_input
+from verl.trainer.ppo.agent_rollout import MEDIA_KEYS, pop_agent_metrics, pop_generation_input
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from verl.trainer.ppo.dynamic_sampling import DataStream, DynamicSampler, attach_reward, attached_reward
 from verl.trainer.ppo.generations import decode_generations, dump_generations, sample_generations
@@ -375,11 +375,11 @@ class RayPPOTrainer:
 
     def _add_remax_baseline(self, batch: DataProto) -> None:
         """ReMax: the reward of the greedy response to the same prompt is each sample's baseline."""
-        gen = batch.select(batch_keys=["prompts"], non_tensor_batch_keys=list(batch.non_tensor_batch.keys()))
         prompt_mask = batch.batch["attention_mask"][:, : batch.batch["prompts"].size(1)]
         gen = DataProto.from_dict(
             tensors={"input_ids": batch.batch["prompts"], "attention_mask": prompt_mask,
-                     "position_ids": batch.batch["position_ids"][:, : prompt_mask.size(1)]},
+                     "position_ids": batch.batch["position_ids"][..., : prompt_mask.size(1)]},  # (bs[, 4], P)
+            non_tensors={k: batch.non_tensor_batch[k] for k in MEDIA_KEYS if k in batch.non_tensor_batch},
             meta_info=self._gen_meta(do_sample=False))
         greedy = self.actor_rollout_wg.generate_sequences(gen)
         scored = DataProto(batch=greedy.batch, non_tensor_batch=dict(batch.non_tensor_batch))

@@ -4,6 +4,11 @@ Under FSDP2 every decode step all-gathers the sharded weights, so all ranks must
 steps: with more than one process we pass ``synced_gpus=True`` and every rank keeps stepping until all of its
 peers are done. Ranks must get the same number of rows (the worker group's equal chunking does that) so they
 make the same number of micro-batch ``generate`` calls.
+
+Vision-language prompts (Qwen2-VL / Qwen2.5-VL): the rows' ``multi_modal_inputs`` (pixel_values, image_grid_thw, a
+non-tensor column) go to ``generate`` concatenated in row order, with the image tokens marked (mm_token_type_ids)
+so HF computes the same 3-D rope positions the data made; the prompts' (bs, 4, P) position ids are continued on
+every axis over the response, so the batch the actor recomputes log-probs on is the one that was sampled.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import torch.distributed as dist
 from tensordict import TensorDict
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
+from verl.data.vision import response_position_ids
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask, get_response_mask
 from verl.workers.micro_batching import module_device
@@ -117,13 +123,14 @@ class HFRollout(BaseRollout):
         temperature = generation_config.temperature if generation_config.do_sample else 1.0
         recorder = _SampledLogProbs(prompt_length, temperature) if self.config.calculate_log_probs else None
         processors = LogitsProcessorList([recorder] if recorder is not None else [])
+        vision = self._vision_inputs(prompts, idx, device)
         was_training = self.module.training
         self.module.eval()
         try:
             with torch.no_grad():
                 sequences = self.module.generate(input_ids=idx.to(device), attention_mask=prompt_mask.to(device),
                                                  generation_config=generation_config, synced_gpus=synced,
-                                                 logits_processor=processors)
+                                                 logits_processor=processors, **vision)
         finally:
             self.module.train(was_training)
         sampled_log_probs = recorder.finish(sequences).to(out_device) if recorder is not None else None
@@ -141,7 +148,7 @@ class HFRollout(BaseRollout):
             "responses": responses,
             "input_ids": torch.cat([idx, responses], dim=1),
             "attention_mask": attention_mask,
-            "position_ids": compute_position_id_with_mask(attention_mask),
+            "position_ids": self._position_ids(prompts, attention_mask, response_length),
             "response_mask": response_mask,
         }
         if sampled_log_probs is not None:
@@ -150,6 +157,35 @@ class HFRollout(BaseRollout):
             # zero (not 0 * value) after EOS: those steps scored pad tokens fed to finished rows
             tensors["rollout_log_probs"] = torch.where(response_mask.bool(), padded, torch.zeros_like(padded))
         return DataProto(batch=TensorDict(tensors, batch_size=[idx.size(0)]))
+
+    @staticmethod
+    def _position_ids(prompts: DataProto, attention_mask: torch.Tensor, response_length: int) -> torch.Tensor:
+        """(bs, P + R): from the mask, as the actor's text path makes them; a VLM batch's (bs, 4, P) prompt
+        positions (text row + mrope rows) continue by 1, 2, ... on every axis, as HF's decoding steps did."""
+        prompt_positions = prompts.batch["position_ids"] if "position_ids" in prompts.batch.keys() else None
+        if prompt_positions is None or prompt_positions.dim() != 3:
+            return compute_position_id_with_mask(attention_mask)
+        prompt_positions = prompt_positions.to(attention_mask.device)
+        return torch.cat([prompt_positions, response_position_ids(prompt_positions, response_length)], dim=-1)
+
+    def _vision_inputs(self, prompts: DataProto, idx: torch.Tensor, device: torch.device) -> dict[str, torch.Tensor]:
+        """generate's image kwargs for the rows' ``multi_modal_inputs`` (none when no row has an image)."""
+        rows = prompts.non_tensor_batch.get("multi_modal_inputs")
+        if rows is None:
+            return {}
+        kwargs = {}
+        for key in ("pixel_values", "image_grid_thw"):
+            parts = [torch.as_tensor(row[key]) for row in rows if row and row.get(key) is not None]
+            if parts:
+                kwargs[key] = torch.cat(parts).to(device)
+        if "image_grid_thw" not in kwargs:
+            return {}
+        image_token_id = getattr(getattr(self.module, "config", None), "image_token_id", None)
+        if image_token_id is None:
+            raise ValueError("generate_sequences: the batch carries images (multi_modal_inputs) but the rollout "
+                             "model's config has no image_token_id; use a vision-language model folder")
+        kwargs["mm_token_type_ids"] = (idx == int(image_token_id)).int().to(device)  # 1 = image token
+        return kwargs
 
 
 def _require_meta(meta: dict, key: str):
