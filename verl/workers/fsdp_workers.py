@@ -176,6 +176,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
             from verl.workers.rollout.agent_loop.manager import AgentLoopManager
 
             self.agent_loop_manager = AgentLoopManager(self.config, self.tokenizer, self._agent_loop_backend,
+                                                       processor=self._rollout_processor(),
                                                        engine_group=self._engine_group())
         # the actor also serves compute_log_prob; a rollout-only worker builds a no-grad actor for it
         if not self._is_actor:
@@ -242,7 +243,16 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
 
         if self.config.rollout.name == "vllm":
             return VLLMBackend(self.rollout, meta)
-        return HFBackend(self.rollout, meta, self.config.rollout.prompt_length)
+        return HFBackend(self.rollout, meta, self.config.rollout.prompt_length, processor=self._rollout_processor())
+
+    def _rollout_processor(self):
+        """The model folder's multi-modal processor (images of agent-loop requests), None for a text model."""
+        if not hasattr(self, "_processor"):
+            from verl.models.processor import load_processor
+
+            self._processor = load_processor(self.model_path, self.tokenizer, "actor_rollout_ref.model.path",
+                                             trust_remote_code=self.config.model.trust_remote_code)
+        return self._processor
 
     def _eos_token_ids(self) -> list[int]:
         ids = {self.tokenizer.eos_token_id}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from verl.protocol import DataProto
@@ -36,6 +37,10 @@ class VLLMBackend:
         return self.call_seeds.seed(-1, self.unordered)
 
     def add(self, request: EngineRequest) -> None:
+        if request.image_data:
+            raise NotImplementedError(
+                "agent-loop requests with images (image_data) are not built for the vLLM backend "
+                "(actor_rollout_ref.rollout.name=vllm); use actor_rollout_ref.rollout.name=hf")
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -89,10 +94,13 @@ class VLLMBackend:
 
 class HFBackend:
     """HF ``generate`` on the actor's module (through ``HFRollout``), one call per batch of queued requests with
-    the same sampling settings; prompts are left-padded to at least ``prompt_length``, as the sync rollout's are."""
+    the same sampling settings; prompts are left-padded to at least ``prompt_length``, as the sync rollout's are.
+    A request's images (``image_data``) become its row's pixel_values / image_grid_thw through ``processor``'s image
+    processor (the model folder's, as the dataset used), which the HF rollout hands to generate."""
 
-    def __init__(self, rollout: Any, meta: dict[str, Any], prompt_length: int) -> None:
+    def __init__(self, rollout: Any, meta: dict[str, Any], prompt_length: int, processor: Any = None) -> None:
         self.rollout = rollout
+        self.processor = processor
         self.meta = meta  # eos/pad ids and the validate flag of this generate_sequences call
         self.prompt_length = prompt_length
         self.queue: list[EngineRequest] = []
@@ -132,7 +140,8 @@ class HFBackend:
         meta = dict(self.meta, do_sample=temperature > 0, temperature=temperature if temperature > 0 else 1.0,
                     response_length=max(int(r.sampling_params["max_tokens"]) for r in batch))
         prompts = DataProto.from_dict(tensors={"input_ids": ids, "attention_mask": mask,
-                                               "position_ids": compute_position_id_with_mask(mask)}, meta_info=meta)
+                                               "position_ids": compute_position_id_with_mask(mask)},
+                                      non_tensors=self._image_inputs(batch), meta_info=meta)
         out = self.rollout.generate_sequences(prompts)
         eos = set(self.meta["eos_token_id"] if isinstance(self.meta["eos_token_id"], list)
                   else [self.meta["eos_token_id"]])
@@ -147,6 +156,18 @@ class HFBackend:
             reason = "stop" if tokens and tokens[-1] in eos else "length"
             finished.append((request, TokenOutput(tokens, log_probs, reason)))
         return finished
+
+    def _image_inputs(self, batch: list[EngineRequest]) -> dict[str, np.ndarray]:
+        """The ``multi_modal_inputs`` column of a batch in which some request has images (else nothing)."""
+        if not any(r.image_data for r in batch):
+            return {}
+        if self.processor is None or getattr(self.processor, "image_processor", None) is None:
+            raise ValueError("an agent-loop request carries images (image_data) but the rollout has no multi-modal "
+                             "processor; actor_rollout_ref.model.path must be a vision-language model folder")
+        column = np.empty(len(batch), dtype=object)
+        column[:] = [dict(self.processor.image_processor(images=r.image_data, return_tensors="pt")) if r.image_data
+                     else {} for r in batch]
+        return {"multi_modal_inputs": column}
 
     def _dummy_forward(self) -> None:
         """One greedy token from a one-token prompt: joins the other ranks' sharded forward passes."""

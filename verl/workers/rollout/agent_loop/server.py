@@ -59,6 +59,7 @@ class EngineRequest:
     sampling_params: dict[str, Any]
     future: Future = field(default_factory=Future)
     order: tuple = ()  # (row, the row's call number): requests enter the engine sorted by it
+    image_data: list[Any] | None = None  # the prompt's images (PIL), in the order of its image tokens
 
 
 # The batch row the running coroutine serves, set by the agent-loop worker (a context variable follows the task).
@@ -104,9 +105,9 @@ class EngineLoop:
     # -- called from agent-loop threads ---------------------------------------------------------------------------
 
     def submit(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
-               order: tuple = ()) -> Future:
+               order: tuple = (), image_data: list[Any] | None = None) -> Future:
         request = EngineRequest(f"{request_id}-{next(self._ids)}", list(prompt_ids), dict(sampling_params),
-                                order=order)
+                                order=order, image_data=list(image_data) if image_data else None)
         with self._lock:
             self._waiting += 1
         self._queue.put(request)
@@ -202,7 +203,8 @@ class AsyncLLMServerManager:
 
     ``sampling_params`` are vLLM ``SamplingParams`` fields (temperature, top_p, top_k, logprobs, max_tokens, ...).
     Without ``max_tokens``, a request may fill the rest of the response budget (prompt_length + response_length -
-    len(prompt_ids), at most response_length)."""
+    len(prompt_ids), at most response_length). ``image_data``: the prompt's images (PIL), one per image in
+    ``prompt_ids``, whose image tokens are already expanded (as the processor renders them)."""
 
     def __init__(self, engine_loop: EngineLoop, prompt_length: int, response_length: int) -> None:
         self.engine_loop = engine_loop
@@ -213,8 +215,6 @@ class AsyncLLMServerManager:
                        image_data: Any = None, **kwargs: Any) -> TokenOutput:
         import asyncio
 
-        if image_data is not None:
-            raise NotImplementedError("multi-modal agent-loop requests are not built; send text token ids")
         params = dict(sampling_params)
         room = min(self.response_length, self.prompt_length + self.response_length - len(prompt_ids))
         max_tokens = min(int(params.get("max_tokens", room)), room)
@@ -228,4 +228,5 @@ class AsyncLLMServerManager:
             _CALLS.set(calls)
         calls[0] += 1
         order = (CURRENT_ROW.get(), calls[0])
-        return await asyncio.wrap_future(self.engine_loop.submit(request_id, prompt_ids, params, order=order))
+        return await asyncio.wrap_future(self.engine_loop.submit(request_id, prompt_ids, params, order=order,
+                                                                 image_data=image_data))

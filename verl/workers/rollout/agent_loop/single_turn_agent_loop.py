@@ -1,4 +1,5 @@
-"""``single_turn_agent``: one request per row, the row's prompt tokens as the sync rollout sends them."""
+"""``single_turn_agent``: one request per row, the row's prompt tokens as the sync rollout sends them (a vision row's
+with its image tokens expanded, and its images as ``image_data``)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ class SingleTurnAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         # raw_prompt_ids: the prompt exactly as the sync rollout tokenizes and sends it (left padding removed)
         prompt_ids = list(kwargs["raw_prompt_ids"])
+        images = (kwargs.get("multi_modal_data") or {}).get("image") or None
         start = time.perf_counter()
         out = await self.server_manager.generate(uuid.uuid4().hex, prompt_ids=prompt_ids,
-                                                 sampling_params=sampling_params)
+                                                 sampling_params=sampling_params, image_data=images)
         response_ids = out.token_ids[: self.response_length]
         log_probs = out.log_probs[: self.response_length] if out.log_probs is not None else None
         return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=response_ids, response_mask=[1] * len(response_ids),
                                response_logprobs=log_probs, num_turns=2,
+                               multi_modal_data={"image": list(images)} if images else None,
                                metrics=AgentLoopMetrics(generate_sequences=time.perf_counter() - start))
