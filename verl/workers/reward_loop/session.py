@@ -9,8 +9,9 @@ A failure is never dropped: ``finish`` raises ``RewardLoopError`` naming every s
 after all the others have finished, so nothing is left running behind it.
 
 ``RewardLoopSpec`` is what the trainer sends the rollout with each batch (``meta_info["reward_loop"]``): the manager,
-``num_workers`` and a key; the first spec of a key is kept for the life of the process, so the managers' scoring
-processes and rate limits survive from step to step.
+``num_workers`` and a key; the first spec of a key is kept for the life of the process, with its scoring threads, so
+the managers' scoring processes and rate limits survive from step to step. The threads must outlive the sessions:
+a scoring process is killed by the kernel when the thread that started it ends (PR_SET_PDEATHSIG, score_pool.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from verl.workers.reward_loop.base import SampleScore, check_sample_score
 __all__ = ["RewardLoopError", "RewardLoopSession", "RewardLoopSpec", "META_KEY"]
 
 META_KEY = "reward_loop"  # meta_info key of the generation batch that carries the spec
-_KEPT: dict[str, Any] = {}  # spec key -> the manager this process scores with
+_KEPT: dict[str, tuple[Any, ThreadPoolExecutor]] = {}  # spec key -> (manager, its scoring threads) in this process
 _KEPT_LOCK = threading.Lock()
 
 
@@ -42,20 +43,29 @@ class RewardLoopSpec:
         self.num_workers = max(1, int(num_workers))
         self.key = key or uuid.uuid4().hex
 
-    def resolve(self) -> Any:
-        """The manager to score with in this process: the first one received under this key."""
+    def resolve(self) -> tuple[Any, ThreadPoolExecutor]:
+        """The manager to score with in this process (the first one received under this key) and its threads."""
         with _KEPT_LOCK:
-            return _KEPT.setdefault(self.key, self.manager)
+            if self.key not in _KEPT:
+                _KEPT[self.key] = (self.manager, _executor(self.num_workers))
+            return _KEPT[self.key]
 
     def session(self) -> RewardLoopSession:
-        return RewardLoopSession(self.resolve(), self.num_workers)
+        manager, executor = self.resolve()
+        return RewardLoopSession(manager, self.num_workers, executor)
+
+
+def _executor(num_workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(num_workers, thread_name_prefix="reward-loop-score")
 
 
 class RewardLoopSession:
-    def __init__(self, manager: Any, num_workers: int) -> None:
+    def __init__(self, manager: Any, num_workers: int, executor: ThreadPoolExecutor | None = None) -> None:
+        """``executor``: threads for synchronous scoring that outlive this session (None: the session's own)."""
         self.manager = manager
         self.num_workers = max(1, int(num_workers))
-        self._executor = ThreadPoolExecutor(self.num_workers, thread_name_prefix="reward-loop-score")
+        self._own_executor = executor is None
+        self._executor = executor or _executor(self.num_workers)
         self._loop = asyncio.new_event_loop()
         self._loop.set_default_executor(self._executor)
         self._semaphore = asyncio.Semaphore(self.num_workers)
@@ -108,8 +118,11 @@ class RewardLoopSession:
                 future.cancel()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
+        if not self._own_executor:  # closing a loop shuts its default executor down: hand it one never used
+            self._loop.set_default_executor(ThreadPoolExecutor(1))
         self._loop.close()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._own_executor:
+            self._executor.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> RewardLoopSession:
         return self
