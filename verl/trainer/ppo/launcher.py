@@ -80,6 +80,7 @@ def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, cal
     from verl.trainer.ppo.resume_guard import early_checks, preflight
     from verl.trainer.ppo.reward import load_reward_manager
     from verl.trainer.ppo.sandbox_service import start_run_sandbox
+    from verl.trainer.ppo.vision_checks import vision_run_problems
     from verl.trainer.resolved_defaults import log_defaults, resolve_ppo_defaults
     from verl.trainer.tracking import Tracking
     from verl.utils.device import set_device_preference
@@ -110,11 +111,13 @@ def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, cal
         val_dataset = create_rl_dataset(data.val_files, data, tokenizer, processor=processor, is_train=False,
                                         max_samples=data.val_max_samples)
     if getattr(train_dataset, "vision", False) or getattr(val_dataset, "vision", False):
-        # the data, the processor and the actor take images; the rollouts do not yet, and would answer blind
-        raise NotImplementedError(
-            f"data.train_files / data.val_files hold images (column {data.image_key!r}, data.image_key) for "
-            f"{model.path}, but generating with images (HF / vLLM rollout, agent loop) is not built yet, so the "
-            "rollout would ignore them. See docs/vlm.md for what works today.")
+        # what would ignore the images, or is not verified with them, stops here (docs/vlm.md)
+        problems = vision_run_problems(config)
+        if problems:
+            raise NotImplementedError(
+                f"data.train_files / data.val_files hold images (column {data.image_key!r}, data.image_key) for "
+                f"{model.path}; these settings do not run with images:\n- " + "\n- ".join(problems) +
+                "\nSee docs/vlm.md.")
     # before Ray and before anything is written to the run's folder: a different run's checkpoint is refused, a
     # finished run raises RunFinished, and then the folder is locked against a second run
     checked = preflight(config, len(train_dataset), early)
