@@ -180,3 +180,17 @@ def test_agent_loop_scores_each_sample_as_it_finishes_and_equals_the_batch_path(
     assert got_extra == want_extra
     assert got_extra["score"] == [0.0, 1.0, 2.0, 3.0]
     loop.close()
+
+
+def test_scoring_processes_survive_from_one_session_to_the_next(tokenizer):
+    """A scoring process dies with the thread that started it: the spec's threads must outlive each step's session."""
+    data, batch_manager, loop_manager = _batch_and_loop(tokenizer, dict_score, timeout=60.0)
+    try:
+        first = compute_reward(data, loop_manager)
+        pids = [c.scorer._pool.pids for c in loop_manager.manager._free if c.scorer._pool is not None]
+        second = compute_reward(data, loop_manager)
+        assert [c.scorer._pool.pids for c in loop_manager.manager._free if c.scorer._pool is not None] == pids
+    finally:
+        batch_manager.close()
+        loop_manager.close()
+    assert torch.equal(first[0], second[0]) and first[1] == second[1]
