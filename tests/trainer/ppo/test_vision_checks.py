@@ -1,0 +1,31 @@
+"""Settings that would ignore the rows' images (or are not verified with them) are named with their keys."""
+
+from omegaconf import OmegaConf
+
+from verl.trainer.config import PPOTrainerConfig
+from verl.trainer.config.base import build_config
+from verl.trainer.config.validate import load_config
+from verl.trainer.ppo.vision_checks import vision_run_problems
+
+
+def _problems(*overrides: str) -> str:
+    base = ["trainer.n_gpus_per_node=1", "actor_rollout_ref.rollout.name=hf", "algorithm.adv_estimator=grpo"]
+    tree = OmegaConf.to_container(load_config(base + list(overrides)), resolve=True)
+    return "\n".join(vision_run_problems(build_config(PPOTrainerConfig, tree).config))
+
+
+def test_the_built_path_passes():
+    assert _problems() == ""
+    assert _problems("actor_rollout_ref.rollout.mode=sync") == ""
+
+
+def test_each_unbuilt_setting_is_named_by_its_key():
+    cases = {
+        "actor_rollout_ref.rollout.name=vllm": "actor_rollout_ref.rollout.name=vllm",
+        "data.return_multi_modal_inputs=false": "data.return_multi_modal_inputs=false",
+        "algorithm.adv_estimator=gae": "algorithm.adv_estimator=gae",
+        "actor_rollout_ref.model.lora_rank=8": "actor_rollout_ref.model.lora_rank > 0",
+        "trainer.n_gpus_per_node=2": "trainer.n_gpus_per_node x trainer.nnodes = 2",
+    }
+    for override, key in cases.items():
+        assert key in _problems(override), override
