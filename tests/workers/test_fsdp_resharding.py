@@ -88,3 +88,33 @@ def test_no_grad_passes_leave_every_unit_sharded(model_dir, world, micro):
         assert out["critic_after_values"] == [], out["critic_after_values"]
         assert torch.isfinite(out["log_probs"]).all()
 
+
+
+def _peft_generate_first(rank: int, port: int, results) -> None:
+    from tests.helpers.tiny_model import tiny_llama
+    from verl.models.lora import add_lora
+    from verl.trainer.config.engine import FSDPConfig
+    from verl.workers.fsdp_utils import apply_fsdp2, create_device_mesh, unsharded
+
+    join_one_rank(port)
+    try:
+        model = add_lora(tiny_llama(), rank=4, alpha=8, target_modules="all-linear")
+        module = apply_fsdp2(model, FSDPConfig(), create_device_mesh(1))
+        state = module._get_fsdp_state()  # torch 2.11 and 2.13: the private state FSDP2 crowns as root
+        ids = torch.tensor([[5, 6, 7]])
+        with torch.no_grad(), unsharded(module):  # as the HF rollout's sharding manager gathers the weights
+            generated = module.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=2,
+                                        do_sample=False, pad_token_id=0)
+        loss = module(input_ids=generated, labels=generated).loss  # a training forward through the root
+        loss.backward()
+        results[rank] = {"root": state._is_root, "tokens": tuple(generated.shape), "finite": bool(torch.isfinite(loss))}
+    finally:
+        leave()
+
+
+def test_a_peft_model_generates_before_training_under_fsdp2():
+    """HF generate on a peft model runs the wrapped model's forward, not the root unit's; apply_fsdp2 makes the root
+    settle at wrapping, so a training forward afterwards works (before: 'FSDP requires running forward through the
+    root module first')."""
+    out = run_ranks(_peft_generate_first, free_port(), nprocs=1, timeout_s=200)[0]
+    assert out == {"root": True, "tokens": (1, 5), "finite": True}
