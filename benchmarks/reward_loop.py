@@ -8,7 +8,8 @@ judge or a sandbox: waiting, not computing).
 - batch: generate, then the naive manager scores the whole batch (its default: scoring processes, one per core);
 - loop:  reward_model.use_reward_loop=true: each sample is scored as its trajectory ends, --num-workers at a time.
 
-Each mode runs --rounds times, alternating, after one warm-up of each; the best round is kept.
+Each mode runs --rounds times, alternating, after a warm-up of each that also starts every scoring process (a
+process starting inside a timed round costs seconds of CPU on 2 cores); the best round is kept.
 
     .venv/bin/python benchmarks/reward_loop.py
 
@@ -141,7 +142,13 @@ def main() -> None:
         total = time.perf_counter() - start
         return {"step": total, "gen": gen, "wait": manager.last_stats["reward_loop/wait_s"]}
 
-    run_batch(), run_loop()  # warm-up: the scoring processes start, the model's first passes
+    # warm-up: the model's first passes, and every scoring process (one per concurrent scorer: a whole batch through
+    # the loop uses all num_workers of them), so no process starts inside a timed round
+    run_batch()
+    warm = prompts()
+    warm_out = with_columns(manager.generate_sequences(warm, _params(sampling_kwargs, config, warm)), warm)
+    loop_manager.compute_rm_score(warm_out)
+    run_loop()
     batch_runs, loop_runs = [], []
     for _ in range(args.rounds):
         batch_runs.append(run_batch())
