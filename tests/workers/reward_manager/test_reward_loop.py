@@ -187,9 +187,10 @@ def test_scoring_processes_survive_from_one_session_to_the_next(tokenizer):
     data, batch_manager, loop_manager = _batch_and_loop(tokenizer, dict_score, timeout=60.0)
     try:
         first = compute_reward(data, loop_manager)
-        pids = [c.scorer._pool.pids for c in loop_manager.manager._free if c.scorer._pool is not None]
+        pids = sorted(p for c in loop_manager.manager._free if c.scorer._pool is not None for p in c.scorer._pool.pids)
         second = compute_reward(data, loop_manager)
-        assert [c.scorer._pool.pids for c in loop_manager.manager._free if c.scorer._pool is not None] == pids
+        assert sorted(p for c in loop_manager.manager._free if c.scorer._pool is not None
+                      for p in c.scorer._pool.pids) == pids
     finally:
         batch_manager.close()
         loop_manager.close()
