@@ -177,7 +177,7 @@ def main() -> None:
 
     from verl.sandbox.local import LocalSandbox
     from verl.trainer.config import ActorRolloutRefConfig
-    from verl.trainer.config.base import build_config
+    from verl.utils.config_schema import build_config
     from verl.utils.default_model import default_model_path
     from verl.utils.device import preferred_low_precision
     from verl.workers.fsdp_utils import apply_fsdp2, create_device_mesh

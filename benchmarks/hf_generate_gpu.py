@@ -81,9 +81,9 @@ def main(argv=None) -> int:
     from throughput import _actor
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
-    from verl.trainer.config.rollout import RolloutConfig
     from verl.utils.default_model import default_model_path
     from verl.utils.device import get_default_device
+    from verl.workers.config import RolloutConfig
     from verl.workers.rollout.hf_rollout import HFRollout
     from verl.workers.sharding_manager.fsdp_hf import FSDPHFShardingManager
 

@@ -75,8 +75,8 @@ def main() -> None:
     from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
     from verl.protocol import DataProto
     from verl.trainer.config import ActorRolloutRefConfig
-    from verl.trainer.config.base import build_config
     from verl.trainer.ppo.reward import compute_reward
+    from verl.utils.config_schema import build_config
     from verl.workers.reward_loop import RewardLoopManager
     from verl.workers.reward_manager import NaiveRewardManager
     from verl.workers.rollout import HFRollout

@@ -58,10 +58,10 @@ def main() -> None:
     from verl.models.checkpoint_policy import apply_gradient_checkpointing
     from verl.models.loader import load_causal_lm
     from verl.models.varlen_attention import enable_varlen_attention
-    from verl.trainer.config import ModelConfig
+    from verl.trainer.config import HFModelConfig
     from verl.utils.default_model import default_model_path
 
-    model, _ = load_causal_lm(ModelConfig(path=default_model_path(), enable_gradient_checkpointing=False),
+    model, _ = load_causal_lm(HFModelConfig(path=default_model_path(), enable_gradient_checkpointing=False),
                               "actor_rollout_ref.model", dtype=torch.bfloat16)
     enable_varlen_attention(model)
     model.train()

@@ -106,22 +106,27 @@ def _batch(args, vocab_size: int, eos_id: int, pad_id: int):
 
 
 def _actor(path: str, param_dtype: str, actor_overrides: dict, checkpointing: bool = False, policy: str = "auto"):
-    """The actor as the trainer builds it, from the typed config sections (ModelConfig, FSDPConfig, ActorConfig)."""
+    """The actor as the trainer builds it, from the typed config sections (HFModelConfig, FSDPEngineConfig, FSDPActorConfig)."""
     from verl.models.loader import load_causal_lm
-    from verl.trainer.config.actor import ActorConfig, ModelConfig
-    from verl.trainer.config.engine import FSDPConfig, MixedPrecisionConfig, OptimConfig
     from verl.workers.actor import DataParallelPPOActor
+    from verl.workers.config import (
+        FSDPActorConfig,
+        FSDPEngineConfig,
+        FSDPOptimizerConfig,
+        HFModelConfig,
+        MixedPrecisionConfig,
+    )
     from verl.workers.fsdp_utils import apply_fsdp2, build_optimizer, create_device_mesh
 
-    model_cfg = ModelConfig(path=path, enable_gradient_checkpointing=checkpointing, gradient_checkpointing_policy=policy)
+    model_cfg = HFModelConfig(path=path, enable_gradient_checkpointing=checkpointing, gradient_checkpointing_policy=policy)
     module, _ = load_causal_lm(model_cfg, "model")
-    fsdp_cfg = FSDPConfig(mixed_precision=MixedPrecisionConfig(param_dtype=param_dtype, reduce_dtype="fp32"))
+    fsdp_cfg = FSDPEngineConfig(mixed_precision=MixedPrecisionConfig(param_dtype=param_dtype, reduce_dtype="fp32"))
     module = apply_fsdp2(module, fsdp_cfg, create_device_mesh(1))
     fields = {"ppo_mini_batch_size": 1, "ppo_micro_batch_size_per_gpu": 8, "use_dynamic_bsz": False,
               "ppo_max_token_len_per_gpu": 16384, "ppo_epochs": 1, "shuffle": False, "grad_clip": 1.0,
               "clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0,
               "loss_agg_mode": "token-mean", "entropy_coeff": 0.0, "use_kl_loss": False, **actor_overrides}
-    cfg = ActorConfig(**fields, optim=OptimConfig(lr=1e-7, weight_decay=0.0))
+    cfg = FSDPActorConfig(**fields, optim=FSDPOptimizerConfig(lr=1e-7, weight_decay=0.0))
     optimizer = build_optimizer(module, cfg.optim, "actor.optim")
     return DataParallelPPOActor(cfg, module, optimizer), module, optimizer
 

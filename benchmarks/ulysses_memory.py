@@ -63,17 +63,17 @@ def _batch(tokens: int, seqs: int):
 
 def _rank(rank: int, world: int, port: int, tokens: int, seqs: int, results) -> None:
     from tests.helpers.typed_config import typed_section
-    from verl.trainer.config.actor import ActorConfig
     from verl.utils.memory_stats import peak_rss_gb, reset_peak_rss
     from verl.utils.ulysses import create_ulysses_group, set_ulysses_sequence_parallel_group
     from verl.workers.actor import DataParallelPPOActor
+    from verl.workers.config import FSDPActorConfig
 
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // world))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         set_ulysses_sequence_parallel_group(create_ulysses_group(world, "actor"))
         model = _model()
-        config = typed_section(ActorConfig, {
+        config = typed_section(FSDPActorConfig, {
             "ppo_mini_batch_size": seqs, "ppo_micro_batch_size_per_gpu": seqs, "use_dynamic_bsz": False,
             "ppo_epochs": 1, "shuffle": False, "grad_clip": 1e6, "loss_agg_mode": "token-mean",
             "entropy_coeff": 0.0, "use_kl_loss": False, "use_remove_padding": True,

@@ -11,18 +11,19 @@ import torch
 import verl.protocol
 from verl.protocol import DataProto
 from verl.protocol.keys import BATCH_KEYS, check_batch, expected_keys
+from verl.trainer.config import AlgoConfig
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+from verl.workers.config import ActorRolloutRefConfig, FSDPActorConfig, RolloutConfig
 
 ROWS, PROMPT, RESPONSE = 4, 6, 3
 
 
 def _config(adv_estimator: str = "grpo", **flags: bool) -> PPOTrainerConfig:
-    """A fresh default config (nobody else holds it, so setting attributes is safe)."""
-    config = PPOTrainerConfig()
-    config.algorithm.adv_estimator = adv_estimator
-    config.algorithm.use_kl_in_reward = flags.get("use_kl_in_reward", False)
-    config.actor_rollout_ref.actor.use_kl_loss = flags.get("use_kl_loss", False)
-    config.actor_rollout_ref.rollout.calculate_log_probs = flags.get("calculate_log_probs", False)
+    """A fresh config with these keys; the typed worker and algorithm sections are frozen, so built with them."""
+    arr = ActorRolloutRefConfig(actor=FSDPActorConfig(use_kl_loss=flags.get("use_kl_loss", False)),
+                                rollout=RolloutConfig(calculate_log_probs=flags.get("calculate_log_probs", False)))
+    algorithm = AlgoConfig(adv_estimator=adv_estimator, use_kl_in_reward=flags.get("use_kl_in_reward", False))
+    config = PPOTrainerConfig(actor_rollout_ref=arr, algorithm=algorithm)
     config.data.return_raw_chat = flags.get("return_raw_chat", False)
     config.data.return_full_prompt = flags.get("return_full_prompt", False)
     return config

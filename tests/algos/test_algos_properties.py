@@ -8,12 +8,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl.trainer.config import ActorConfig, AlgoConfig, PolicyLossConfig
+from verl.trainer.config import AlgoConfig, FSDPActorConfig, PolicyLossConfig
 from verl.trainer.ppo import core_algos as ca
 
 FAST = settings(max_examples=50, deadline=None)
 
-POLICY_CONFIG = ActorConfig(
+POLICY_CONFIG = FSDPActorConfig(
     clip_ratio=0.2,
     clip_ratio_low=0.2,
     clip_ratio_high=0.28,
@@ -200,7 +200,7 @@ def test_padding_never_changes_the_value_loss(batch, extra_pad):
 def test_dual_clip_bounds_every_token(tokens, low, high, c):
     log_ratio = torch.tensor([[t[0] for t in tokens]])
     adv = torch.tensor([[t[1] for t in tokens]])
-    cfg = ActorConfig(clip_ratio=0.2, clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=c)
+    cfg = FSDPActorConfig(clip_ratio=0.2, clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=c)
     for i in range(len(tokens)):
         only_i = torch.zeros_like(adv)
         only_i[0, i] = 1

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from verl.trainer.config import ActorConfig, PolicyLossConfig
+from verl.trainer.config import FSDPActorConfig, PolicyLossConfig
 from verl.trainer.ppo import core_algos as ca
 
 METRIC_KEYS = {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}
@@ -16,10 +16,10 @@ def logp(*probs_or_ratios):
 
 
 def actor(clip=None, policy_loss=None, **kwargs):
-    """An ActorConfig; ``clip`` sets clip_ratio and both of its low/high bounds."""
+    """An FSDPActorConfig; ``clip`` sets clip_ratio and both of its low/high bounds."""
     if clip is not None:
         kwargs.update(clip_ratio=clip, clip_ratio_low=clip, clip_ratio_high=clip)
-    return ActorConfig(**kwargs, policy_loss=PolicyLossConfig(**(policy_loss or {})))
+    return FSDPActorConfig(**kwargs, policy_loss=PolicyLossConfig(**(policy_loss or {})))
 
 
 def run(name, old, new, adv, mask=None, mode="token-mean", config=None):
@@ -89,7 +89,7 @@ def test_vanilla_reads_the_typed_actor_config():
     new = logp(1.5)
     assert run("vanilla", old, new, adv, config=actor(clip=0.1))[0].item() == pytest.approx(-1.1)
     # the dataclass defaults: clip_ratio_low/high 0.2
-    assert run("vanilla", old, new, adv, config=ActorConfig())[0].item() == pytest.approx(-1.2)
+    assert run("vanilla", old, new, adv, config=FSDPActorConfig())[0].item() == pytest.approx(-1.2)
     # a null bound follows clip_ratio, as upstream (a user's own config object may leave them unset)
     unset = actor(clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=None)
     assert run("vanilla", old, new, adv, config=unset)[0].item() == pytest.approx(-1.1)

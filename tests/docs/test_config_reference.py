@@ -3,9 +3,9 @@ type, the yaml's default, the allowed values and whether it is honoured, refused
 
 from __future__ import annotations
 
-from verl.trainer.config.base import schema_keys
 from verl.trainer.config.docs import ALL_BEGIN, ALL_END, DOC, all_keys_table
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+from verl.utils.config_schema import schema_keys
 
 
 def _rows() -> dict[str, list[str]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any, TypeVar
 
-from verl.trainer.config.base import build_config
+from verl.utils.config_schema import build_config
 
 T = TypeVar("T")
 
@@ -27,7 +27,8 @@ def typed_section(cls: type[T], values: dict[str, Any], **overrides: Any) -> T:
 
 def with_values(config: T, **overrides: Any) -> T:
     """A deep copy of ``config`` with dotted keys set as given, unchecked: for values the builder would refuse,
-    to test the runtime's own checks. A dotted key may go into a free-form dict (``engine_kwargs.vllm.x``)."""
+    to test the runtime's own checks. A dotted key may go into a free-form dict (``engine_kwargs.vllm.x``).
+    Frozen fields (verl.base_config.BaseConfig) are set too: the copy is the test's own, built for it."""
     out = copy.deepcopy(config)
     for key, value in overrides.items():
         *parents, leaf = key.split(".")
@@ -39,5 +40,5 @@ def with_values(config: T, **overrides: Any) -> T:
         elif not hasattr(node, leaf):
             raise AttributeError(f"{type(node).__name__} has no key {leaf!r} ({key})")
         else:
-            setattr(node, leaf, value)
+            object.__setattr__(node, leaf, value)  # a fresh copy: past the frozen fields of upstream's BaseConfig
     return out

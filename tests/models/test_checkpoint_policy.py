@@ -15,7 +15,7 @@ from tests.workers.actor.test_dp_actor import training_batch
 from tests.workers.actor.test_memory_knobs import _step
 from verl.models import checkpoint_policy
 from verl.models.checkpoint_policy import applied_checkpointing
-from verl.trainer.config import ModelConfig
+from verl.trainer.config import HFModelConfig
 from verl.utils import device
 
 
@@ -35,7 +35,7 @@ def _load(folder, enable: bool, policy: str = "auto"):
     from verl.models.loader import load_causal_lm
 
     torch_mode = policy == "selective-torch"
-    cfg = ModelConfig(path=str(folder), enable_gradient_checkpointing=enable,
+    cfg = HFModelConfig(path=str(folder), enable_gradient_checkpointing=enable,
                       gradient_checkpointing_policy="selective" if torch_mode else policy)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VERL_FUSED_NORM_ROPE", "0" if torch_mode else "1")
@@ -104,11 +104,11 @@ def test_the_loader_applies_the_policy(folder, monkeypatch):
 
 def test_the_critic_loader_applies_its_policy(folder, monkeypatch):
     from verl.models.loader import load_causal_lm
-    from verl.trainer.config.critic import CriticModelConfig
+    from verl.workers.config import FSDPCriticModelCfg
 
     monkeypatch.setattr(device, "is_cuda_available", lambda: False)
     for policy in ("auto", "full"):
-        cfg = CriticModelConfig(path=str(folder), gradient_checkpointing_policy=policy)
+        cfg = FSDPCriticModelCfg(path=str(folder), gradient_checkpointing_policy=policy)
         module = load_causal_lm(cfg, "critic.model", value_head=True)[0]
         assert applied_checkpointing(module) == ("selective" if policy == "auto" else "full"), policy
 

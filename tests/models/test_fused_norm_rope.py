@@ -177,10 +177,10 @@ def test_switched_off_by_environment(monkeypatch):
 
 def test_load_causal_lm_fuses(tmp_path):
     from verl.models.loader import load_causal_lm
-    from verl.trainer.config import ModelConfig
+    from verl.trainer.config import HFModelConfig
 
     tiny_llama().save_pretrained(tmp_path / "tiny")
-    model, _ = load_causal_lm(ModelConfig(path=str(tmp_path / "tiny"), enable_gradient_checkpointing=False),
+    model, _ = load_causal_lm(HFModelConfig(path=str(tmp_path / "tiny"), enable_gradient_checkpointing=False),
                               "actor_rollout_ref.model")
     norms = [m for m in model.modules() if isinstance(m, modeling_llama.LlamaRMSNorm)]
     assert norms and all(vars(m)["forward"].__func__ is fused_rms_norm for m in norms)

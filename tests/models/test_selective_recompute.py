@@ -167,7 +167,7 @@ def test_packed_and_padded_actor_steps_match_no_checkpointing():
 def _fsdp_worker(rank: int, port: int, results) -> None:
     import torch.distributed as dist
 
-    from verl.trainer.config import FSDPConfig, MixedPrecisionConfig
+    from verl.trainer.config import FSDPEngineConfig, MixedPrecisionConfig
     from verl.workers.fsdp_utils import apply_fsdp2, create_device_mesh
 
     torch.set_num_threads(1)
@@ -175,7 +175,7 @@ def _fsdp_worker(rank: int, port: int, results) -> None:
     try:
         plain = _fused_llama()
         data = training_batch(plain)
-        fsdp_cfg = FSDPConfig(mixed_precision=MixedPrecisionConfig(param_dtype="bf16", reduce_dtype="fp32"))
+        fsdp_cfg = FSDPEngineConfig(mixed_precision=MixedPrecisionConfig(param_dtype="bf16", reduce_dtype="fp32"))
         grads = {}
         for policy in (None, "selective"):
             module = copy.deepcopy(plain)

@@ -15,10 +15,10 @@ import torch.distributed as dist
 from hydra import compose, initialize_config_dir
 
 from tests.trainer.sft.sft_helpers import load_example, save_tiny_model
-from verl.trainer.config.errors import ConfigError
 from verl.trainer.main_eval import pass_at_k, run_eval, validate_eval_config
 from verl.trainer.main_generation import run_generation, validate_generation_config
 from verl.trainer.sft.argv import CONFIG_DIR
+from verl.utils.config_errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

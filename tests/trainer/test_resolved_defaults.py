@@ -110,13 +110,13 @@ def test_explicit_values_win_on_any_hardware(cpu_with):
 
 
 def test_a_worker_resolves_a_leftover_null_the_same_way(cpu_with, monkeypatch):
-    from verl.trainer.config import FSDPConfig
+    from verl.trainer.config import FSDPEngineConfig
     from verl.workers import fsdp_utils
 
     for flags, want in ((AVX512_BF16, "torch.bfloat16"), (AVX2, "torch.float32")):
         cpu_with(flags)
         monkeypatch.setattr(fsdp_utils, "has_fast_bf16", device.has_fast_bf16)
-        policy = fsdp_utils.mixed_precision_policy(FSDPConfig())
+        policy = fsdp_utils.mixed_precision_policy(FSDPEngineConfig())
         assert str(policy.param_dtype) == want and str(policy.reduce_dtype) == "torch.float32"
 
 

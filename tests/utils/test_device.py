@@ -38,26 +38,26 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path, monkeypatch):
 
 
 def test_fsdp_bf16_on_an_emulating_cpu_warns_naming_the_key(monkeypatch, caplog):
-    from verl.trainer.config import FSDPConfig, MixedPrecisionConfig
+    from verl.trainer.config import FSDPEngineConfig, MixedPrecisionConfig
     from verl.workers import fsdp_utils
 
     monkeypatch.setattr(fsdp_utils, "has_fast_bf16", lambda: False)
     monkeypatch.setattr(fsdp_utils, "get_device_name", lambda: "cpu")
     with caplog.at_level("WARNING"):
-        policy = fsdp_utils.mixed_precision_policy(FSDPConfig(mixed_precision=MixedPrecisionConfig(param_dtype="bf16")))
+        policy = fsdp_utils.mixed_precision_policy(FSDPEngineConfig(mixed_precision=MixedPrecisionConfig(param_dtype="bf16")))
     assert "fsdp_config.mixed_precision.param_dtype" in caplog.text and "fp32" in caplog.text
     assert str(policy.param_dtype) == "torch.bfloat16"  # the user's choice stands; it is only flagged
 
 
 def test_fsdp_bf16_warning_can_be_silenced_for_repeat_lookups(monkeypatch, caplog):
-    from verl.trainer.config import FSDPConfig, MixedPrecisionConfig
+    from verl.trainer.config import FSDPEngineConfig, MixedPrecisionConfig
     from verl.workers import fsdp_utils
 
     monkeypatch.setattr(fsdp_utils, "has_fast_bf16", lambda: False)
     monkeypatch.setattr(fsdp_utils, "get_device_name", lambda: "cpu")
     with caplog.at_level("WARNING"):
         policy = fsdp_utils.mixed_precision_policy(
-            FSDPConfig(mixed_precision=MixedPrecisionConfig(param_dtype="bf16")), warn=False)
+            FSDPEngineConfig(mixed_precision=MixedPrecisionConfig(param_dtype="bf16")), warn=False)
     assert caplog.text == "" and str(policy.param_dtype) == "torch.bfloat16"
 
 

@@ -93,13 +93,13 @@ def test_no_grad_passes_leave_every_unit_sharded(model_dir, world, micro):
 def _peft_generate_first(rank: int, port: int, results) -> None:
     from tests.helpers.tiny_model import tiny_llama
     from verl.models.lora import add_lora
-    from verl.trainer.config.engine import FSDPConfig
+    from verl.workers.config import FSDPEngineConfig
     from verl.workers.fsdp_utils import apply_fsdp2, create_device_mesh, unsharded
 
     join_one_rank(port)
     try:
         model = add_lora(tiny_llama(), rank=4, alpha=8, target_modules="all-linear")
-        module = apply_fsdp2(model, FSDPConfig(), create_device_mesh(1))
+        module = apply_fsdp2(model, FSDPEngineConfig(), create_device_mesh(1))
         state = module._get_fsdp_state()  # torch 2.11 and 2.13: the private state FSDP2 crowns as root
         ids = torch.tensor([[5, 6, 7]])
         with torch.no_grad(), unsharded(module):  # as the HF rollout's sharding manager gathers the weights

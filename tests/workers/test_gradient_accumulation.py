@@ -12,11 +12,11 @@ import torch.distributed as dist
 from tests.helpers.ranks import free_port, run_ranks
 from tests.helpers.tiny_model import tiny_llama
 from tests.workers.actor.test_dp_actor import actor_config, training_batch
-from verl.trainer.config import FSDPConfig, MixedPrecisionConfig
+from verl.trainer.config import FSDPEngineConfig, MixedPrecisionConfig
 from verl.workers.actor import DataParallelPPOActor, NonFiniteLossError
 
 # fp32 compute: the sharded updates are compared with the plain fp32 module to 1e-5
-FP32 = FSDPConfig(mixed_precision=MixedPrecisionConfig(param_dtype="fp32"))
+FP32 = FSDPEngineConfig(mixed_precision=MixedPrecisionConfig(param_dtype="fp32"))
 
 WORLD = 2
 LR = 0.5

@@ -32,7 +32,7 @@ def _stream(rank: int, port: int, results) -> None:
         expected = lora.merge_lora_weights(module.state_dict(), 2.0)
         scalings = lora.lora_scalings(module)
 
-        class _Cfg:  # the FSDPConfig fields apply_fsdp2 reads
+        class _Cfg:  # the FSDPEngineConfig fields apply_fsdp2 reads
             param_offload = optimizer_offload = False
             reshard_after_forward = True
 

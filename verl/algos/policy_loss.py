@@ -1,7 +1,7 @@
 """Policy-gradient losses of the PPO family, registered by their `policy_loss.loss_mode` names.
 
 Every loss: fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
-rollout_is_weights=None) -> (pg_loss, metrics). ``config`` is the actor config (an ``ActorConfig``; the built-in
+rollout_is_weights=None) -> (pg_loss, metrics). ``config`` is the actor config (an ``FSDPActorConfig``; the built-in
 losses read its attributes: clip ratios, ``policy_loss.*``). Metrics are python floats under "actor/pg_clipfrac", "actor/ppo_kl" and
 "actor/pg_clipfrac_lower" (0.0 where a loss has no such notion). Gradients flow only through ``log_prob``:
 old log-probs, advantages and importance weights are treated as data.
@@ -37,7 +37,7 @@ LOG_RATIO_CLAMP = 20.0
 
 def require_actor_config(config: Any, loss: str) -> Any:
     if config is None:
-        raise TypeError(f"policy loss {loss!r} needs config= the actor config (actor_rollout_ref.actor, an ActorConfig)")
+        raise TypeError(f"policy loss {loss!r} needs config= the actor config (actor_rollout_ref.actor, an FSDPActorConfig)")
     return config
 
 

@@ -73,7 +73,7 @@ def load_tokenizer(path: str, key: str, trust_remote_code: bool = False, custom_
 
 def load_causal_lm(model: Any, key: str, dtype: torch.dtype = torch.float32, value_head: bool = False):
     """AutoModelForCausalLM (or the critic's token-classification value model) from ``model.path``, where ``model`` is
-    a ModelConfig or a CriticModelConfig (path, trust_remote_code, override_config, enable_gradient_checkpointing,
+    a HFModelConfig or a FSDPCriticModelCfg (path, trust_remote_code, override_config, enable_gradient_checkpointing,
     gradient_checkpointing_policy)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 

@@ -249,7 +249,7 @@ class PeftAdapterIO:
 
 def lora_from_model_config(module: torch.nn.Module, model_config: Any, key: str,
                            modules_to_save: list[str] | None = None) -> torch.nn.Module:
-    """``module`` with the LoRA a worker's model section asks for (ModelConfig / CriticModelConfig: lora_rank,
+    """``module`` with the LoRA a worker's model section asks for (HFModelConfig / FSDPCriticModelCfg: lora_rank,
     lora_alpha, target_modules, and for the actor exclude_modules and lora_adapter_path); unchanged at rank 0.
     Called before FSDP wraps the module, so the adapter's matrices are sharded with the layer they adapt."""
     rank = int(model_config.lora_rank)

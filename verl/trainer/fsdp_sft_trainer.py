@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 import hydra
 from omegaconf import DictConfig
 
-from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.sft import SFTTrainerConfig
 from verl.trainer.sft.argv import exit_on_config_error, precheck_argv
 from verl.trainer.sft.config import sft_world_size, validate_sft_config
+from verl.utils.config_errors import ConfigError
 
 if TYPE_CHECKING:
     from verl.trainer.sft.trainer import FSDPSFTTrainer, create_trainer, run_sft

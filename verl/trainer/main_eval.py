@@ -28,10 +28,10 @@ import numpy as np
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config.base import build_config
-from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.evaluation import EvaluationConfig
 from verl.trainer.sft.argv import exit_on_config_error, precheck_argv
+from verl.utils.config_errors import ConfigError
+from verl.utils.config_schema import build_config
 
 
 @dataclass

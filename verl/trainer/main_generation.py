@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config.base import build_config
-from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.generation import GenerationConfig, generation_problems
 from verl.trainer.sft.argv import exit_on_config_error, precheck_argv
+from verl.utils.config_errors import ConfigError
+from verl.utils.config_schema import build_config
 
 if TYPE_CHECKING:
     from verl.trainer.generation_runner import encode_prompts, run_generation, worker_class

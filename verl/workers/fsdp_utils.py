@@ -9,7 +9,6 @@ import math
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -17,6 +16,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from verl.utils.device import get_device_name, hardware_compute_dtype, has_fast_bf16
+from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, OptimizerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +63,8 @@ def decoder_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
     return layers
 
 
-def mixed_precision_policy(fsdp_config: Any, warn: bool = True) -> MixedPrecisionPolicy:
-    """FSDP2's policy from an FSDPConfig's `mixed_precision`; `warn` once per module (apply_fsdp2), not per lookup.
+def mixed_precision_policy(fsdp_config: FSDPEngineConfig, warn: bool = True) -> MixedPrecisionPolicy:
+    """FSDP2's policy from an FSDPEngineConfig's `mixed_precision`; `warn` once per module (apply_fsdp2), not per lookup.
 
     `param_dtype: null` (unset) computes in the hardware's dtype (verl.utils.device.hardware_compute_dtype): the
     driver resolves it the same way before Ray and logs the choice, so a worker built directly (tests, SFT ranks)
@@ -83,10 +83,10 @@ def mixed_precision_policy(fsdp_config: Any, warn: bool = True) -> MixedPrecisio
     )
 
 
-def apply_fsdp2(module: torch.nn.Module, fsdp_config: Any, mesh: DeviceMesh) -> torch.nn.Module:
+def apply_fsdp2(module: torch.nn.Module, fsdp_config: FSDPEngineConfig, mesh: DeviceMesh) -> torch.nn.Module:
     """`fully_shard` every decoder layer, then the root (embeddings, final norm and a tied lm_head together).
 
-    ``fsdp_config`` is an FSDPConfig; its ``reshard_after_forward`` applies to the layers. The root keeps its parameters from forward to
+    ``fsdp_config`` is an FSDPEngineConfig; its ``reshard_after_forward`` applies to the layers. The root keeps its parameters from forward to
     backward, FSDP2's own default for a root: the LM head is the first thing backward needs, so freeing it after
     forward would only re-gather it at once (passing the layers' value to the root would override that default).
     """
@@ -162,8 +162,8 @@ def drop_unreduced_gradients(module: torch.nn.Module) -> None:
                     unsharded_param.grad = None
 
 
-def build_optimizer(module: torch.nn.Module, optim: Any, key: str) -> torch.optim.Optimizer:
-    """AdamW from an OptimConfig (lr, betas, weight_decay); ``key`` names the section in errors."""
+def build_optimizer(module: torch.nn.Module, optim: OptimizerConfig, key: str) -> torch.optim.Optimizer:
+    """AdamW from an FSDPOptimizerConfig (lr, betas, weight_decay); ``key`` names the section in errors."""
     params = [p for p in module.parameters() if p.requires_grad]
     if not params:
         raise ValueError(f"{key}: the model has no trainable parameters")
@@ -173,8 +173,8 @@ def build_optimizer(module: torch.nn.Module, optim: Any, key: str) -> torch.opti
                              fused=fused or None)
 
 
-def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: Any, key: str) -> torch.optim.lr_scheduler.LRScheduler:
-    """The OptimConfig's schedule: linear warmup (lr_warmup_steps, or lr_warmup_steps_ratio of
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: FSDPOptimizerConfig, key: str) -> torch.optim.lr_scheduler.LRScheduler:
+    """The FSDPOptimizerConfig's schedule: linear warmup (lr_warmup_steps, or lr_warmup_steps_ratio of
     total_training_steps when it is negative), then constant or cosine (warmup_style)."""
     from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 

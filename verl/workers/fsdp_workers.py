@@ -4,9 +4,8 @@ One instance per rank. The driver calls their `@register`-ed methods on a worker
 the batch across ranks, so each method sees only its shard. Batch sizes arrive in the user's units (prompts) and
 are normalised here to responses per rank, once, before the compute classes are built.
 
-The workers receive typed config sections (verl.trainer.config): ActorRolloutRefWorker an ActorRolloutRefConfig,
-CriticWorker a CriticConfig. The layers keep workers from importing the trainer's config package, so the
-annotations below say `Any` and the docstrings name the types.
+The workers receive typed config sections (verl.workers.config, beside them): ActorRolloutRefWorker an
+ActorRolloutRefConfig, CriticWorker an FSDPCriticConfig.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Any
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -26,6 +25,14 @@ from verl.utils.device import get_default_device
 from verl.utils.flops_counter import FlopsCounter, measure_matmul_peak, mfu
 from verl.utils.malloc_tuning import release_free_memory, tune_malloc_for_training
 from verl.utils.memory_stats import peak_memory_metrics
+from verl.workers.config import (
+    ActorConfig,
+    ActorRolloutRefConfig,
+    CriticConfig,
+    FSDPCriticConfig,
+    RefConfig,
+    RolloutConfig,
+)
 from verl.workers.fsdp_utils import (
     apply_fsdp2,
     build_lr_scheduler,
@@ -43,10 +50,11 @@ _ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
 # The schema has no seed key for the workers' models, so it is a constant: every run initialises freshly built
 # heads and samples from this seed (offset by rank for the actor), which keeps runs and resumed runs comparable.
 MODEL_INIT_SEED = 0
+SectionT = TypeVar("SectionT", ActorConfig, CriticConfig)
 
 
-def normalize_ppo_batch_sizes(cfg: Any, key_prefix: str, dp_size: int) -> Any:
-    """A copy of an ActorConfig / CriticConfig with ppo_mini_batch_size in responses per rank (users write
+def normalize_ppo_batch_sizes(cfg: SectionT, key_prefix: str, dp_size: int) -> SectionT:
+    """A copy of an FSDPActorConfig / FSDPCriticConfig with ppo_mini_batch_size in responses per rank (users write
     prompts; the compute classes count responses) and ppo_micro_batch_size_per_gpu filled in."""
     mini = cfg.ppo_mini_batch_size * cfg.rollout_n
     if mini % dp_size:
@@ -108,7 +116,7 @@ class _FSDPWorkerBase(Worker):
 class ActorRolloutRefWorker(_FSDPWorkerBase):
     """Any mix of the policy's jobs in one process: train (actor), generate (rollout), frozen reference (ref)."""
 
-    def __init__(self, config: Any, role: str) -> None:
+    def __init__(self, config: ActorRolloutRefConfig, role: str) -> None:
         """`config`: the typed ActorRolloutRefConfig (model, actor, ref, rollout)."""
         super().__init__()
         if role not in _ROLES:
@@ -260,7 +268,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
         return sorted(i for i in ids if i is not None)
 
-    def _log_prob_meta(self, data: DataProto, section: Any) -> None:
+    def _log_prob_meta(self, data: DataProto, section: RolloutConfig | RefConfig) -> None:
         """The log-prob pass's batching from the rollout's (old log-probs) or the ref's section."""
         data.meta_info.setdefault("temperature", self.config.rollout.temperature)
         data.meta_info["micro_batch_size"] = _log_prob_micro_batch(section, self._dp_size)
@@ -334,8 +342,8 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
 class CriticWorker(_FSDPWorkerBase):
     """The value model for PPO/GAE: an HF backbone with a one-output token-classification head."""
 
-    def __init__(self, config: Any) -> None:
-        """`config`: the typed CriticConfig."""
+    def __init__(self, config: FSDPCriticConfig) -> None:
+        """`config`: the typed FSDPCriticConfig."""
         super().__init__()
         self.config = config
 
@@ -415,7 +423,7 @@ class CriticWorker(_FSDPWorkerBase):
         self._checkpoint_manager().load_checkpoint(local_path, hdfs_path, del_local_after_load)
 
 
-def _actor_sequence_parallel(cfg: Any) -> SequenceParallelRole:
+def _actor_sequence_parallel(cfg: ActorRolloutRefConfig) -> SequenceParallelRole:
     """The policy's SP group; the reference policy in the same worker shares it (its size must match)."""
     sp, ref_sp = cfg.actor.ulysses_sequence_parallel_size, cfg.ref.ulysses_sequence_parallel_size
     if ref_sp != sp:
@@ -425,7 +433,7 @@ def _actor_sequence_parallel(cfg: Any) -> SequenceParallelRole:
     return SequenceParallelRole(sp, "actor_rollout_ref.actor.ulysses_sequence_parallel_size")
 
 
-def _log_prob_micro_batch(section: Any, dp_size: int) -> int | None:
+def _log_prob_micro_batch(section: RolloutConfig | RefConfig, dp_size: int) -> int | None:
     """log_prob_micro_batch_size_per_gpu; the deprecated global log_prob_micro_batch_size counts across ranks.
     None only with log_prob_use_dynamic_bsz (validation requires one of the two otherwise): token budgets then."""
     if section.log_prob_micro_batch_size_per_gpu:
@@ -435,7 +443,7 @@ def _log_prob_micro_batch(section: Any, dp_size: int) -> int | None:
     return None
 
 
-def _forward_micro_batch(cfg: Any, dp_size: int) -> int:
+def _forward_micro_batch(cfg: FSDPCriticConfig, dp_size: int) -> int:
     """critic.forward_micro_batch_size_per_gpu; the deprecated global size counts across ranks; without either,
     the (normalised) ppo_micro_batch_size_per_gpu."""
     if cfg.forward_micro_batch_size_per_gpu:

@@ -1,7 +1,7 @@
 """The PPO update loop the actor and the critic share: mini-batches x epochs, micro-batches, gradient accumulation,
 grad clip, the non-finite stop and the step metrics. Each role supplies only its per-micro-batch loss.
 
-``config`` is the role's typed section (an ActorConfig or a CriticConfig, batch sizes already normalised per rank by
+``config`` is the role's typed section (an FSDPActorConfig or a FSDPCriticConfig, batch sizes already normalised per rank by
 the worker); the loop reads the keys both have: ppo_mini_batch_size, ppo_epochs, shuffle,
 ppo_micro_batch_size_per_gpu, use_dynamic_bsz, ppo_max_token_len_per_gpu, loss_agg_mode and grad_clip.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import torch
 from tensordict import TensorDict
@@ -18,6 +17,7 @@ from tensordict import TensorDict
 from verl.protocol import DataProto
 from verl.protocol.helpers import iterate_mini_batches
 from verl.utils.metric import append_to_dict
+from verl.workers.config import ActorConfig, CriticConfig
 from verl.workers.micro_batching import (
     GradientAccumulation,
     clipped_optimizer_step,
@@ -50,7 +50,7 @@ def enumerate_mini_batches(data: DataProto, mini_batch_size: int, epochs: int, s
         yield n // per_epoch, n % per_epoch, mini
 
 
-def ppo_update(config: Any, role: str, module: torch.nn.Module, optimizer: torch.optim.Optimizer, data: DataProto,
+def ppo_update(config: ActorConfig | CriticConfig, role: str, module: torch.nn.Module, optimizer: torch.optim.Optimizer, data: DataProto,
                micro_loss: MicroLoss, seed: int,
                nonfinite_streak: NonFiniteGradStreak | None = None) -> dict[str, list[float]]:
     """Run the role's update over ``data``; returns metric lists: the micro-batch metrics, then per optimizer step

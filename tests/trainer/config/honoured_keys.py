@@ -1,6 +1,6 @@
 """The honoured half of the key audit: each ppo_trainer.yaml key the runtime uses -> a test showing its effect.
 
-The refused half is machine-readable from the dataclasses (`verl.trainer.config.base.iter_refusals`);
+The refused half is machine-readable from the dataclasses (`verl.utils.config_schema.iter_refusals`);
 test_yaml_leaves.py checks that every leaf of every shipped yaml is in exactly one of the two.
 
 Sections with the same type share a test where the same code reads them: actor, reference and critic

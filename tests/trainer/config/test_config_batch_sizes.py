@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 from tests.trainer.config.overrides_helpers import problems_of, set_keys
 from verl.trainer.config import ConfigWarning, PPOTrainerConfig, validate_config
 from verl.trainer.config.checks import check_actor_batches
+from verl.workers.config import ActorRolloutRefConfig, FSDPActorConfig, RolloutConfig
 
 ACTOR = "actor_rollout_ref.actor"
 
@@ -150,11 +151,11 @@ def _splits_evenly(train: int, mini: int, n: int, workers: int, micro: int) -> b
     micro=st.integers(1, 8),
 )
 def test_actor_check_accepts_exactly_the_batches_that_split_evenly(train, mini, n, nodes, gpus, micro):
-    cfg = PPOTrainerConfig()
+    # the worker sections are frozen once built (upstream's BaseConfig): build them with the values
+    arr = ActorRolloutRefConfig(actor=FSDPActorConfig(ppo_mini_batch_size=mini, ppo_micro_batch_size_per_gpu=micro),
+                                rollout=RolloutConfig(n=n))
+    cfg = PPOTrainerConfig(actor_rollout_ref=arr)
     cfg.data.train_batch_size = train
-    cfg.actor_rollout_ref.actor.ppo_mini_batch_size = mini
-    cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu = micro
-    cfg.actor_rollout_ref.rollout.n = n
     cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node = nodes, gpus
     problems = check_actor_batches(cfg)
     assert (not problems) == _splits_evenly(train, mini, n, nodes * gpus, micro), problems

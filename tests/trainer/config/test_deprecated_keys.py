@@ -109,7 +109,7 @@ def test_val_batch_size_is_the_validation_generation_batch(cfg):
 
 @pytest.mark.parametrize("key", ["data.val_batch_size", f"{ARR}.actor.ppo_micro_batch_size"])
 def test_deprecated_keys_are_not_refused(key):
-    from verl.trainer.config.base import iter_refusals
     from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+    from verl.utils.config_schema import iter_refusals
 
     assert key not in {k for k, _, _ in iter_refusals(PPOTrainerConfig)}

@@ -13,7 +13,6 @@ import torch
 
 from verl.protocol import DataProto
 from verl.trainer.config import load_config, validate_config
-from verl.trainer.config.errors import ConfigError
 from verl.trainer.ppo.dynamic_sampling import (
     DataStream,
     DynamicSampler,
@@ -24,6 +23,7 @@ from verl.trainer.ppo.dynamic_sampling import (
 )
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.state import TrainerState
+from verl.utils.config_errors import ConfigError
 
 SMALL = ["trainer.n_gpus_per_node=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "critic.ppo_mini_batch_size=1",

@@ -3,9 +3,9 @@
 from omegaconf import OmegaConf
 
 from verl.trainer.config import PPOTrainerConfig
-from verl.trainer.config.base import build_config
 from verl.trainer.config.validate import load_config
 from verl.trainer.ppo.vision_checks import vision_run_problems
+from verl.utils.config_schema import build_config
 
 
 def _problems(*overrides: str) -> str:

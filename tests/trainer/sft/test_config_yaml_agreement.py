@@ -7,11 +7,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from verl.trainer.config.base import build_config, schema_keys
 from verl.trainer.config.evaluation import EvaluationConfig
 from verl.trainer.config.generation import GenerationConfig
 from verl.trainer.config.sft import SFTTrainerConfig
 from verl.trainer.config.yaml_files import CONFIG_DIR, walk_keys
+from verl.utils.config_schema import build_config, schema_keys
 
 SCHEMAS = {"sft_trainer": SFTTrainerConfig, "generation": GenerationConfig, "evaluation": EvaluationConfig}
 

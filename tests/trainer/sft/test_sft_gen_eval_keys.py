@@ -7,13 +7,13 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from verl.trainer.config.engine import MixedPrecisionConfig
-from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.generation import GenerationConfig
 from verl.trainer.config.sft import SFTFSDPConfig, SFTOptimConfig
 from verl.trainer.main_eval import run_eval, validate_eval_config
 from verl.trainer.main_generation import _LocalWorkers, _RayWorkers, encode_prompts, worker_class
 from verl.trainer.sft.config import validate_sft_config
+from verl.utils.config_errors import ConfigError
+from verl.workers.config import MixedPrecisionConfig
 from verl.workers.fsdp_utils import build_lr_scheduler, build_optimizer, mixed_precision_policy
 
 

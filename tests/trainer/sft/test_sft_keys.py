@@ -12,12 +12,12 @@ import torch.distributed as dist
 
 from tests.helpers.tiny_model import tiny_llama
 from tests.trainer.sft.sft_helpers import sft_config
-from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.sft import SFTModelConfig, SFTTrainerConfig
 from verl.trainer.sft.checkpoint import STATE_FILE, list_checkpoints
 from verl.trainer.sft.config import validate_sft_config
 from verl.trainer.sft.model import add_lora, build_sft_module, hf_module
 from verl.trainer.sft.trainer import _tracker, create_trainer, run_sft
+from verl.utils.config_errors import ConfigError
 
 
 @pytest.fixture(autouse=True)

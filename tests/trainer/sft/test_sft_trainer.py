@@ -11,12 +11,12 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 
 from tests.trainer.sft.sft_helpers import compose_sft, sft_config
-from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.sft import SFTTrainerConfig
 from verl.trainer.fsdp_sft_trainer import create_trainer, run_sft
 from verl.trainer.sft.argv import normalize_overrides
 from verl.trainer.sft.checkpoint import LATEST_FILE, STATE_FILE
 from verl.trainer.sft.config import validate_sft_config
+from verl.utils.config_errors import ConfigError
 
 
 @pytest.fixture(autouse=True)
@@ -73,11 +73,11 @@ def test_resume_continues_exactly_where_it_stopped(tiny_model_dir, arithmetic_sf
 
 def test_checkpoint_is_a_plain_hf_folder_main_ppo_can_load(tiny_model_dir, arithmetic_sft_files, tmp_path):
     from verl.models.loader import load_causal_lm, load_tokenizer
-    from verl.trainer.config.actor import ModelConfig
+    from verl.workers.config import HFModelConfig
 
     run_sft(sft_config(tiny_model_dir, arithmetic_sft_files, tmp_path, "trainer.total_training_steps=1"))
     folder = str(tmp_path / "global_step_1")
-    model, _ = load_causal_lm(ModelConfig(path=folder), "actor_rollout_ref.model")
+    model, _ = load_causal_lm(HFModelConfig(path=folder), "actor_rollout_ref.model")
     tokenizer = load_tokenizer(folder, "actor_rollout_ref.model.path")
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.chat_template
     saved = load_file(f"{folder}/model.safetensors")

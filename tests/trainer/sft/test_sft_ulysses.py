@@ -19,8 +19,8 @@ from tests.helpers.ranks import free_port, run_ranks
 from tests.helpers.tiny_model import tiny_llama
 from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
 from tests.trainer.sft.sft_helpers import compose_sft
-from verl.trainer.config.errors import ConfigError
 from verl.trainer.sft.config import validate_sft_config
+from verl.utils.config_errors import ConfigError
 
 PACKED = ["use_remove_padding=true", "model.enable_gradient_checkpointing=true", "trainer.resume_mode=disable"]
 

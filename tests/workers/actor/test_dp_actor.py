@@ -6,15 +6,15 @@ import torch
 
 from tests.helpers.tiny_model import rollout_batch, tiny_llama
 from tests.helpers.typed_config import typed_section
-from verl.trainer.config import ActorConfig
+from verl.trainer.config import FSDPActorConfig
 from verl.workers.actor import DataParallelPPOActor, NonFiniteLossError
 
 PROMPT_LENGTHS = [6, 3, 5, 2]
 RESPONSE_LENGTHS = [5, 1, 3, 2]  # very different token counts, so token-mean weighting matters
 
 
-def actor_config(**overrides) -> ActorConfig:
-    return typed_section(ActorConfig, {
+def actor_config(**overrides) -> FSDPActorConfig:
+    return typed_section(FSDPActorConfig, {
         "ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 2, "use_dynamic_bsz": False,
         "ppo_max_token_len_per_gpu": 64, "ppo_epochs": 1, "shuffle": False, "grad_clip": 1e6,
         "clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0,

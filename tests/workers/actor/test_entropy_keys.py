@@ -74,7 +74,7 @@ def test_the_actor_update_with_entropy_in_the_loss_is_unchanged(keys):
 
 def test_the_reference_section_carries_the_same_keys():
     from tests.helpers.typed_config import typed_section
-    from verl.trainer.config.actor import RefConfig
+    from verl.workers.config import RefConfig
 
     ref = typed_section(RefConfig, {"entropy_from_logits_with_chunking": True, "entropy_checkpointing": False})
     model = tiny_llama()

@@ -11,9 +11,9 @@ import torch
 
 from tests.helpers.tiny_model import tiny_llama
 from tests.workers.actor.test_dp_actor import actor_config, training_batch
-from verl.trainer.config import FSDPConfig, ModelConfig
-from verl.trainer.config.engine import MixedPrecisionConfig
+from verl.trainer.config import FSDPEngineConfig, HFModelConfig
 from verl.workers.actor import DataParallelPPOActor
+from verl.workers.config import MixedPrecisionConfig
 
 LR = 0.5
 
@@ -43,7 +43,7 @@ def _mixed_precision_worker(rank: int, port: int, results) -> None:
         ref_lp, ref_grad = _step(copy.deepcopy(plain), data)
         out = {}
         for name, dtype in (("fp32", "fp32"), ("bf16", "bf16")):
-            fsdp_cfg = FSDPConfig(mixed_precision=MixedPrecisionConfig(param_dtype=dtype, reduce_dtype="fp32"))
+            fsdp_cfg = FSDPEngineConfig(mixed_precision=MixedPrecisionConfig(param_dtype=dtype, reduce_dtype="fp32"))
             for rmpad in (False, True):
                 model = apply_fsdp2(copy.deepcopy(plain), fsdp_cfg, create_device_mesh(1))
                 lp, grad = _step(model, data, use_remove_padding=rmpad)
@@ -98,11 +98,11 @@ def _defaults_worker(rank: int, port: int, folder: str, results) -> None:
     try:
         yaml = validate_config(load_config([]), check_files=False)
         arr, critic_yaml = yaml.actor_rollout_ref, yaml.critic
-        explicit_fsdp = FSDPConfig(mixed_precision=MixedPrecisionConfig(param_dtype="fp32", reduce_dtype="fp32"))
+        explicit_fsdp = FSDPEngineConfig(mixed_precision=MixedPrecisionConfig(param_dtype="fp32", reduce_dtype="fp32"))
         out = {"dtype": hardware_compute_dtype()[0]}
         runs = {}
         for name, model_cfg, fsdp_cfg, rmpad in (
-                ("explicit", ModelConfig(path=f"{folder}/actor", enable_gradient_checkpointing=False,
+                ("explicit", HFModelConfig(path=f"{folder}/actor", enable_gradient_checkpointing=False,
                                          use_remove_padding=False), explicit_fsdp, False),
                 ("defaults", dataclasses.replace(arr.model, path=f"{folder}/actor"), arr.actor.fsdp_config,
                  arr.actor.use_remove_padding)):
@@ -178,11 +178,11 @@ def test_gradient_checkpointing_from_model_config(tmp_path):
     from verl.models.loader import load_causal_lm
 
     tiny_llama().save_pretrained(tmp_path)
-    on, _ = load_causal_lm(ModelConfig(path=str(tmp_path), enable_gradient_checkpointing=True),
+    on, _ = load_causal_lm(HFModelConfig(path=str(tmp_path), enable_gradient_checkpointing=True),
                            "actor_rollout_ref.model")
-    off, _ = load_causal_lm(ModelConfig(path=str(tmp_path), enable_gradient_checkpointing=False),
+    off, _ = load_causal_lm(HFModelConfig(path=str(tmp_path), enable_gradient_checkpointing=False),
                             "actor_rollout_ref.model")
-    assert ModelConfig().enable_gradient_checkpointing  # upstream's default
+    assert HFModelConfig().enable_gradient_checkpointing  # upstream's default
     assert applied_checkpointing(on) != "off" and applied_checkpointing(off) == "off"
     data = training_batch(off)
     for rmpad in (False, True):
@@ -202,6 +202,6 @@ def test_offload_on_cpu_warns_and_changes_nothing(caplog, monkeypatch):
 
     monkeypatch.setattr(fsdp_utils, "fully_shard", fake_fully_shard)
     with caplog.at_level(logging.WARNING, logger="verl.workers.fsdp_utils"):
-        fsdp_utils.apply_fsdp2(tiny_llama(), FSDPConfig(param_offload=True, optimizer_offload=True), mesh=None)
+        fsdp_utils.apply_fsdp2(tiny_llama(), FSDPEngineConfig(param_offload=True, optimizer_offload=True), mesh=None)
     assert "no effect on CPU" in caplog.text
     assert "offload_policy" not in captured

@@ -6,7 +6,7 @@ import torch
 from tests.helpers.tiny_model import PROMPT_LEN_DEFAULT, rollout_batch, tiny_llama, tiny_llama_config
 from tests.helpers.typed_config import typed_section
 from verl.models.value_head import build_value_model, load_value_model
-from verl.trainer.config import CriticConfig
+from verl.trainer.config import FSDPCriticConfig
 from verl.workers.critic import DataParallelPPOCritic
 from verl.workers.micro_batching import NonFiniteLossError
 
@@ -14,8 +14,8 @@ PROMPT_LENGTHS = [6, 3, 5, 2]
 RESPONSE_LENGTHS = [5, 1, 3, 2]
 
 
-def critic_config(**overrides) -> CriticConfig:
-    return typed_section(CriticConfig, {
+def critic_config(**overrides) -> FSDPCriticConfig:
+    return typed_section(FSDPCriticConfig, {
         "ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 2, "forward_micro_batch_size_per_gpu": 2,
         "use_dynamic_bsz": False, "ppo_max_token_len_per_gpu": 64, "forward_max_token_len_per_gpu": 64,
         "ppo_epochs": 1, "shuffle": False, "grad_clip": 1.0, "cliprange_value": 0.5, "loss_agg_mode": "token-mean",

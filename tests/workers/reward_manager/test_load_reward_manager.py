@@ -14,8 +14,8 @@ from verl.trainer.config import (
     PPOTrainerConfig,
     RewardModelConfig,
 )
-from verl.trainer.config.errors import RewardFunctionError
 from verl.trainer.ppo.reward import compute_reward, get_custom_reward_fn, load_reward_manager
+from verl.utils.config_errors import RewardFunctionError
 from verl.workers.reward_manager import BatchRewardManager, DAPORewardManager, NaiveRewardManager
 
 SAMPLES = [("Tom has 12", "#### 14", "14"), ("Anna has 9", "#### 10", "11")]

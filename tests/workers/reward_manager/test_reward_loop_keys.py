@@ -10,8 +10,8 @@ import torch
 
 from tests.workers.reward_manager.conftest import make_batch
 from verl.trainer.config import CustomRewardFunctionConfig, DataConfig, PPOTrainerConfig
-from verl.trainer.config.base import build_config
 from verl.trainer.ppo.reward import compute_reward, load_reward_manager, reward_metrics
+from verl.utils.config_schema import build_config
 from verl.workers.reward_loop import RateLimitedRewardManager, RewardLoopError, RewardLoopManager
 from verl.workers.reward_manager import NaiveRewardManager
 from verl.workers.reward_manager.timed_scoring import RewardTimeoutError

@@ -4,7 +4,7 @@ import torch
 from tests.helpers.tiny_model import EOS_ID, PAD_ID, left_padded_prompts, tiny_llama
 from tests.helpers.typed_config import typed_section
 from verl.protocol import DataProto
-from verl.trainer.config import ActorConfig, RolloutConfig
+from verl.trainer.config import FSDPActorConfig, RolloutConfig
 from verl.workers.rollout import BaseRollout, HFRollout
 
 PROMPT_LEN = 6
@@ -128,7 +128,7 @@ def test_rollout_log_probs_match_the_actor(temperature, do_sample, top_k):
     torch.manual_seed(1)
     out = rollout.generate_sequences(prompts(eos=[EOS_ID, 7, 9], do_sample=do_sample))
     out.meta_info.update({"temperature": temperature, "micro_batch_size": 4})
-    actor_log_probs, _ = DataParallelPPOActor(ActorConfig(), model).compute_log_prob(out)
+    actor_log_probs, _ = DataParallelPPOActor(FSDPActorConfig(), model).compute_log_prob(out)
     mask = out.batch["response_mask"].bool()
     got = out.batch["rollout_log_probs"]
     assert got.shape == (4, RESPONSE_LEN)

@@ -18,10 +18,10 @@ pytest.importorskip("vllm")
 from tests.helpers.ranks import free_port, run_ranks  # noqa: E402
 from tests.helpers.tiny_model import PAD_ID, left_padded_prompts, tiny_llama  # noqa: E402
 from verl.protocol import DataProto  # noqa: E402
-from verl.trainer.config import FSDPConfig, MixedPrecisionConfig, RolloutConfig  # noqa: E402
+from verl.trainer.config import FSDPEngineConfig, MixedPrecisionConfig, RolloutConfig  # noqa: E402
 
 # fp32 compute for the actor: its log-probs are compared with the fp32 engine's to 1e-4
-FP32 = FSDPConfig(mixed_precision=MixedPrecisionConfig(param_dtype="fp32"))
+FP32 = FSDPEngineConfig(mixed_precision=MixedPrecisionConfig(param_dtype="fp32"))
 
 pytestmark = pytest.mark.e2e
 
@@ -178,7 +178,7 @@ def _tensor_parallel_scenario(rank: int, port: int, tmp: str, results) -> None:
     # the agent loop (rollout.mode=async) on the same engine: the group's first rank runs the trajectories, the
     # other mirrors its requests; each gets its own rows back, the same greedy tokens as the sync path
     from verl.trainer.config import ActorRolloutRefConfig
-    from verl.trainer.config.base import build_config
+    from verl.utils.config_schema import build_config
     from verl.workers.rollout.agent_loop.backends import VLLMBackend
     from verl.workers.rollout.agent_loop.lockstep import EngineGroup
     from verl.workers.rollout.agent_loop.manager import AgentLoopManager

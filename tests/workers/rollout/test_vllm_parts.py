@@ -10,7 +10,7 @@ from transformers import LlamaConfig
 
 from tests.helpers.tiny_model import tiny_llama
 from tests.helpers.typed_config import with_values
-from verl.trainer.config import FSDPConfig, RolloutConfig
+from verl.trainer.config import FSDPEngineConfig, RolloutConfig
 from verl.workers.rollout.metrics import rollout_probs_diff_metrics
 from verl.workers.rollout.vllm import engine as engine_mod
 from verl.workers.rollout.vllm.batching import prompt_token_lists, response_log_prob_rows, responses_to_batch
@@ -275,7 +275,7 @@ def _gather_on_two_ranks(rank: int, port: int, results) -> None:
         # odd sizes everywhere: rank 1's dim-0 shards are shorter than rank 0's (FSDP2 pads them)
         plain = tiny_llama(vocab_size=127, intermediate_size=63, num_key_value_heads=1)
         expected = {n: p.detach().clone() for n, p in plain.named_parameters(remove_duplicate=False)}
-        module = apply_fsdp2(plain, FSDPConfig(), create_device_mesh(2))
+        module = apply_fsdp2(plain, FSDPEngineConfig(), create_device_mesh(2))
         for dtype in (torch.float32, torch.bfloat16):
             got = list(full_named_weights(module, dtype, tied_lm_head=True))
             results[(rank, str(dtype))] = ([n for n, _ in got] == list(expected)

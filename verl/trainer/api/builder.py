@@ -13,7 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl.trainer.config import ConfigError, PPOTrainerConfig, load_config, schema_keys, validate_config
-from verl.trainer.config.keys import unknown_key_message
+from verl.utils.config_keys import unknown_key_message
 
 ConfigLike = PPOTrainerConfig | Mapping[str, Any] | Sequence[str] | None
 

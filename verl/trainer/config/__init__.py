@@ -5,22 +5,16 @@ cfg = load_config(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=
 typed = validate_config(cfg)          # raises ConfigError naming each bad key
 """
 
-from verl.trainer.config.actor import ActorConfig, ActorRolloutRefConfig, ModelConfig, PolicyLossConfig, RefConfig
-from verl.trainer.config.algorithm import AlgoConfig, FilterGroupsConfig, KLControlConfig, PFPPOConfig
-from verl.trainer.config.base import BaseConfig, build_config, schema_keys
-from verl.trainer.config.critic import CriticConfig, CriticModelConfig
+from verl.base_config import BaseConfig
+from verl.trainer.config.algorithm import (
+    AlgoConfig,
+    FilterGroupsConfig,
+    KLControlConfig,
+    PFPPOConfig,
+    RolloutCorrectionConfig,
+)
 from verl.trainer.config.data import CustomClsConfig, DataConfig
 from verl.trainer.config.deprecated import register_resolvers
-from verl.trainer.config.engine import (
-    CheckpointConfig,
-    FSDPConfig,
-    FSDPEngineConfig,
-    MixedPrecisionConfig,
-    OptimConfig,
-    OptimizerConfig,
-    WrapPolicyConfig,
-)
-from verl.trainer.config.errors import ConfigError, ConfigWarning
 from verl.trainer.config.overrides import precheck_argv, prepare_argv, unknown_override_problems
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.config.reward import (
@@ -30,15 +24,42 @@ from verl.trainer.config.reward import (
     RewardModelModelConfig,
     SandboxFusionConfig,
 )
-from verl.trainer.config.rollout import MultiTurnConfig, RolloutConfig, ValKwargsConfig
 from verl.trainer.config.trainer import RayKwargsConfig, TrainerConfig
 from verl.trainer.config.validate import CONFIG_DIR, load_config, validate_config
+from verl.utils.config_errors import ConfigError, ConfigWarning
+from verl.utils.config_schema import build_config, schema_keys
+
+# The worker sections' classes live beside the workers (verl.workers.config); the trainer's tree holds them, and
+# upstream imports CheckpointConfig from here, so they are importable from here too (the same classes).
+from verl.workers.config import (
+    ActorConfig,
+    ActorRolloutRefConfig,
+    AgentLoopConfig,
+    CheckpointConfig,
+    CriticConfig,
+    CustomAsyncServerConfig,
+    FSDPActorConfig,
+    FSDPCriticConfig,
+    FSDPCriticModelCfg,
+    FSDPEngineConfig,
+    FSDPOptimizerConfig,
+    HFModelConfig,
+    MixedPrecisionConfig,
+    MultiTurnConfig,
+    OptimizerConfig,
+    PolicyLossConfig,
+    RefConfig,
+    RolloutConfig,
+    SamplingConfig,
+    WrapPolicyConfig,
+)
 
 register_resolvers()  # the yaml's ${verl.per_gpu_default:...}, before any composition
 
 __all__ = [
     "ActorConfig",
     "ActorRolloutRefConfig",
+    "AgentLoopConfig",
     "AlgoConfig",
     "BaseConfig",
     "CONFIG_DIR",
@@ -46,18 +67,20 @@ __all__ = [
     "ConfigError",
     "ConfigWarning",
     "CriticConfig",
-    "CriticModelConfig",
+    "CustomAsyncServerConfig",
     "CustomClsConfig",
     "CustomRewardFunctionConfig",
     "DataConfig",
-    "FSDPConfig",
+    "FSDPActorConfig",
+    "FSDPCriticConfig",
+    "FSDPCriticModelCfg",
     "FSDPEngineConfig",
+    "FSDPOptimizerConfig",
     "FilterGroupsConfig",
+    "HFModelConfig",
     "KLControlConfig",
     "MixedPrecisionConfig",
-    "ModelConfig",
     "MultiTurnConfig",
-    "OptimConfig",
     "OptimizerConfig",
     "OverlongBufferConfig",
     "PFPPOConfig",
@@ -68,9 +91,10 @@ __all__ = [
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RolloutConfig",
+    "RolloutCorrectionConfig",
+    "SamplingConfig",
     "SandboxFusionConfig",
     "TrainerConfig",
-    "ValKwargsConfig",
     "WrapPolicyConfig",
     "build_config",
     "load_config",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.trainer.config.base import BaseConfig, at_least, choice
-from verl.trainer.config.registries import ADV_ESTIMATORS, KL_PENALTIES, adv_estimator_registered
+from verl.base_config import BaseConfig
+from verl.utils.config_schema import at_least, choice
+from verl.workers.config.registries import ADV_ESTIMATORS, KL_PENALTIES, adv_estimator_registered
 
 KL_CTRL_TYPES = ("fixed", "adaptive")
 PF_PPO_REWEIGHT_METHODS = ("pow", "max_min", "max_random")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.yaml_files import yaml_keys
+from verl.utils.config_errors import ConfigError
 
 # new spelling (prefix) -> the key this schema has
 KEY_ALIASES: dict[str, str] = {

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 
 from verl.trainer.config.algorithm import rollout_correction_problems
 from verl.trainer.config.attention_checks import check_attn_implementation
-from verl.trainer.config.base import Refusal
-from verl.trainer.config.errors import ConfigWarning
 from verl.trainer.config.lora_checks import check_lora
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
-from verl.trainer.config.registries import GROUP_ADV_ESTIMATORS
 from verl.trainer.config.reward import check_reward_model
 from verl.trainer.config.ulysses_checks import check_ulysses
 from verl.trainer.config.upstream_keys import SINGLETON_GROUP_ESTIMATORS
+from verl.utils.config_errors import ConfigWarning
+from verl.utils.config_schema import Refusal
+from verl.workers.config.registries import GROUP_ADV_ESTIMATORS
 
 N = "actor_rollout_ref.rollout.n"
 

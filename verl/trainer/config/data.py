@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.trainer.config.base import BaseConfig, at_least, choice, list_field, refused
+from verl.utils.config_schema import MutableConfig, at_least, choice, list_field, refused
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 
 
 @dataclass
-class CustomClsConfig(BaseConfig):
+class CustomClsConfig(MutableConfig):
     """A user dataset class: `path` is a python file, `name` the class in it."""
 
     path: str | None = None
@@ -18,7 +18,7 @@ class CustomClsConfig(BaseConfig):
 
 
 @dataclass
-class DataConfig(BaseConfig):
+class DataConfig(MutableConfig):
     tokenizer: str | None = None
     use_shm: bool = refused(
         False, "copying the data files to /dev/shm is not built; they are read in place", "Set it to false."

@@ -18,8 +18,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from verl.trainer.config.errors import ConfigWarning
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+from verl.utils.config_errors import ConfigWarning
 
 RESOLVER = "verl.per_gpu_default"
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.base import BaseConfig, dict_field, refused
 from verl.trainer.config.reward import CustomRewardFunctionConfig
+from verl.utils.config_schema import MutableConfig, dict_field, refused
 
 
 @dataclass
-class EvalDataConfig(BaseConfig):
+class EvalDataConfig(MutableConfig):
     path: str = "~/data/arithmetic/generations.parquet"
     prompt_key: str = refused("prompt", "main_eval scores each row's responses against its ground truth and never "
                               "reads the prompts", "Remove data.prompt_key.")
@@ -22,7 +22,7 @@ class EvalDataConfig(BaseConfig):
 
 
 @dataclass
-class EvaluationConfig(BaseConfig):
+class EvaluationConfig(MutableConfig):
     data: EvalDataConfig = field(default_factory=EvalDataConfig)
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     ray_init: dict[str, Any] = refused(dict_field({"num_cpus": None, "timeline_json_file": None}),

@@ -10,18 +10,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.actor import ActorConfig, ActorRolloutRefConfig, ModelConfig
-from verl.trainer.config.base import BaseConfig, Refusal, at_least, choice, dict_field, refused, refused_values
 from verl.trainer.config.data import TRUNCATION_MODES
-from verl.trainer.config.engine import DTYPES, TRAIN_STRATEGIES, FSDPConfig, MixedPrecisionConfig
-from verl.trainer.config.rollout import ROLLOUT_DTYPES, RolloutConfig, ValKwargsConfig
 from verl.trainer.config.trainer import DEVICES
+from verl.utils.config_schema import MutableConfig, Refusal, at_least, choice, dict_field, refused, refused_values
+from verl.workers.config import (
+    ActorRolloutRefConfig,
+    FSDPActorConfig,
+    FSDPEngineConfig,
+    HFModelConfig,
+    MixedPrecisionConfig,
+    RolloutConfig,
+    SamplingConfig,
+)
+from verl.workers.config.engine import DTYPES, TRAIN_STRATEGIES
+from verl.workers.config.rollout import ROLLOUT_DTYPES
 
 _NOT_IN_GENERATION = "main_generation only generates: it computes no log-probs and runs no validation"
 
 
 @dataclass
-class GenTrainerConfig(BaseConfig):
+class GenTrainerConfig(MutableConfig):
     nnodes: int = at_least(1, 1)
     n_gpus_per_node: int = at_least(1, 1)  # workers per node; on a CPU-only machine: processes
     device: str = choice("auto", DEVICES)
@@ -32,7 +40,7 @@ class GenTrainerConfig(BaseConfig):
 
 
 @dataclass
-class GenDataConfig(BaseConfig):
+class GenDataConfig(MutableConfig):
     path: str = "~/data/arithmetic/test.parquet"
     prompt_key: str = "prompt"
     n_samples: int = at_least(1, 1)
@@ -42,7 +50,7 @@ class GenDataConfig(BaseConfig):
 
 
 @dataclass
-class GenModelConfig(BaseConfig):
+class GenModelConfig(MutableConfig):
     path: str | None = None  # None: the bundled default model
     external_lib: str | None = None
     trust_remote_code: bool = False
@@ -51,7 +59,7 @@ class GenModelConfig(BaseConfig):
 
 
 @dataclass
-class GenRolloutConfig(BaseConfig):
+class GenRolloutConfig(MutableConfig):
     name: str = refused_values(choice("hf", ("hf", "vllm")), {
         "sglang": Refusal("the sglang engine is not built", "Use rollout.name=hf or vllm.")})
     mode: str = refused("sync", "main_generation drives the engine in batches; the async server is not built",
@@ -79,7 +87,7 @@ class GenRolloutConfig(BaseConfig):
     log_prob_micro_batch_size_per_gpu: int = refused(8, _NOT_IN_GENERATION, "Remove the override.")
     n: int = refused(1, "prompts are repeated by data.n_samples, not by the rollout", "Set data.n_samples instead.")
     calculate_log_probs: bool = refused(False, _NOT_IN_GENERATION, "Remove the override.")
-    val_kwargs: ValKwargsConfig = refused(field(default_factory=ValKwargsConfig), _NOT_IN_GENERATION,
+    val_kwargs: SamplingConfig = refused(field(default_factory=SamplingConfig), _NOT_IN_GENERATION,
                                           "Set the sampling keys of rollout itself (temperature, top_k, ...).")
     engine_kwargs: dict[str, Any] = dict_field({"vllm": {}, "sglang": {}})
 
@@ -93,7 +101,7 @@ class GenRolloutConfig(BaseConfig):
 
 
 @dataclass
-class GenMixedPrecisionConfig(BaseConfig):
+class GenMixedPrecisionConfig(MutableConfig):
     param_dtype: str | None = choice(None, DTYPES)  # the hf rollout's compute dtype; null: the hardware's
     # A rollout-only worker runs no backward, so there are no gradients to reduce.
     reduce_dtype: str = refused(choice("fp32", DTYPES), "main_generation runs no backward, so FSDP reduces no "
@@ -106,7 +114,7 @@ class GenMixedPrecisionConfig(BaseConfig):
 
 
 @dataclass
-class GenFSDPConfig(BaseConfig):
+class GenFSDPConfig(MutableConfig):
     fsdp_size: int = refused(-1, "the rollout worker always shards over all of its ranks", "Remove the override.")
     forward_prefetch: bool = refused(False, "FSDP forward prefetching is not built", "Remove the override.")
     param_offload: bool = False  # GPU only: parameters wait in host memory between uses
@@ -114,20 +122,20 @@ class GenFSDPConfig(BaseConfig):
     model_dtype: str = choice("fp32", DTYPES)  # the dtype the hf rollout generates in
     mixed_precision: GenMixedPrecisionConfig = field(default_factory=GenMixedPrecisionConfig)
 
-    def to_engine(self) -> FSDPConfig:
-        return FSDPConfig(param_offload=self.param_offload, reshard_after_forward=self.reshard_after_forward,
+    def to_engine(self) -> FSDPEngineConfig:
+        return FSDPEngineConfig(param_offload=self.param_offload, reshard_after_forward=self.reshard_after_forward,
                           model_dtype=self.model_dtype, mixed_precision=self.mixed_precision.to_engine())
 
 
 @dataclass
-class GenActorConfig(BaseConfig):
+class GenActorConfig(MutableConfig):
     strategy: str = choice("fsdp", TRAIN_STRATEGIES)  # both use FSDP2's fully_shard
     ulysses_sequence_parallel_size: int = refused(1, "Ulysses sequence parallelism is not built", "Set it to 1.")
     fsdp_config: GenFSDPConfig = field(default_factory=GenFSDPConfig)
 
 
 @dataclass
-class GenerationConfig(BaseConfig):
+class GenerationConfig(MutableConfig):
     trainer: GenTrainerConfig = field(default_factory=GenTrainerConfig)
     data: GenDataConfig = field(default_factory=GenDataConfig)
     model: GenModelConfig = field(default_factory=GenModelConfig)
@@ -138,10 +146,10 @@ class GenerationConfig(BaseConfig):
 
     def worker_config(self, model_path: str) -> ActorRolloutRefConfig:
         """The typed section ActorRolloutRefWorker(role="rollout") takes."""
-        model = ModelConfig(path=model_path, custom_chat_template=self.model.custom_chat_template,
+        model = HFModelConfig(path=model_path, custom_chat_template=self.model.custom_chat_template,
                             external_lib=self.model.external_lib, override_config=dict(self.model.override_config),
                             trust_remote_code=self.model.trust_remote_code)
-        actor = ActorConfig(strategy=self.actor.strategy, fsdp_config=self.actor.fsdp_config.to_engine())
+        actor = FSDPActorConfig(strategy=self.actor.strategy, fsdp_config=self.actor.fsdp_config.to_engine())
         return ActorRolloutRefConfig(model=model, actor=actor, rollout=self.rollout.to_rollout())
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from verl.trainer.config.base import schema_keys
 from verl.trainer.config.config_names import gpu_only_config_problem
-from verl.trainer.config.keys import unknown_key_message
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
-from verl.trainer.config.yaml_files import yaml_keys
+from verl.trainer.config.yaml_files import TARGET_KEY, yaml_keys
+from verl.utils.config_keys import unknown_key_message
+from verl.utils.config_schema import schema_keys
 
 # Hydra's own command-line flags that take a value as the next argument (see `python -m ... --hydra-help`).
 _FLAGS_WITH_VALUE = {
@@ -90,6 +90,9 @@ def unknown_override_problems(overrides: Sequence[str], schema: type = PPOTraine
         key = _strip_index(key)
         if key in known:
             continue
+        parent, _, leaf = key.rpartition(".")
+        if leaf == TARGET_KEY and (parent == "" or parent in known):
+            continue  # a section's class (checked when the section is built)
         section = next((f for f in free_form if key.startswith(f + ".")), None)
         if section is not None:
             if kind == "change" and key not in yaml_keys():
@@ -104,7 +107,7 @@ def unknown_override_problems(overrides: Sequence[str], schema: type = PPOTraine
 def prepare_argv(argv: Sequence[str]) -> list[str]:
     """The command line with renamed keys in this schema's spelling (aliases.py), then `precheck_argv`'d."""
     from verl.trainer.config.aliases import rewrite_aliases
-    from verl.trainer.config.errors import ConfigError
+    from verl.utils.config_errors import ConfigError
 
     try:
         argv = rewrite_aliases(argv)

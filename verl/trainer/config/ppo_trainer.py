@@ -4,21 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.trainer.config.actor import ActorRolloutRefConfig
 from verl.trainer.config.algorithm import AlgoConfig
-from verl.trainer.config.base import BaseConfig
-from verl.trainer.config.critic import CriticConfig
 from verl.trainer.config.data import DataConfig
 from verl.trainer.config.old_log_prob_reuse import OldLogProbReuse, decide_old_log_prob_reuse
 from verl.trainer.config.reward import CustomRewardFunctionConfig, RewardModelConfig
 from verl.trainer.config.trainer import RayKwargsConfig, TrainerConfig
+from verl.utils.config_schema import MutableConfig
+from verl.workers.config import ActorRolloutRefConfig, FSDPCriticConfig
 
 
 @dataclass
-class PPOTrainerConfig(BaseConfig):
+class PPOTrainerConfig(MutableConfig):
     data: DataConfig = field(default_factory=DataConfig)
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
-    critic: CriticConfig = field(default_factory=CriticConfig)
+    critic: FSDPCriticConfig = field(default_factory=FSDPCriticConfig)
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     algorithm: AlgoConfig = field(default_factory=AlgoConfig)

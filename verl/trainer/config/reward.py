@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.base import BaseConfig, at_least, choice, dict_field, refused
-from verl.trainer.config.engine import TRAIN_STRATEGIES, WorkerFSDPConfig
-from verl.trainer.config.registries import REWARD_MANAGERS, reward_manager_registered
+from verl.utils.config_schema import MutableConfig, at_least, choice, dict_field, refused
+from verl.workers.config import FSDPEngineConfig
+from verl.workers.config.engine import TRAIN_STRATEGIES
+from verl.workers.config.registries import REWARD_MANAGERS, reward_manager_registered
 
 NO_RM_FUSED_KERNELS = (
     "the fused GPU kernels are not built (on CPU the fused RMSNorm/rotary are on already; VERL_FUSED_NORM_ROPE=0 "
@@ -21,7 +22,7 @@ NO_RM_ULYSSES = (
 
 
 @dataclass
-class RewardModelModelConfig(BaseConfig):
+class RewardModelModelConfig(MutableConfig):
     """The reward model (verl.workers.reward_model_worker): an HF token-classification model with one label, or a
     sequence-classification checkpoint of the same architecture."""
 
@@ -32,11 +33,11 @@ class RewardModelModelConfig(BaseConfig):
     use_remove_padding: bool = False
     use_fused_kernels: bool = refused(False, *NO_RM_FUSED_KERNELS, follows="actor_rollout_ref.model.use_fused_kernels")
     trust_remote_code: bool = False
-    fsdp_config: WorkerFSDPConfig = field(default_factory=WorkerFSDPConfig)
+    fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
 
 
 @dataclass
-class SandboxFusionConfig(BaseConfig):
+class SandboxFusionConfig(MutableConfig):
     """Where code-contest rewards run their tests: a SandboxFusion ``/run_code`` URL, or None to have the trainer
     start the bundled sandbox (``python -m verl.tools.sandbox``) when a code data source needs one. Upstream v0.9
     spells the section ``reward.sandbox_fusion``; both spellings set these keys."""
@@ -47,7 +48,7 @@ class SandboxFusionConfig(BaseConfig):
 
 
 @dataclass
-class OverlongBufferConfig(BaseConfig):
+class OverlongBufferConfig(MutableConfig):
     """DAPO's soft length penalty over the last `len` tokens before max_response_length."""
 
     enable: bool = False
@@ -57,7 +58,7 @@ class OverlongBufferConfig(BaseConfig):
 
 
 @dataclass
-class RewardScoringConfig(BaseConfig):
+class RewardScoringConfig(MutableConfig):
     """How the built-in reward managers (naive, dapo, batch, prime) run compute_score: in a pool of scoring
     processes, each sample's call (the batch manager: the whole batch call) limited to `timeout` seconds."""
 
@@ -75,7 +76,7 @@ NO_GENRM_ENGINE = (
 
 
 @dataclass
-class RewardModelRolloutConfig(BaseConfig):
+class RewardModelRolloutConfig(MutableConfig):
     """Upstream's engine for a generative reward model (``reward_model.rollout.*``): not built (the section is
     refused); a judge is served over HTTP instead (docs/reward_loop.md)."""
 
@@ -88,7 +89,7 @@ class RewardModelRolloutConfig(BaseConfig):
 
 
 @dataclass
-class RewardModelConfig(BaseConfig):
+class RewardModelConfig(MutableConfig):
     enable: bool = False  # true: a reward-model worker scores every response (rm_scores), see docs/reward_model.md
     # its own resource pool (reward_pool) instead of sharing the actor's processes; on CPU a "gpu" is a worker rank
     enable_resource_pool: bool = False
@@ -124,7 +125,7 @@ class RewardModelConfig(BaseConfig):
 
 
 @dataclass
-class CustomRewardFunctionConfig(BaseConfig):
+class CustomRewardFunctionConfig(MutableConfig):
     path: str | None = None  # a python file; None uses the built-in scores chosen by data_source
     name: str = "compute_score"
     reward_kwargs: dict[str, Any] = dict_field()

@@ -11,8 +11,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.base import (
-    BaseConfig,
+from verl.trainer.config.trainer import CONSOLE_FORMATS, DEVICES, RESUME_MODES
+from verl.trainer.config.ulysses_checks import check_sft_ulysses
+from verl.utils.config_schema import (
+    MutableConfig,
     Refusal,
     at_least,
     choice,
@@ -21,17 +23,8 @@ from verl.trainer.config.base import (
     refused,
     refused_values,
 )
-from verl.trainer.config.engine import (
-    CHECKPOINTING_POLICIES,
-    DTYPES,
-    TRAIN_STRATEGIES,
-    CheckpointConfig,
-    FSDPConfig,
-    MixedPrecisionConfig,
-    OptimConfig,
-)
-from verl.trainer.config.trainer import CONSOLE_FORMATS, DEVICES, RESUME_MODES
-from verl.trainer.config.ulysses_checks import check_sft_ulysses
+from verl.workers.config import CheckpointConfig, FSDPEngineConfig, FSDPOptimizerConfig, MixedPrecisionConfig
+from verl.workers.config.engine import CHECKPOINTING_POLICIES, DTYPES, TRAIN_STRATEGIES
 
 # What verl.data.sft_dataset.fit_to_length does with a sample longer than data.max_length.
 SFT_TRUNCATION_MODES = ("error", "left", "right")
@@ -45,7 +38,7 @@ LOGGER_REFUSALS = {name: Refusal(_NO_BACKEND.format(name), _LOGGER_TODO) for nam
 
 
 @dataclass
-class SFTMultiTurnConfig(BaseConfig):
+class SFTMultiTurnConfig(MutableConfig):
     enable: bool = False
     messages_key: str = "messages"
     tools_key: str = "tools"
@@ -53,13 +46,13 @@ class SFTMultiTurnConfig(BaseConfig):
 
 
 @dataclass
-class SFTCustomClsConfig(BaseConfig):
+class SFTCustomClsConfig(MutableConfig):
     path: str | None = None  # a python file defining a Dataset class taking (parquet_files, tokenizer, config)
     name: str | None = None
 
 
 @dataclass
-class SFTDataConfig(BaseConfig):
+class SFTDataConfig(MutableConfig):
     train_batch_size: int = at_least(16, 1)
     micro_batch_size: int | None = at_least(None, 1)  # deprecated, global; becomes micro_batch_size_per_gpu
     micro_batch_size_per_gpu: int | None = at_least(4, 1)
@@ -89,14 +82,14 @@ class SFTDataConfig(BaseConfig):
 
 
 @dataclass
-class SFTWrapPolicyConfig(BaseConfig):
+class SFTWrapPolicyConfig(MutableConfig):
     min_num_params: int = refused(
         0, "FSDP here always shards per decoder layer, then the root; size-based wrapping is not built",
         "Remove model.fsdp_config.wrap_policy.min_num_params.")
 
 
 @dataclass
-class SFTFSDPConfig(BaseConfig):
+class SFTFSDPConfig(MutableConfig):
     model_dtype: str = choice("fp32", DTYPES)
     wrap_policy: SFTWrapPolicyConfig = field(default_factory=SFTWrapPolicyConfig)
     cpu_offload: bool = False  # upstream's two names for FSDP parameter offloading (GPU only)
@@ -105,15 +98,15 @@ class SFTFSDPConfig(BaseConfig):
     fsdp_size: int = -1  # -1: shard over all ranks; smaller: HSDP (replicate x shard)
     mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
 
-    def to_engine(self) -> FSDPConfig:
-        """The shared FSDPConfig that apply_fsdp2 reads."""
-        return FSDPConfig(param_offload=self.cpu_offload or self.offload_params,
+    def to_engine(self) -> FSDPEngineConfig:
+        """The shared FSDPEngineConfig that apply_fsdp2 reads."""
+        return FSDPEngineConfig(param_offload=self.cpu_offload or self.offload_params,
                           reshard_after_forward=self.reshard_after_forward, fsdp_size=self.fsdp_size,
                           model_dtype=self.model_dtype, mixed_precision=dataclasses.replace(self.mixed_precision))
 
 
 @dataclass
-class SFTModelConfig(BaseConfig):
+class SFTModelConfig(MutableConfig):
     partial_pretrain: str | None = None  # None: the bundled default model
     use_shm: bool = refused(False, "loading the model through shared memory is not built",
                             "Remove model.use_shm; the model is read from disk.")
@@ -131,7 +124,7 @@ class SFTModelConfig(BaseConfig):
 
 
 @dataclass
-class SFTOptimConfig(BaseConfig):
+class SFTOptimConfig(MutableConfig):
     lr: float = 1e-5
     betas: list[float] = list_field([0.9, 0.95])
     weight_decay: float = 0.01
@@ -140,15 +133,15 @@ class SFTOptimConfig(BaseConfig):
     lr_scheduler: str = choice("cosine", LR_SCHEDULERS)
     min_lr_ratio: float = 0.0
 
-    def to_engine(self, total_training_steps: int) -> OptimConfig:
-        """The shared OptimConfig that build_optimizer / build_lr_scheduler read."""
-        return OptimConfig(lr=self.lr, betas=list(self.betas), weight_decay=self.weight_decay, lr_warmup_steps=-1,
+    def to_engine(self, total_training_steps: int) -> FSDPOptimizerConfig:
+        """The shared FSDPOptimizerConfig that build_optimizer / build_lr_scheduler read."""
+        return FSDPOptimizerConfig(lr=self.lr, betas=list(self.betas), weight_decay=self.weight_decay, lr_warmup_steps=-1,
                            lr_warmup_steps_ratio=self.warmup_steps_ratio, warmup_style=self.lr_scheduler,
                            min_lr_ratio=self.min_lr_ratio, total_training_steps=total_training_steps)
 
 
 @dataclass
-class SFTTrainerSection(BaseConfig):
+class SFTTrainerSection(MutableConfig):
     default_local_dir: str = "checkpoints/arithmetic-sft/smollm2-135m"
     default_hdfs_dir: str | None = refused(None, "copying checkpoints to HDFS is not built",
                                            "Leave trainer.default_hdfs_dir=null and copy trainer.default_local_dir.")
@@ -175,13 +168,13 @@ class SFTTrainerSection(BaseConfig):
 
 
 @dataclass
-class SFTRayKwargsConfig(BaseConfig):
+class SFTRayKwargsConfig(MutableConfig):
     # ray.init keyword arguments, used only when the ranks start as Ray workers; any ray.init argument.
     ray_init: dict[str, Any] = dict_field({"num_cpus": None, "object_store_memory": None, "include_dashboard": False})
 
 
 @dataclass
-class SFTTrainerConfig(BaseConfig):
+class SFTTrainerConfig(MutableConfig):
     data: SFTDataConfig = field(default_factory=SFTDataConfig)
     model: SFTModelConfig = field(default_factory=SFTModelConfig)
     optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)

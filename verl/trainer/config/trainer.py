@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from verl.trainer.config.base import (
-    BaseConfig,
+from verl.utils.config_schema import (
+    MutableConfig,
     Refusal,
     at_least,
     choice,
@@ -27,7 +27,7 @@ LEGACY_WORKER_IMPL = ("auto", "enable", "disable")
 
 
 @dataclass
-class TrainerConfig(BaseConfig):
+class TrainerConfig(MutableConfig):
     balance_batch: bool = True
     total_epochs: int = at_least(30, 1)
     total_training_steps: int | None = at_least(None, 1)
@@ -90,7 +90,7 @@ class TrainerConfig(BaseConfig):
 
 
 @dataclass
-class RayKwargsConfig(BaseConfig):
+class RayKwargsConfig(MutableConfig):
     # Passed to ray.init as keyword arguments, so any ray.init argument is accepted.
     ray_init: dict[str, Any] = dict_field({"num_cpus": None, "object_store_memory": None, "include_dashboard": False})
     timeline_json_file: str | None = refused(

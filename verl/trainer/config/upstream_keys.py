@@ -17,8 +17,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from verl.trainer.config.errors import ConfigWarning
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+from verl.utils.config_errors import ConfigWarning
 
 ARR = "actor_rollout_ref"
 # Group estimators whose group of one is defined upstream (no baseline: the score itself); the others stay refused.

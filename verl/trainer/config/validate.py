@@ -8,15 +8,15 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from verl.trainer.config.aliases import rewrite_aliases
-from verl.trainer.config.base import build_config
 from verl.trainer.config.checks import run_checks
 from verl.trainer.config.deprecated import apply_deprecated_keys
-from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.files import check_files as file_problems
 from verl.trainer.config.overrides import unknown_override_problems
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.config.upstream_keys import apply_upstream_keys
 from verl.trainer.config.yaml_files import CONFIG_DIR
+from verl.utils.config_errors import ConfigError
+from verl.utils.config_schema import build_config
 
 
 def validate_config(cfg: DictConfig | dict, *, check_files: bool = True) -> PPOTrainerConfig:

@@ -8,6 +8,14 @@ from pathlib import Path
 from typing import Any
 
 CONFIG_DIR = Path(__file__).resolve().parent
+# ppo_trainer.yaml composes config groups; this is its flat copy (verl.trainer.config.generate writes it)
+GENERATED = CONFIG_DIR / "_generated_ppo_trainer.yaml"
+TARGET_KEY = "_target_"  # names a section's class; not a key of its own
+
+
+def flat_yaml(config_name: str = "ppo_trainer") -> Path:
+    """The file holding every key of a shipped config in one tree: the generated copy for ppo_trainer."""
+    return GENERATED if config_name == "ppo_trainer" else CONFIG_DIR / f"{config_name}.yaml"
 
 
 def walk_keys(node: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -24,5 +32,5 @@ def yaml_keys(config_name: str = "ppo_trainer") -> frozenset[str]:
     """Dotted keys a shipped yaml sets, entries of free-form sections included (e.g. ray_kwargs.ray_init.num_cpus)."""
     from omegaconf import OmegaConf
 
-    raw = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / f"{config_name}.yaml"), resolve=False)
-    return frozenset(key for key, _ in walk_keys(raw))
+    raw = OmegaConf.to_container(OmegaConf.load(flat_yaml(config_name)), resolve=False)
+    return frozenset(key for key, _ in walk_keys(raw) if key.rpartition(".")[2] != TARGET_KEY)

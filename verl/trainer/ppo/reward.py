@@ -17,7 +17,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.rewards import default_compute_score
-from verl.trainer.config.errors import RewardFunctionError
+from verl.utils.config_errors import RewardFunctionError
 from verl.utils.import_utils import import_file_as_module, load_extern_object
 from verl.workers.reward_loop import RewardLoopManager, RewardManagerBase, get_reward_loop_manager_cls
 from verl.workers.reward_manager import AbstractRewardManager, RawRewardFn, get_reward_manager_cls

@@ -12,11 +12,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from verl.trainer.config.base import schema_keys
-from verl.trainer.config.errors import ConfigError
-from verl.trainer.config.keys import unknown_key_message
 from verl.trainer.config.overrides import split_argv
 from verl.trainer.config.yaml_files import CONFIG_DIR, yaml_keys
+from verl.utils.config_errors import ConfigError
+from verl.utils.config_keys import unknown_key_message
+from verl.utils.config_schema import schema_keys
 
 __all__ = ["CONFIG_DIR", "CONFIG_ERROR_EXIT", "normalize_overrides", "precheck_argv", "exit_on_config_error"]
 

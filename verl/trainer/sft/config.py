@@ -7,9 +7,9 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl.trainer.config.base import build_config
-from verl.trainer.config.errors import ConfigError
 from verl.trainer.config.sft import SFTTrainerConfig, sft_file_problems, sft_problems, with_micro_batch_per_gpu
+from verl.utils.config_errors import ConfigError
+from verl.utils.config_schema import build_config
 
 
 def sft_world_size(config: SFTTrainerConfig) -> int:

@@ -10,8 +10,8 @@ import torch
 from verl.models import lora
 from verl.models.loader import load_causal_lm, resolve_model_path
 from verl.models.lora import ADAPTER_DIR, ADAPTER_WEIGHTS
-from verl.trainer.config.actor import ModelConfig
 from verl.trainer.config.sft import SFTModelConfig, SFTTrainerConfig
+from verl.workers.config import HFModelConfig
 from verl.workers.fsdp_utils import apply_fsdp2, to_torch_dtype
 
 
@@ -54,7 +54,7 @@ def build_sft_module(config: SFTTrainerConfig, device_mesh, resume_dir: str | No
     dtype = to_torch_dtype(fsdp_config.model_dtype, "model.fsdp_config.model_dtype")
     lora = lora_enabled(config)
     path = resume_dir if (resume_dir and not lora) else base_model_path(config)
-    load_config = ModelConfig(path=path, trust_remote_code=model_config.trust_remote_code,
+    load_config = HFModelConfig(path=path, trust_remote_code=model_config.trust_remote_code,
                               override_config=dict(model_config.override_config),
                               enable_gradient_checkpointing=model_config.enable_gradient_checkpointing,
                               gradient_checkpointing_policy=model_config.gradient_checkpointing_policy)

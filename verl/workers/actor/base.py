@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
 
 import torch
 
 from verl.protocol import DataProto
+from verl.workers.config import ActorConfig, RefConfig
 
 __all__ = ["BasePPOActor"]
 
 
 class BasePPOActor(ABC):
-    def __init__(self, config: Any) -> None:
-        # the typed section (ActorConfig or RefConfig); typed as Any because workers sit below verl.trainer.config
+    def __init__(self, config: ActorConfig | RefConfig) -> None:
+        # the typed section: the actor's, or the reference policy's for its log-prob pass
         self.config = config
 
     @abstractmethod

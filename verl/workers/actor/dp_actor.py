@@ -23,7 +23,6 @@ response token — the same log-probs as the padded path, without compute on pad
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 from tensordict import TensorDict
@@ -44,6 +43,7 @@ from verl.utils.ulysses import gather_outputs_and_unpad, resolve_ulysses_group, 
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.actor.entropy import entropy_function
 from verl.workers.actor.on_policy import EntropyTally, check_single_step, wants_on_policy
+from verl.workers.config import ActorConfig, RefConfig
 from verl.workers.micro_batching import (
     NonFiniteLossError,
     forwards_context,
@@ -64,9 +64,9 @@ _MM_ROW = "multi_modal_row"
 
 
 class DataParallelPPOActor(BasePPOActor):
-    def __init__(self, config: Any, actor_module: torch.nn.Module,
+    def __init__(self, config: ActorConfig | RefConfig, actor_module: torch.nn.Module,
                  actor_optimizer: torch.optim.Optimizer | None = None, ulysses_group=None) -> None:
-        """``config``: an ActorConfig (or a RefConfig for a reference policy, which never updates).
+        """``config``: an FSDPActorConfig (or a RefConfig for a reference policy, which never updates).
 
         ``ulysses_group``: the sequence-parallel group when ``config.ulysses_sequence_parallel_size`` > 1 (default:
         the worker's, ``verl.utils.ulysses.set_ulysses_sequence_parallel_group``)."""

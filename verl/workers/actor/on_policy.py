@@ -9,13 +9,12 @@ forwards, aggregated over the whole batch as the driver did from the pass (``Ent
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.distributed as dist
 
 from verl.algos import agg_loss
 from verl.protocol import DataProto
+from verl.workers.config import ActorConfig
 
 __all__ = ["ON_POLICY_META_KEY", "EntropyTally", "check_single_step", "wants_on_policy"]
 
@@ -34,7 +33,7 @@ def wants_on_policy(data: DataProto) -> bool:
     return True
 
 
-def check_single_step(config: Any, rows: int) -> None:
+def check_single_step(config: ActorConfig, rows: int) -> None:
     """The update must take exactly one optimizer step over these ``rows`` for its first forward to be pi_old's.
 
     ``config``: the actor's section with ``ppo_mini_batch_size`` already in responses per rank (the worker's).

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
 
 import torch
 
 from verl.protocol import DataProto
+from verl.workers.config import CriticConfig
 
 __all__ = ["BasePPOCritic"]
 
 
 class BasePPOCritic(ABC):
-    def __init__(self, config: Any) -> None:
-        # the typed section (CriticConfig); typed as Any because workers sit below verl.trainer.config
+    def __init__(self, config: CriticConfig) -> None:
         self.config = config
 
     @abstractmethod

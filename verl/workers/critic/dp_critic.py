@@ -14,7 +14,6 @@ Micro-batch losses are weighted by their share of the mini-batch (tokens for tok
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 from tensordict import TensorDict
@@ -26,6 +25,7 @@ from verl.models.varlen_attention import enable_varlen_attention, packed_forward
 from verl.protocol import DataProto
 from verl.utils.torch_masked import masked_mean
 from verl.utils.ulysses import gather_outputs_and_unpad, resolve_ulysses_group, ulysses_sequence_parallel
+from verl.workers.config import CriticConfig
 from verl.workers.critic.base import BasePPOCritic
 from verl.workers.micro_batching import (
     forwards_context,
@@ -43,9 +43,9 @@ _FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
 
 
 class DataParallelPPOCritic(BasePPOCritic):
-    def __init__(self, config: Any, critic_module: torch.nn.Module,
+    def __init__(self, config: CriticConfig, critic_module: torch.nn.Module,
                  critic_optimizer: torch.optim.Optimizer | None = None, ulysses_group=None) -> None:
-        """``config``: a CriticConfig. ``ulysses_group``: the sequence-parallel group when
+        """``config``: a FSDPCriticConfig. ``ulysses_group``: the sequence-parallel group when
         ``config.ulysses_sequence_parallel_size`` > 1 (default: the worker's, as the actor)."""
         super().__init__(config)
         self.critic_module = critic_module

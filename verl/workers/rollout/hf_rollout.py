@@ -13,8 +13,6 @@ every axis over the response, so the batch the actor recomputes log-probs on is 
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.distributed as dist
 from tensordict import TensorDict
@@ -23,6 +21,7 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 from verl.data.vision import response_position_ids
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask, get_response_mask
+from verl.workers.config import RolloutConfig
 from verl.workers.micro_batching import module_device
 from verl.workers.rollout.base import BaseRollout
 
@@ -67,7 +66,7 @@ class HFRollout(BaseRollout):
     ``rollout.n`` is not applied here: the trainer repeats prompts first. ``micro_batch_size``: rows per ``generate``
     call (None: the whole batch)."""
 
-    def __init__(self, module: torch.nn.Module, config: Any, micro_batch_size: int | None = None) -> None:
+    def __init__(self, module: torch.nn.Module, config: RolloutConfig, micro_batch_size: int | None = None) -> None:
         super().__init__()
         self.module = module
         self.config = config

@@ -6,7 +6,8 @@ needs it; one that wraps the actor's already-loaded module (HF) does not."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+
+from verl.workers.config import RolloutConfig
 
 _BUILDERS: dict[str, Callable] = {}
 
@@ -44,7 +45,7 @@ def _build_vllm(config, module, tokenizer, model_path, device_mesh, trust_remote
     return rollout, FSDPVLLMShardingManager(module, rollout, tp_size=config.tensor_model_parallel_size)
 
 
-def build_rollout(config: Any, module, tokenizer, model_path: str, device_mesh, *, trust_remote_code: bool = False):
+def build_rollout(config: RolloutConfig, module, tokenizer, model_path: str, device_mesh, *, trust_remote_code: bool = False):
     """The engine and sharding manager for ``config`` (the RolloutConfig) around the actor's module. The worker passes
     ``trust_remote_code=model.trust_remote_code``; False (HF's own default) serves callers with no model section."""
     name = config.name

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from verl.utils.device import get_device_name, hardware_compute_dtype, has_fast_bf16
+from verl.workers.config import RolloutConfig
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def _in_process_env() -> None:
     os.environ.setdefault("DO_NOT_TRACK", "1")
 
 
-def vllm_engine_kwargs(config: Any) -> dict[str, Any]:
+def vllm_engine_kwargs(config: RolloutConfig) -> dict[str, Any]:
     """``rollout.engine_kwargs.vllm``: a free-form section, passed to ``vllm.LLM`` as given."""
     return dict(config.engine_kwargs.get("vllm") or {})
 
@@ -70,7 +71,7 @@ def _total_memory_bytes() -> int:
     return int(psutil.virtual_memory().total)
 
 
-def cpu_kv_cache_bytes(config: Any, hf_config, max_model_len: int, dtype: torch.dtype, engines_per_node: int) -> int:
+def cpu_kv_cache_bytes(config: RolloutConfig, hf_config, max_model_len: int, dtype: torch.dtype, engines_per_node: int) -> int:
     """KV-cache size for one CPU engine: explicit settings first, else gpu_memory_utilization's share of RAM capped
     at what the configured concurrency needs, and never below one full-length sequence (vLLM refuses less)."""
     explicit = vllm_engine_kwargs(config).get("kv_cache_memory_bytes")  # engine_kwargs is free-form
@@ -87,20 +88,20 @@ def cpu_kv_cache_bytes(config: Any, hf_config, max_model_len: int, dtype: torch.
     return max(min(budget, need), one_sequence, _MIN_KV_BYTES)
 
 
-def _max_model_len(config: Any) -> int:
+def _max_model_len(config: RolloutConfig) -> int:
     """prompt + response, + 1: scoring a full sequence (``compute_log_prob``) asks the engine for one more token."""
     if config.max_model_len is not None:
         return config.max_model_len
     return config.prompt_length + config.response_length + 1
 
 
-def _load_format(config: Any) -> str:
+def _load_format(config: RolloutConfig) -> str:
     """verl's dummy_* formats start the engine with random weights: the first sync fills them in."""
     fmt = config.load_format
     return "dummy" if fmt.startswith("dummy") else fmt
 
 
-def engine_kwargs(config: Any, model_path: str, hf_config, seed: int, engines_per_node: int, *,
+def engine_kwargs(config: RolloutConfig, model_path: str, hf_config, seed: int, engines_per_node: int, *,
                   trust_remote_code: bool = False) -> dict[str, Any]:
     """``vllm.LLM(**kwargs)`` for the rollout section ``config`` (a RolloutConfig); ``engine_kwargs.vllm`` is passed
     through last. ``trust_remote_code`` is ``actor_rollout_ref.model.trust_remote_code``: the engine loads the same

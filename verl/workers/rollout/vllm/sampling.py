@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from verl.workers.config import RolloutConfig
+
 __all__ = ["sampling_kwargs", "eos_ids"]
 
 
@@ -19,7 +21,7 @@ def eos_ids(meta: dict) -> list[int]:
     return [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
 
 
-def sampling_kwargs(config: Any, meta: dict) -> dict[str, Any]:
+def sampling_kwargs(config: RolloutConfig, meta: dict) -> dict[str, Any]:
     """``config`` is the RolloutConfig; ``meta`` the prompts' meta_info."""
     validate = bool(meta.get("validate", False))
     source = "val_kwargs." if validate else ""

@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any
 
 import torch
 
 from verl.protocol import DataProto
 from verl.utils.device import get_device_name
+from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.seeding import SamplingSeeds, seeded
 from verl.workers.rollout.vllm.batching import prompt_token_lists, response_log_prob_rows, responses_to_batch
@@ -60,7 +60,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
     the data-parallel rank every sampled request's own generator (verl.workers.rollout.seeding);
     ``trust_remote_code`` is ``actor_rollout_ref.model.trust_remote_code``, for the engine's own model load."""
 
-    def __init__(self, model_path: str, config: Any, tokenizer=None, model_hf_config=None, *, rank: int = 0,
+    def __init__(self, model_path: str, config: RolloutConfig, tokenizer=None, model_hf_config=None, *, rank: int = 0,
                  local_rank: int = 0, local_world_size: int = 1, seed: int = 0,
                  trust_remote_code: bool = False) -> None:
         super().__init__()

@@ -1,13 +1,14 @@
-"""Pieces shared by every trained or evaluated model: FSDP sharding, optimizer, checkpoint contents."""
+"""The FSDP engine section (upstream's verl.workers.config.FSDPEngineConfig: `fsdp_config` of the actor, the
+reference, the critic and the reward model), its mixed precision and wrap policy, and checkpoint contents."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from verl.trainer.config.base import BaseConfig, Refusal, choice, list_field, refused, refused_values
+from verl.base_config import BaseConfig
+from verl.utils.config_schema import Refusal, choice, list_field, refused, refused_values
 
 DTYPES = ("fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
-WARMUP_STYLES = ("constant", "cosine")
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 TRAIN_STRATEGIES = ("fsdp", "fsdp2")
 # gradient_checkpointing_policy (ours): what checkpointing keeps (verl.models.checkpoint_policy); auto resolves per device
@@ -38,6 +39,8 @@ class WrapPolicyConfig(BaseConfig):
 
 @dataclass
 class MixedPrecisionConfig(BaseConfig):
+    _mutable_fields = frozenset({"param_dtype"})  # null is resolved to the hardware's dtype on the driver
+
     # null: compute in the hardware's dtype (bf16 where native: CUDA, AVX512-BF16, AMX; fp32 where bf16 would be
     # emulated), resolved once on the driver and logged; upstream's unset mixed_precision computes in bf16.
     param_dtype: str | None = choice(None, DTYPES)
@@ -50,7 +53,13 @@ class MixedPrecisionConfig(BaseConfig):
 
 
 @dataclass
-class FSDPConfig(BaseConfig):
+class FSDPEngineConfig(BaseConfig):
+    """`fsdp_config` of every FSDP-trained or evaluated role: FSDP2 (`fully_shard`) over all ranks.
+
+    strategy / use_orig_params / forward_prefetch are upstream's engine keys: fsdp and fsdp2 both mean FSDP2
+    here; the other two are FSDP1 options FSDP2 has no use for, accepted with a one-line note
+    (verl.trainer.config.upstream_keys). The SFT trainer builds one from its own section, fsdp_size included."""
+
     wrap_policy: WrapPolicyConfig = field(default_factory=WrapPolicyConfig)
     param_offload: bool = False
     optimizer_offload: bool = False
@@ -60,52 +69,16 @@ class FSDPConfig(BaseConfig):
         "Use fsdp_config.param_offload=true instead.",
     )
     reshard_after_forward: bool = True
-    fsdp_size: int = -1  # -1: shard over all ranks; smaller: HSDP (replicate x shard), as the SFT trainer does
-    forward_prefetch: bool = refused(
-        False, "not built: FSDP2 prefetches the next layer by itself", "Remove it."
-    )
-    model_dtype: str = choice("fp32", DTYPES)
-    mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
-
-
-# Upstream's name for the same section.
-FSDPEngineConfig = FSDPConfig
-
-
-@dataclass
-class WorkerFSDPConfig(FSDPConfig):
-    """fsdp_config of the RL workers (actor, reference, critic): they shard over all ranks.
-
-    strategy / use_orig_params / forward_prefetch are upstream's engine keys: fsdp and fsdp2 both mean FSDP2
-    here; the other two are FSDP1 options FSDP2 has no use for, accepted with a one-line note
-    (verl.trainer.config.upstream_keys)."""
-
-    strategy: str = train_strategy("fsdp")
-    use_orig_params: bool = False
     fsdp_size: int = refused(
         -1,
         "the RL workers shard over all ranks; HSDP (fsdp_size smaller than the world) is built for SFT only",
         "Set fsdp_size=-1 (the default), or change trainer.n_gpus_per_node / trainer.nnodes.",
     )
     forward_prefetch: bool = False  # FSDP1's; FSDP2 prefetches the next layer itself (a note when true)
-
-
-@dataclass
-class OptimConfig(BaseConfig):
-    lr: float = 1e-6
-    lr_warmup_steps: int = -1  # -1: use lr_warmup_steps_ratio
-    lr_warmup_steps_ratio: float = 0.0
-    min_lr_ratio: float | None = 0.0
-    num_cycles: float = 0.5
-    warmup_style: str = choice("constant", WARMUP_STYLES)
-    total_training_steps: int = -1  # filled in by the trainer from the data and epochs
-    weight_decay: float = 0.01
-    betas: list[float] = list_field([0.9, 0.999])
-    # upstream's engine name for the role's grad_clip; the yaml makes it follow grad_clip, set either
-    clip_grad: float = 1.0
-
-
-OptimizerConfig = OptimConfig
+    strategy: str = train_strategy("fsdp")
+    use_orig_params: bool = False
+    model_dtype: str = choice("fp32", DTYPES)
+    mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
 
 
 @dataclass

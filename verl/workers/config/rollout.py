@@ -1,11 +1,13 @@
-"""The `actor_rollout_ref.rollout` section: which engine generates responses, and how."""
+"""The `actor_rollout_ref.rollout` section: which engine generates responses, and how. Upstream's RolloutConfig,
+SamplingConfig (val_kwargs), MultiTurnConfig, AgentLoopConfig and CustomAsyncServerConfig."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.trainer.config.base import BaseConfig, Refusal, at_least, choice, dict_field, refused, refused_values
+from verl.base_config import BaseConfig
+from verl.utils.config_schema import Refusal, at_least, choice, dict_field, refused, refused_values
 
 ROLLOUT_NAMES = ("hf", "vllm", "sglang")
 ROLLOUT_MODES = ("sync", "async")
@@ -13,7 +15,7 @@ ROLLOUT_DTYPES = ("auto", "float32", "fp32", "float", "bfloat16", "bf16", "float
 
 
 @dataclass
-class ValKwargsConfig(BaseConfig):
+class SamplingConfig(BaseConfig):
     """Sampling for validation; greedy by default so validation scores are comparable across steps."""
 
     top_k: int = -1
@@ -80,6 +82,9 @@ class AgentLoopConfig(BaseConfig):
 
 @dataclass
 class RolloutConfig(BaseConfig):
+    # dtype null is resolved on the driver; the deprecated global size becomes the per-GPU one after the check
+    _mutable_fields = frozenset({"dtype", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu"})
+
     name: str = refused_values(
         choice("hf", ROLLOUT_NAMES),
         {
@@ -131,7 +136,7 @@ class RolloutConfig(BaseConfig):
         "Set it to 1 (every rank holds all experts).",
     )
     calculate_log_probs: bool = False
-    val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
+    val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
     engine_kwargs: dict[str, Any] = dict_field({"vllm": {}, "sglang": {}})
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)

@@ -1,6 +1,6 @@
 """Turning a composed (Hydra/OmegaConf) config into typed dataclasses, checking every key on the way.
 
-The dataclasses in this package are plain declarations: field types say what a key holds, field metadata
+The config dataclasses (verl.workers.config, verl.trainer.config; all BaseConfig) are plain declarations: field types say what a key holds, field metadata
 says which values are allowed (`choice`, `at_least`). `build_config` walks the config and the dataclass
 together, so every problem is reported with its full dotted key, all problems at once.
 """
@@ -19,28 +19,24 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verl.trainer.config.keys import unknown_key_message
+from verl.base_config import BaseConfig
+from verl.utils.config_keys import unknown_key_message
 
 T = TypeVar("T")
 
+__all__ = ["BaseConfig", "MutableConfig", "build_config", "schema_keys"]  # BaseConfig: verl.base_config's, for the schemas
+
+TARGET_KEY = "_target_"  # upstream's yaml names each section's class; checked against (or choosing) the schema
+
 
 @dataclass
-class BaseConfig:
-    """Attribute access plus the small dict-like surface upstream code uses (`cfg.get("k", d)`, `cfg["k"]`)."""
+class MutableConfig(BaseConfig):
+    """A trainer-level section upstream keeps untyped (a plain, writable DictConfig: data, trainer, reward_model,
+    ...): typed and checked here like the rest, and writable as there. The sections upstream types (the worker
+    configs, algorithm) are BaseConfig: frozen but for their `_mutable_fields`."""
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key, default) if key in self else default
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self:
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and key in {f.name for f in dataclasses.fields(self)}
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
 
 
 # ---------------------------------------------------------------- field helpers
@@ -238,8 +234,9 @@ class _Builder:
                 f"{path or 'the config'} must be a section (a mapping of keys), got {_describe(node)}."
             )
             return cls()
+        cls = self._target(cls, node, path)
         hints = type_hints(cls)
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls)} | {TARGET_KEY}
         for key in node.keys():
             if str(key) not in names:
                 self.problems.append(unknown_key_message(_join(path, str(key)), self.known))
@@ -256,6 +253,23 @@ class _Builder:
             if ok and self._allowed(f.metadata, value, key_path):
                 kwargs[f.name] = value
         return cls(**kwargs)
+
+    def _target(self, cls: type, node: Any, path: str) -> type:
+        """The class a section's `_target_` names: `cls` itself or a dataclass subclass of it (a user's own)."""
+        if TARGET_KEY not in node.keys():
+            return cls
+        key = _join(path, TARGET_KEY)
+        target = node[TARGET_KEY]
+        if target is None or target == "":
+            return cls
+        found = import_target(target) if isinstance(target, str) else None
+        if found is cls or (isinstance(found, type) and dataclasses.is_dataclass(found) and issubclass(found, cls)):
+            return found
+        expected = f"{cls.__module__}.{cls.__qualname__}"
+        why = "cannot be imported" if found is None else "is not that class or a dataclass subclass of it"
+        self.problems.append(f"{key}={target!r} {why}: this section is built as {expected} "
+                             f"(set {key}={expected}, or remove it).")
+        return cls
 
     def _read(self, node: Any, key: str, path: str) -> tuple[bool, Any]:
         if isinstance(node, DictConfig):
@@ -421,6 +435,19 @@ class _Builder:
             self.problems.append(f"{path} must be >= {meta['min']}, got {value}.")
             return False
         return True
+
+
+def import_target(dotted: str) -> Any:
+    """`pkg.module.Name` -> the object, or None when it cannot be imported."""
+    import importlib
+
+    module_name, _, name = dotted.rpartition(".")
+    if not module_name:
+        return None
+    try:
+        return getattr(importlib.import_module(module_name), name, None)
+    except ImportError:
+        return None
 
 
 def _changed_leaves(default: Any, value: Any, path: str) -> list[str]:

@@ -1,0 +1,42 @@
+"""Upstream's typed worker configs (verl.workers.config): what the workers receive and annotate.
+
+The yaml's sections name these classes in `_target_`; verl.utils.config.omega_conf_to_dataclass and the trainer's
+pre-Ray check (verl.trainer.config.validate_config) build them, checking every key with its full dotted name.
+"""
+
+from verl.workers.config.actor import ActorConfig, FSDPActorConfig, PolicyLossConfig, RefConfig
+from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
+from verl.workers.config.critic import CriticConfig, FSDPCriticConfig, FSDPCriticModelCfg
+from verl.workers.config.engine import CheckpointConfig, FSDPEngineConfig, MixedPrecisionConfig, WrapPolicyConfig
+from verl.workers.config.model import HFModelConfig
+from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
+from verl.workers.config.rollout import (
+    AgentLoopConfig,
+    CustomAsyncServerConfig,
+    MultiTurnConfig,
+    RolloutConfig,
+    SamplingConfig,
+)
+
+__all__ = [
+    "ActorConfig",
+    "ActorRolloutRefConfig",
+    "AgentLoopConfig",
+    "CheckpointConfig",
+    "CriticConfig",
+    "CustomAsyncServerConfig",
+    "FSDPActorConfig",
+    "FSDPCriticConfig",
+    "FSDPCriticModelCfg",
+    "FSDPEngineConfig",
+    "FSDPOptimizerConfig",
+    "HFModelConfig",
+    "MixedPrecisionConfig",
+    "MultiTurnConfig",
+    "OptimizerConfig",
+    "PolicyLossConfig",
+    "RefConfig",
+    "RolloutConfig",
+    "SamplingConfig",
+    "WrapPolicyConfig",
+]

@@ -1,0 +1,102 @@
+"""The actor's and the reference policy's sections: upstream's ActorConfig / FSDPActorConfig, PolicyLossConfig, and
+RefConfig (`actor_rollout_ref.ref`, ours: upstream keeps that section untyped)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from verl.base_config import BaseConfig
+from verl.utils.config_schema import at_least, choice, refused
+from verl.workers.config.engine import CheckpointConfig, FSDPEngineConfig, train_strategy
+from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
+from verl.workers.config.registries import KL_PENALTIES, LOSS_AGG_MODES, POLICY_LOSSES, policy_loss_registered
+
+NO_TORCH_COMPILE = ("torch.compile of the model is not built", "Set it to false.")
+# Written after the check: the deprecated global sizes become per-GPU ones (verl.trainer.config.deprecated), and
+# upstream's spellings (optim.clip_grad, tau_pos/tau_neg) are copied onto ours (verl.trainer.config.upstream_keys).
+_ACTOR_FILLED_IN = frozenset({"ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "grad_clip", "tau_pos",
+                              "tau_neg"})
+
+
+@dataclass
+class PolicyLossConfig(BaseConfig):
+    loss_mode: str = choice("vanilla", POLICY_LOSSES, policy_loss_registered)
+    clip_cov_ratio: float = 0.0002
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+    kl_cov_ratio: float = 0.0002
+    ppo_kl_coef: float = 0.1
+    # sapo gate temperatures; the yaml makes them follow upstream's actor.tau_pos / actor.tau_neg
+    tau_pos: float = 1.0
+    tau_neg: float = 1.05
+
+
+@dataclass
+class ActorConfig(BaseConfig):
+    """The PPO update of the policy, whatever engine trains it."""
+
+    _mutable_fields = _ACTOR_FILLED_IN
+
+    strategy: str = train_strategy("fsdp")
+    rollout_n: int = at_least(1, 1)  # ${actor_rollout_ref.rollout.n} in the yaml
+    ppo_mini_batch_size: int = at_least(4, 1)  # in prompts; the workers multiply by rollout.n
+    ppo_micro_batch_size: int | None = at_least(None, 1)  # deprecated global size (verl.trainer.config.deprecated)
+    ppo_micro_batch_size_per_gpu: int | None = at_least(2, 1)
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = at_least(16384, 1)
+    # ours: a NaN/inf grad norm skips the optimizer step; this many in a row stop the run (0 or null: never)
+    max_consecutive_nonfinite_grad_skips: int | None = at_least(3, 0)
+    clip_ratio: float = 0.2
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: float = 3.0
+    loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
+    entropy_coeff: float = 0.0
+    use_kl_loss: bool = False
+    use_torch_compile: bool = refused(False, *NO_TORCH_COMPILE)
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = choice("low_var_kl", KL_PENALTIES)
+    ppo_epochs: int = at_least(1, 1)
+    shuffle: bool = False
+    # a vision-language model's vision tower gets no gradient (verl.models.vision); refused for a text model
+    freeze_vision_tower: bool = False
+    # upstream's spelling of the sapo temperatures; policy_loss.tau_pos / tau_neg follow them in the yaml
+    tau_pos: float = 1.0
+    tau_neg: float = 1.05
+    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    optim: OptimizerConfig = field(default_factory=OptimizerConfig)
+
+
+@dataclass
+class FSDPActorConfig(ActorConfig):
+    """`actor_rollout_ref.actor` trained with FSDP2: ActorConfig plus the engine's own keys."""
+
+    grad_clip: float = 1.0
+    ulysses_sequence_parallel_size: int = at_least(1, 1)  # Ulysses: verl.utils.ulysses
+    entropy_from_logits_with_chunking: bool = False  # verl.workers.actor.entropy
+    entropy_checkpointing: bool = False
+    use_remove_padding: bool = True  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
+    optim: FSDPOptimizerConfig = field(default_factory=FSDPOptimizerConfig)
+    fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
+
+
+@dataclass
+class RefConfig(BaseConfig):
+    """`actor_rollout_ref.ref`: the frozen reference policy's log-prob pass."""
+
+    _mutable_fields = frozenset({"log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu"})
+
+    strategy: str = train_strategy("fsdp")
+    use_remove_padding: bool = True  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
+    fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
+    # upstream compiles the entropy function with it, which the reference pass never computes: a note when true
+    use_torch_compile: bool = False  # ${actor_rollout_ref.actor.use_torch_compile}
+    # as the actor's (verl.workers.actor.entropy); the reference pass computes no entropy, so they change nothing
+    entropy_from_logits_with_chunking: bool = False
+    entropy_checkpointing: bool = False
+    log_prob_micro_batch_size: int | None = at_least(None, 1)  # deprecated global size (verl.trainer.config.deprecated)
+    log_prob_micro_batch_size_per_gpu: int | None = at_least(2, 1)
+    log_prob_use_dynamic_bsz: bool = False
+    log_prob_max_token_len_per_gpu: int = at_least(16384, 1)
+    ulysses_sequence_parallel_size: int = at_least(1, 1)

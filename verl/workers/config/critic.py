@@ -1,0 +1,85 @@
+"""The `critic` section: the value model, used when the advantage estimator needs values (gae). Upstream's
+CriticConfig / FSDPCriticConfig and the critic's model section FSDPCriticModelCfg."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.base_config import BaseConfig
+from verl.utils.config_schema import at_least, choice, dict_field, refused
+from verl.workers.config.engine import CHECKPOINTING_POLICIES, CheckpointConfig, FSDPEngineConfig, train_strategy
+from verl.workers.config.model import NO_ACTIVATION_OFFLOAD, NO_EXTERNAL_LIB
+from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
+from verl.workers.config.registries import LOSS_AGG_MODES
+
+
+def _critic_optim() -> FSDPOptimizerConfig:
+    return FSDPOptimizerConfig(lr=1e-5)
+
+
+@dataclass
+class FSDPCriticModelCfg(BaseConfig):
+    """`critic.model`: the value model's folder (the actor's by default), LoRA, and its FSDP engine."""
+
+    # resolved on the driver, as the actor's model section
+    _mutable_fields = frozenset({"path", "tokenizer_path", "gradient_checkpointing_policy"})
+
+    path: str | None = None  # None: the actor's model
+    tokenizer_path: str | None = None
+    override_config: dict[str, Any] = dict_field()
+    external_lib: str | None = refused(None, *NO_EXTERNAL_LIB, follows="actor_rollout_ref.model.external_lib")
+    enable_gradient_checkpointing: bool = True  # upstream's default, as the actor's
+    gradient_checkpointing_policy: str = choice("auto", CHECKPOINTING_POLICIES)  # ours, as the actor's
+    enable_activation_offload: bool = refused(False, *NO_ACTIVATION_OFFLOAD)
+    use_remove_padding: bool = True  # upstream's default, as the actor's
+    fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
+    # LoRA on the critic's trunk (peft); the value head (`score`) stays fully trainable as peft's modules_to_save
+    lora_rank: int = at_least(0, 0)
+    lora_alpha: int = 16
+    target_modules: str | list[str] = "all-linear"
+    trust_remote_code: bool = False
+
+
+@dataclass
+class CriticConfig(BaseConfig):
+    """The value model's PPO update, whatever engine trains it."""
+
+    # the deprecated global sizes become per-GPU ones after the check (verl.trainer.config.deprecated), and
+    # optim.clip_grad is copied onto grad_clip (verl.trainer.config.upstream_keys)
+    _mutable_fields = frozenset({"ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu",
+                                 "forward_micro_batch_size",
+                                 "forward_micro_batch_size_per_gpu", "grad_clip"})
+
+    rollout_n: int = at_least(1, 1)
+    strategy: str = train_strategy("fsdp")
+    ppo_mini_batch_size: int = at_least(4, 1)  # in prompts, like the actor's
+    ppo_micro_batch_size: int | None = at_least(None, 1)  # deprecated global size (verl.trainer.config.deprecated)
+    ppo_micro_batch_size_per_gpu: int | None = at_least(2, 1)
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = at_least(32768, 1)
+    forward_max_token_len_per_gpu: int = at_least(32768, 1)
+    ppo_epochs: int = at_least(1, 1)
+    shuffle: bool = False
+    max_consecutive_nonfinite_grad_skips: int | None = at_least(3, 0)  # ours, as the actor's
+    cliprange_value: float = 0.5
+    loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    optim: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=1e-5))  # the engine's class below
+    model: FSDPCriticModelCfg = field(default_factory=FSDPCriticModelCfg)
+
+
+@dataclass
+class FSDPCriticConfig(CriticConfig):
+    """`critic` trained with FSDP2: CriticConfig plus the engine's own keys."""
+
+    optim: FSDPOptimizerConfig = field(default_factory=_critic_optim)
+    forward_micro_batch_size: int | None = refused(
+        None,
+        "the deprecated global size is not built for the value pass; it follows critic.ppo_micro_batch_size",
+        "Set critic.forward_micro_batch_size_per_gpu instead.",
+        follows="critic.ppo_micro_batch_size",
+    )
+    forward_micro_batch_size_per_gpu: int | None = at_least(2, 1)
+    ulysses_sequence_parallel_size: int = at_least(1, 1)  # Ulysses: verl.utils.ulysses
+    grad_clip: float = 1.0

@@ -1,0 +1,57 @@
+"""The model section (`actor_rollout_ref.model`): upstream's HFModelConfig."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from verl.base_config import BaseConfig
+from verl.utils.config_schema import at_least, choice, dict_field, refused
+from verl.workers.config.engine import CHECKPOINTING_POLICIES
+
+# Shared by the model sections of the actor and the critic (critic.py imports them).
+NO_ACTIVATION_OFFLOAD = (
+    "activation offloading is not built; enable_gradient_checkpointing saves activation memory instead",
+    "Set enable_gradient_checkpointing=true instead.",
+)
+NO_EXTERNAL_LIB = (
+    "importing a module before loading the model is built for the SFT trainer only",
+    "Remove it; use a model folder whose classes transformers knows (model.trust_remote_code=true for code "
+    "shipped with the model).",
+)
+
+
+@dataclass
+class HFModelConfig(BaseConfig):
+    """`actor_rollout_ref.model`: the policy's HF model folder (or hub id), LoRA and the memory knobs."""
+
+    # resolved on the driver: the bundled default model / a /dev/shm copy, and checkpointing's auto policy
+    _mutable_fields = frozenset({"path", "gradient_checkpointing_policy"})
+
+    path: str | None = None  # None: the bundled default model (verl.utils.default_model)
+    custom_chat_template: str | None = None
+    external_lib: str | None = refused(None, *NO_EXTERNAL_LIB)
+    override_config: dict[str, Any] = dict_field()
+    enable_gradient_checkpointing: bool = True  # upstream's default; docs/performance.md#defaults has its cost here
+    # ours (upstream has no key): which activations checkpointing keeps; auto is selective on CPU, full on GPU
+    gradient_checkpointing_policy: str = choice("auto", CHECKPOINTING_POLICIES)
+    enable_activation_offload: bool = refused(False, *NO_ACTIVATION_OFFLOAD)
+    use_remove_padding: bool = True  # upstream's default: pack the real tokens, no padding in the forward
+    # LoRA (peft, verl.models.lora): > 0 trains an adapter of this rank on the actor; the reference policy is
+    # then the same module with the adapter disabled (docs/lora.md)
+    lora_rank: int = at_least(0, 0)
+    lora_alpha: int = 16  # the adapter's output is scaled by lora_alpha / lora_rank
+    target_modules: str | list[str] = "all-linear"  # peft's names: all-linear, or [q_proj, v_proj, ...]
+    exclude_modules: str | list[str] | None = None  # peft's: module names (or a regex) never adapted
+    lora_adapter_path: str | None = None  # a saved peft adapter folder to start from instead of a fresh adapter
+    use_shm: bool = False  # copy the model folder to /dev/shm once on the driver; every worker loads that copy
+    trust_remote_code: bool = False
+    use_liger: bool = refused(
+        False, "Liger kernels are GPU kernels this build does not include", "Set it to false."
+    )
+    use_fused_kernels: bool = refused(
+        False,
+        "the fused GPU log-prob kernels are not built (on CPU the fused RMSNorm/rotary are on already; "
+        "VERL_FUSED_NORM_ROPE=0 turns them off)",
+        "Set it to false.",
+    )
