@@ -29,12 +29,18 @@ def test_dict_dotted_list_and_typed_give_the_same_config() -> None:
 
 
 def test_edited_typed_config_is_checked_again() -> None:
+    import dataclasses
+
     cfg = verl.config(GRPO)
-    cfg.trainer.total_training_steps = 5
+    cfg.trainer.total_training_steps = 5  # the trainer section stays writable, as upstream's
     assert verl.config(cfg).trainer.total_training_steps == 5
-    cfg.actor_rollout_ref.rollout.n = 1  # GRPO with one response per prompt: every advantage would be 0
-    with pytest.raises(ConfigError, match="actor_rollout_ref.rollout.n"):
-        verl.config(cfg)
+    # the worker sections are frozen, as upstream's: an edit is a new section, checked again like the yaml
+    with pytest.raises(dataclasses.FrozenInstanceError, match="RolloutConfig.n is frozen"):
+        cfg.actor_rollout_ref.rollout.n = 1
+    arr = cfg.actor_rollout_ref
+    cfg.actor_rollout_ref = dataclasses.replace(arr, actor=dataclasses.replace(arr.actor, ppo_mini_batch_size=64))
+    with pytest.raises(ConfigError, match="actor_rollout_ref.actor.ppo_mini_batch_size"):
+        verl.config(cfg)  # 64 prompts per optimizer step in a batch of 8
 
 
 @pytest.mark.parametrize("form", [["algorithm.adv_estimatr=grpo"], {"algorithm.adv_estimatr": "grpo"},
