@@ -119,10 +119,11 @@ def _scenario(rank: int, port: int, tmp: str, results) -> None:
     with manager:  # after a sleep/wake cycle the engine gives the same greedy tokens
         r["same_after_sleep"] = torch.equal(rollout.generate_sequences(_prompts(eos, do_sample=False))
                                             .batch["responses"], again)
-        rollout.config.ignore_eos = True
+        config = rollout.config  # frozen, as upstream's RolloutConfig: the rollout gets a copy with the key set
+        rollout.config = dataclasses.replace(config, ignore_eos=True)
         r["ignore_eos_lengths"] = rollout.generate_sequences(_prompts(eos, do_sample=False)).batch[
             "response_mask"].sum(-1).tolist()
-        rollout.config.ignore_eos = False
+        rollout.config = config
 
     weights = [(n, t) for n, t in full_named_weights(module, torch.float32, True) if "layers.1.mlp" not in n]
     try:
