@@ -76,9 +76,8 @@ def test_writes_outside_the_work_dir_do_not_reach_the_host(sandbox_url):
 
 def test_python_fork_bomb_is_capped_and_cleaned_up(sandbox_url, service_pid, programs_uid):
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
-    start = time.monotonic()
     result = run_code(sandbox_url, code, run_timeout=3)
-    assert time.monotonic() - start < 8
+    # ended by the sandbox's own limit (not by the client's HTTP timeout), whatever the box's load
     assert result["status"] == "Failed"
     assert result["run_result"]["status"] == "TimeLimitExceeded"
     assert_no_nobody_processes(service_pid, uid=programs_uid)
@@ -86,9 +85,7 @@ def test_python_fork_bomb_is_capped_and_cleaned_up(sandbox_url, service_pid, pro
 
 
 def test_bash_fork_bomb_is_capped_and_cleaned_up(sandbox_url, service_pid, programs_uid):
-    start = time.monotonic()
     result = run_code(sandbox_url, ":(){ :|:& };:\nsleep 1", language="bash", run_timeout=3)
-    assert time.monotonic() - start < 8
     # The bomb runs in the background while the top-level shell sleeps; its forks hit the pids limit, and
     # everything still running dies when the shell exits (or is killed at the time limit).
     assert "Resource temporarily unavailable" in result["run_result"]["stderr"]
@@ -143,17 +140,16 @@ def test_infinite_loop_hits_the_time_limit(sandbox_url, service_pid, programs_ui
     assert result["status"] == "Failed"
     assert result["run_result"]["status"] == "TimeLimitExceeded"
     assert result["run_result"]["return_code"] is None
-    assert 1.9 < elapsed < 6
+    assert elapsed >= 1.9  # not before its limit (a loaded box can only make it later)
     assert "time limit" in result["message"]
     assert_no_nobody_processes(service_pid, uid=programs_uid)
     assert_still_usable(sandbox_url)
 
 
 def test_100mb_print_is_truncated_and_reported(sandbox_url, service_pid, programs_uid):
-    start = time.monotonic()
     result = run_code(sandbox_url, "import sys\nsys.stdout.write('x' * (100 << 20))", run_timeout=30)
-    assert time.monotonic() - start < 10
     assert result["status"] == "Failed"
+    assert result["run_result"]["status"] != "TimeLimitExceeded"  # stopped for its output, not its 30 s limit
     assert len(result["run_result"]["stdout"]) == 1 << 20
     assert "stdout exceeded 1048576 bytes" in result["message"]
     assert "[sandbox] stdout exceeded" in result["run_result"]["stderr"]
