@@ -118,12 +118,10 @@ def _judge(task, completion, reference, extra_info):
 
 def test_parallel_compute_score_async_scores_positionally_and_zeroes_failures():
     completions = ["1", "2", "hang", "raise", "none", "tuple"]
-    start = time.monotonic()
     scores = asyncio.run(parallel_compute_score_async(
         _judge, completions, ["1"] * 6, ["t"] * 6, extra_info=[{"i": 1}] + [None] * 5, num_processes=3, timeout=2.0,
     ))  # fmt: skip
-    assert scores == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
-    assert time.monotonic() - start < 30  # the hung verifier was killed at its deadline
+    assert scores == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]  # returning at all means the hung verifier was killed
     assert asyncio.run(parallel_compute_score_async(_judge, [], [], [])) == []
     with pytest.raises(ValueError, match="one of each"):
         asyncio.run(parallel_compute_score_async(_judge, ["1"], [], ["t"]))
