@@ -8,7 +8,7 @@ import os
 import socket
 import subprocess
 import sys
-import time
+import threading
 
 import pytest
 
@@ -182,12 +182,25 @@ def test_without_flock_a_live_holder_keeps_the_folder_and_a_dead_one_is_stale(tm
 
 
 def test_lock_refusal_takes_milliseconds(tmp_path):
+    # Refused without waiting for the holder: a blocking lock would never return while `held` is kept, so the
+    # thread's join (a generous deadline, not a timing bound) tells the two apart.
     held = CheckpointDirLock(str(tmp_path)).acquire()
-    start = time.perf_counter()
-    with pytest.raises(CheckpointDirLocked):
-        CheckpointDirLock(str(tmp_path)).acquire()
-    assert time.perf_counter() - start < 1.0
-    held.release()
+    outcome = []
+
+    def second():
+        try:
+            CheckpointDirLock(str(tmp_path)).acquire()
+            outcome.append("acquired")
+        except CheckpointDirLocked:
+            outcome.append("refused")
+
+    thread = threading.Thread(target=second, daemon=True)
+    thread.start()
+    thread.join(120)
+    try:
+        assert outcome == ["refused"], "the second acquire blocked on the held lock" if not outcome else outcome
+    finally:
+        held.release()
 
 
 # -- manifests from elsewhere ---------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 
 import pytest
@@ -139,10 +138,11 @@ def test_unreachable_port_raises_sandbox_unavailable_quickly():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    start = time.monotonic()
-    with pytest.raises(SandboxUnavailable, match="cannot reach the sandbox"):
+    # Refused at once, not after the HTTP timeout: the reason is the refused connection (a timeout would say
+    # "timed out"); no clock is read, as a loaded box can stretch any bound.
+    with pytest.raises(SandboxUnavailable, match="cannot reach the sandbox") as info:
         run_code(f"http://127.0.0.1:{port}/run_code", "print(1)")
-    assert time.monotonic() - start < 2
+    assert "refused" in str(info.value).lower() and "timed out" not in str(info.value)
     assert issubclass(SandboxUnavailable, ConnectionError)
 
 

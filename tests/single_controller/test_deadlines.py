@@ -107,7 +107,7 @@ def test_worker_start_up_has_its_own_deadline(local_ray):
     with pytest.raises(WorkerDeadlineError) as info:
         build(sc_deadline_workers.SlowInitWorker, "slowinit", WorkerDeadlines(startup_s=3, call_s=1), init_s=600)
     elapsed = time.monotonic() - start
-    assert elapsed < 40, f"took {elapsed:.1f} s"  # 3 s plus a loaded box's start-up latency
+    assert elapsed < 300, f"took {elapsed:.1f} s"  # 3 s, not init's 600: half of that is a generous deadline
     msg = str(info.value)
     assert "stage worker start-up, method __init__" in msg and "ranks still running: 0, 1 of 2" in msg
     assert "trainer.ray_wait_register_center_timeout=3" in msg

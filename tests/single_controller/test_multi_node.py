@@ -56,8 +56,6 @@ def test_ranks_span_both_nodes_and_all_gather(two_node_cluster):
 
 
 def test_pool_needing_more_nodes_fails_clearly(two_node_cluster):
-    import time
-
     # 1.5 CPUs in all fits the cluster's 2; three distinct nodes do not fit its two: refused before any waiting.
     pool = RayResourcePool(
         process_on_nodes=[1, 1, 1],
@@ -67,10 +65,10 @@ def test_pool_needing_more_nodes_fails_clearly(two_node_cluster):
         cpus_per_process=0.5,
         placement_timeout_s=60,
     )
-    start = time.monotonic()
+    # The message is the pre-check's (a placement timeout words it otherwise), so no waiting happened;
+    # no clock is read, as a loaded box could stretch any bound.
     with pytest.raises(RuntimeError, match=r"'three'.*needs 3 distinct Ray nodes.*has 2 alive node"):
         pool.get_placement_groups()
-    assert time.monotonic() - start < 5
 
 
 def test_pool_too_big_for_one_node_fails_clearly(two_node_cluster):

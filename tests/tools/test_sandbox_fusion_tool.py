@@ -41,7 +41,8 @@ class FakeSandbox:
         self.requests, self.paths = [], []
         self.in_flight = self.max_in_flight = 0
         self.hold_for = self.hold_total = self.holds_arrived = 0
-        self.holds_released_at: list[int] = []  # requests in flight when each held request was let go
+        self.holds_released_at: list[int] = []  # requests in flight when each held request's group was let go
+        self.release_group = self.released_with = 0
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         fake = self
@@ -75,14 +76,18 @@ class FakeSandbox:
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
 
     def hold(self):
-        """Wait (on events, not on the clock) until `hold_for` requests are in flight together; once every held
-        request has arrived, the last ones go without waiting for company that will not come."""
+        """Wait (on events, not on the clock) until `hold_for` requests are in flight together, then let that whole
+        group go at once (a latch: a level test would strand the last waiter once the first released one left);
+        once every held request has arrived, the last ones go without waiting for company that will not come."""
         with self.changed:
             self.holds_arrived += 1
-            self.changed.notify_all()
-            released = self.changed.wait_for(
-                lambda: self.in_flight >= self.hold_for or self.holds_arrived >= self.hold_total, self.HOLD_LIMIT_S)
-            self.holds_released_at.append(self.in_flight if released else -1)
+            group = self.release_group
+            if self.in_flight >= self.hold_for or self.holds_arrived >= self.hold_total:
+                self.release_group += 1
+                self.released_with = self.in_flight
+                self.changed.notify_all()
+            released = self.changed.wait_for(lambda: self.release_group != group, self.HOLD_LIMIT_S)
+            self.holds_released_at.append(self.released_with if released else -1)
 
     def answer(self, code):
         if code == "hold":
@@ -229,9 +234,16 @@ def test_tool_pickles_after_use(sandbox):
 
 @pytest.mark.parametrize(("shared", "expected"), [(True, 2), (False, 4)])
 def test_rate_limit_is_shared_by_tools_of_one_sandbox(sandbox, shared, expected):
+    # Held requests wait (on events) until `expected` are in flight together, so the bound is reached however
+    # slowly a loaded box starts them: a limit tighter than expected would leave holds unreleased (-1), a looser
+    # one would show more in flight.
+    sandbox.hold_for, sandbox.hold_total = expected, 8
     tools = [make_tool(sandbox.url, num_workers=5, rate_limit=2, enable_global_rate_limit=shared) for _ in range(2)]
-    asyncio.run(burst(tools, 4))
-    assert len(sandbox.requests) == 8 and sandbox.max_in_flight == expected
+    results = asyncio.run(burst(tools, 4, code="hold"))
+    assert [r[0].text for r in results] == ["held"] * 8
+    assert len(sandbox.requests) == 8
+    assert -1 not in sandbox.holds_released_at
+    assert sandbox.max_in_flight == expected and sandbox.holds_released_at[0] == expected
 
 
 @pytest.mark.parametrize("key", ["num_workers", "rate_limit", "default_timeout", "memory_limit_mb"])
