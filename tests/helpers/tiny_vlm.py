@@ -98,3 +98,37 @@ def save_tiny_vlm_dir(folder, family: str = "qwen2_5_vl", seed: int = 0) -> str:
     with open(os.path.join(folder, "chat_template.json"), "w", encoding="utf-8") as handle:
         json.dump({"chat_template": VL_CHAT_TEMPLATE}, handle)
     return folder
+
+
+def png(size=(16, 16), color=(255, 0, 0)) -> bytes:
+    """A one-colour PNG, as a dataset's `images` column holds it ({"bytes": ...})."""
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", size, color).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def collated_vlm_prompts(tmp_path, family: str, prompt_images=(1, 2, 0, 1)):
+    """A tiny VLM folder under tmp_path and the collated dataset batch of rows holding `prompt_images[i]` images of
+    different sizes each (a row may hold none), with the folder's tokenizer and processor."""
+    from tests.data.conftest import make_row, write_rows
+    from verl.data import RLHFDataset, collate_fn
+    from verl.models.loader import load_tokenizer
+    from verl.models.processor import load_processor
+    from verl.trainer.config import DataConfig
+
+    folder = save_tiny_vlm_dir(tmp_path / family, family)
+    tokenizer = load_tokenizer(folder, "model.path")
+    processor = load_processor(folder, tokenizer, "model.path")
+    rows = []
+    for i, count in enumerate(prompt_images):
+        row = make_row("<image>" * count + "How many?" + " more" * i, index=i)
+        row["images"] = [{"bytes": png((8 + 8 * k, 16 + 4 * i), (40 * i, 20 * k, 90)), "path": None}
+                         for k in range(count)]
+        rows.append(row)
+    dataset = RLHFDataset(write_rows(tmp_path / f"{family}.parquet", rows), tokenizer,
+                          DataConfig(max_prompt_length=64, shuffle=False), processor=processor)
+    return collate_fn([dataset[i] for i in range(len(rows))]), tokenizer, processor

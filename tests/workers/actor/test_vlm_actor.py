@@ -4,50 +4,26 @@ padding) paths equal plain HF's, and an update moves the vision tower only when 
 from __future__ import annotations
 
 import copy
-import io
 
 import pytest
 import torch
-from PIL import Image
 
-from tests.data.conftest import make_row, write_rows
-from tests.helpers.tiny_vlm import save_tiny_vlm_dir, tiny_vlm
+from tests.helpers.tiny_vlm import collated_vlm_prompts, tiny_vlm
 from tests.workers.actor.test_dp_actor import actor_config
-from verl.data import RLHFDataset, collate_fn
 from verl.data.vision import response_position_ids
-from verl.models.loader import load_tokenizer
-from verl.models.processor import load_processor
 from verl.protocol import DataProto
-from verl.trainer.config import DataConfig
 from verl.utils.torch_functional import get_response_mask
 from verl.workers.actor import DataParallelPPOActor
 
 RESPONSE = 5
 
 
-def png(size, color) -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGB", size, color).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 def vlm_batch(tmp_path, family, prompt_images=(1, 2, 0, 1), response_lengths=(5, 2, 4, 1)) -> DataProto:
     """Prompts from the dataset (images of different sizes, one row without an image), random responses."""
-    folder = save_tiny_vlm_dir(tmp_path / family, family)
-    tokenizer = load_tokenizer(folder, "model.path")
-    processor = load_processor(folder, tokenizer, "model.path")
-    rows = []
-    for i, count in enumerate(prompt_images):
-        row = make_row("<image>" * count + "How many?" + " more" * i, index=i)
-        row["images"] = [{"bytes": png((8 + 8 * k, 16 + 4 * i), (40 * i, 20 * k, 90)), "path": None}
-                         for k in range(count)]
-        rows.append(row)
-    dataset = RLHFDataset(write_rows(tmp_path / f"{family}.parquet", rows), tokenizer,
-                          DataConfig(max_prompt_length=64, shuffle=False), processor=processor)
-    batch = collate_fn([dataset[i] for i in range(len(rows))])
+    batch, tokenizer, _ = collated_vlm_prompts(tmp_path, family, prompt_images)
     prompts, prompt_mask = batch["input_ids"], batch["attention_mask"]
     gen = torch.Generator().manual_seed(1)
-    responses = torch.randint(10, 300, (len(rows), RESPONSE), generator=gen)
+    responses = torch.randint(10, 300, (len(prompt_images), RESPONSE), generator=gen)
     for row, n in enumerate(response_lengths):
         if n < RESPONSE:
             responses[row, n - 1] = tokenizer.eos_token_id

@@ -5,49 +5,20 @@ every axis, and the sampled tokens' log-probs equal the actor's recomputation in
 from __future__ import annotations
 
 import copy
-import io
 
 import pytest
 import torch
-from PIL import Image
 
-from tests.data.conftest import make_row, write_rows
-from tests.helpers.tiny_vlm import save_tiny_vlm_dir, tiny_vlm
+from tests.helpers.tiny_vlm import collated_vlm_prompts, tiny_vlm
 from tests.workers.actor.test_dp_actor import actor_config
 from tests.workers.rollout.test_hf_rollout import rollout_config
-from verl.data import RLHFDataset, collate_fn
 from verl.data.vision import response_position_ids
-from verl.models.loader import load_tokenizer
-from verl.models.processor import load_processor
 from verl.protocol import DataProto
-from verl.trainer.config import DataConfig
 from verl.workers.actor import DataParallelPPOActor
 from verl.workers.rollout import HFRollout
 
 RESPONSE = 6
 TEMPERATURE = 0.8
-
-
-def png(size, color) -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGB", size, color).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def vlm_prompts(tmp_path, family, prompt_images=(1, 2, 0, 1)):
-    """The collated dataset batch of rows with 1, 2, 0, 1 images of different sizes, and the tokenizer/processor."""
-    folder = save_tiny_vlm_dir(tmp_path / family, family)
-    tokenizer = load_tokenizer(folder, "model.path")
-    processor = load_processor(folder, tokenizer, "model.path")
-    rows = []
-    for i, count in enumerate(prompt_images):
-        row = make_row("<image>" * count + "How many?" + " more" * i, index=i)
-        row["images"] = [{"bytes": png((8 + 8 * k, 16 + 4 * i), (40 * i, 20 * k, 90)), "path": None}
-                         for k in range(count)]
-        rows.append(row)
-    dataset = RLHFDataset(write_rows(tmp_path / f"{family}.parquet", rows), tokenizer,
-                          DataConfig(max_prompt_length=64, shuffle=False), processor=processor)
-    return collate_fn([dataset[i] for i in range(len(rows))]), tokenizer, processor
 
 
 def gen_batch(batch, tokenizer, **meta) -> DataProto:
@@ -68,7 +39,7 @@ def with_images(out: DataProto, prompts: DataProto) -> DataProto:
 
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen2_vl"])
 def test_sampled_log_probs_equal_the_actors_recomputation(tmp_path, family):
-    batch, tokenizer, _ = vlm_prompts(tmp_path, family)
+    batch, tokenizer, _ = collated_vlm_prompts(tmp_path, family)
     prompts = gen_batch(batch, tokenizer, do_sample=True, temperature=TEMPERATURE)
     model = tiny_vlm(family)
     torch.manual_seed(3)
@@ -101,7 +72,7 @@ def test_sampled_log_probs_equal_the_actors_recomputation(tmp_path, family):
 def test_greedy_tokens_are_the_argmax_of_a_forward_with_images(tmp_path):
     """Greedy generation with images, micro-batches of one row and of the whole batch, give the same tokens, each
     the argmax of one full forward of prompt + response with the rows' images and the batch's position ids."""
-    batch, tokenizer, _ = vlm_prompts(tmp_path, "qwen2_5_vl")
+    batch, tokenizer, _ = collated_vlm_prompts(tmp_path, "qwen2_5_vl")
     model = tiny_vlm("qwen2_5_vl")
     outs = [HFRollout(model, rollout_config(response_length=RESPONSE), micro_batch_size=size)
             .generate_sequences(gen_batch(batch, tokenizer, do_sample=False)) for size in (1, 4)]
@@ -121,7 +92,7 @@ def test_greedy_tokens_are_the_argmax_of_a_forward_with_images(tmp_path):
 def test_images_for_a_text_model_are_refused(tmp_path):
     from tests.helpers.tiny_model import tiny_llama
 
-    batch, tokenizer, _ = vlm_prompts(tmp_path, "qwen2_5_vl", prompt_images=(1,))
+    batch, tokenizer, _ = collated_vlm_prompts(tmp_path, "qwen2_5_vl", prompt_images=(1,))
     model = tiny_llama()
     model.config.image_token_id = None
     with pytest.raises(ValueError, match="image_token_id"):
