@@ -24,13 +24,11 @@ alone moves these by several points.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from verl.data.parquet_files import add_save_dir_args, write_splits
 
 DATA_SOURCE = "arithmetic"
 INSTRUCTION = 'Solve the math word problem. Write the calculation, then the final answer as a number after "####".'
@@ -188,8 +186,7 @@ def to_row(problem: Problem, split: str, index: int, level: int, fewshot: bool) 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--local_save_dir", default="~/data/arithmetic", help="writes train.parquet and test.parquet")
-    parser.add_argument("--local_dir", default=None, help="deprecated alias of --local_save_dir")
+    add_save_dir_args(parser, "~/data/arithmetic")
     parser.add_argument("--train_size", type=int, default=5000)
     parser.add_argument("--test_size", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
@@ -202,17 +199,12 @@ def main(argv: Sequence[str] | None = None) -> tuple[str, str]:
     args = parse_args(argv)
     if args.train_size < 1 or args.test_size < 1:
         raise ValueError(f"--train_size and --test_size must be >= 1, got {args.train_size}, {args.test_size}")
-    save_dir = os.path.expanduser(args.local_dir or args.local_save_dir)
-    os.makedirs(save_dir, exist_ok=True)
     problems = generate_problems(args.train_size + args.test_size, args.difficulty, args.seed)
     fewshot = not args.no_fewshot
-    paths = []
-    for split, chunk in (("train", problems[: args.train_size]), ("test", problems[args.train_size :])):
-        rows = [to_row(problem, split, i, args.difficulty, fewshot) for i, problem in enumerate(chunk)]
-        path = os.path.join(save_dir, f"{split}.parquet")
-        pq.write_table(pa.Table.from_pylist(rows), path)
-        paths.append(path)
-        print(f"wrote {len(rows)} {split} rows (level {args.difficulty}) to {path}")
+    paths = write_splits(args, ((split, [to_row(problem, split, i, args.difficulty, fewshot)
+                                         for i, problem in enumerate(chunk)])
+                                for split, chunk in (("train", problems[: args.train_size]),
+                                                     ("test", problems[args.train_size :]))))
     return paths[0], paths[1]
 
 

@@ -10,15 +10,12 @@ Hugging Face hub, which needs network access.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 from collections.abc import Sequence
 
 import datasets
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from verl.data.parquet_files import find_split_file, read_parquet_files
+from verl.data.parquet_files import add_save_dir_args, find_split_file, read_parquet_files, write_splits
 
 DATA_SOURCE = "openai/gsm8k"
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
@@ -67,23 +64,14 @@ def load_splits(local_dataset_path: str | None) -> dict[str, datasets.Dataset]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--local_dataset_path", default=None, help="local copy of openai/gsm8k")
-    parser.add_argument("--local_save_dir", default="~/data/gsm8k", help="writes train.parquet and test.parquet")
-    parser.add_argument("--local_dir", default=None, help="deprecated alias of --local_save_dir")
+    add_save_dir_args(parser, "~/data/gsm8k")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> tuple[str, str]:
     args = parse_args(argv)
-    save_dir = os.path.expanduser(args.local_dir or args.local_save_dir)
-    os.makedirs(save_dir, exist_ok=True)
-    paths = []
-    for split, source in load_splits(args.local_dataset_path).items():
-        rows = [to_row(example, split, i) for i, example in enumerate(source)]
-        path = os.path.join(save_dir, f"{split}.parquet")
-        pq.write_table(pa.Table.from_pylist(rows), path)
-        paths.append(path)
-        print(f"wrote {len(rows)} {split} rows to {path}")
-    return paths[0], paths[1]
+    return write_splits(args, ((split, [to_row(example, split, i) for i, example in enumerate(source)])
+                               for split, source in load_splits(args.local_dataset_path).items()))
 
 
 if __name__ == "__main__":

@@ -19,8 +19,7 @@ import importlib.util
 import os
 from collections.abc import Sequence
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from verl.data.parquet_files import write_splits
 
 
 def _load_gsm8k_script():
@@ -75,17 +74,8 @@ def to_row(example: dict, split: str, index: int) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> tuple[str, str]:
     args = _gsm8k.parse_args(argv)
-    if args.local_dir:
-        print("--local_dir is deprecated; use --local_save_dir")
-    save_dir = os.path.expanduser(args.local_dir or args.local_save_dir)
-    os.makedirs(save_dir, exist_ok=True)
-    paths = []
-    for split, source in _gsm8k.load_splits(args.local_dataset_path).items():
-        rows = [to_row(example, split, i) for i, example in enumerate(source)]
-        path = os.path.join(save_dir, f"{split}.parquet")
-        pq.write_table(pa.Table.from_pylist(rows), path)
-        paths.append(path)
-        print(f"wrote {len(rows)} {split} rows to {path}")
+    paths = write_splits(args, ((split, [to_row(example, split, i) for i, example in enumerate(source)])
+                                for split, source in _gsm8k.load_splits(args.local_dataset_path).items()))
     return paths[0], paths[1]
 
 

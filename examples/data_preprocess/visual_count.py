@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import random
 from collections.abc import Sequence
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from verl.data.parquet_files import add_save_dir_args, write_splits
 
 DATA_SOURCE = "visual_count"
 COLOURS = {"red": (220, 30, 30), "green": (30, 160, 60), "blue": (40, 70, 220), "orange": (240, 150, 20)}
@@ -76,8 +74,7 @@ def make_rows(split: str, n: int, seed: int, question: str, max_count: int, size
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--local_save_dir", default="~/data/visual_count", help="writes train.parquet and test.parquet")
-    parser.add_argument("--local_dir", default=None, help="deprecated alias of --local_save_dir")
+    add_save_dir_args(parser, "~/data/visual_count")
     parser.add_argument("--train_size", type=int, default=512)
     parser.add_argument("--test_size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
@@ -89,16 +86,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> tuple[str, str]:
     args = parse_args(argv)
-    save_dir = os.path.expanduser(args.local_dir or args.local_save_dir)
-    os.makedirs(save_dir, exist_ok=True)
-    paths = []
-    for split, n in (("train", args.train_size), ("test", args.test_size)):
-        rows = make_rows(split, n, args.seed, args.question, args.max_count, args.image_size)
-        path = os.path.join(save_dir, f"{split}.parquet")
-        pq.write_table(pa.Table.from_pylist(rows), path)
-        paths.append(path)
-        print(f"wrote {len(rows)} {split} rows to {path}")
-    return paths[0], paths[1]
+    return write_splits(args, ((split, make_rows(split, n, args.seed, args.question, args.max_count, args.image_size))
+                               for split, n in (("train", args.train_size), ("test", args.test_size))))
 
 
 if __name__ == "__main__":

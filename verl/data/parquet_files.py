@@ -1,4 +1,5 @@
-"""Reading verl-format parquet files (offline, with errors that name the file) and locating split files."""
+"""Reading verl-format parquet files (offline, with errors that name the file), locating split files, and the
+preprocess scripts' shared writing of split files."""
 
 from __future__ import annotations
 
@@ -68,3 +69,25 @@ def find_split_file(folder: str, split: str) -> str:
             f"no {split!r} split in {folder!r}: expected {split}.parquet or <config>/{split}-00000-of-00001.parquet"
         )
     raise ValueError(f"several {split!r} parquet files in {folder!r}: {candidates}; keep one config folder")
+
+
+def add_save_dir_args(parser, default: str) -> None:
+    """The preprocess scripts' output flags, as upstream's: --local_save_dir and its deprecated alias --local_dir."""
+    parser.add_argument("--local_save_dir", default=default, help="writes train.parquet and test.parquet")
+    parser.add_argument("--local_dir", default=None, help="deprecated alias of --local_save_dir")
+
+
+def write_splits(args, splits) -> tuple[str, ...]:
+    """Write each `(split, rows)` of `splits` (rows: a list of dicts, made lazily if a generator) to
+    `<save dir>/<split>.parquet`, the save dir from add_save_dir_args' flags; returns the paths in order."""
+    if getattr(args, "local_dir", None):
+        print("--local_dir is deprecated; use --local_save_dir")
+    save_dir = os.path.expanduser(args.local_dir or args.local_save_dir)
+    os.makedirs(save_dir, exist_ok=True)
+    paths = []
+    for split, rows in splits:
+        path = os.path.join(save_dir, f"{split}.parquet")
+        pq.write_table(pa.Table.from_pylist(rows), path)
+        paths.append(path)
+        print(f"wrote {len(rows)} {split} rows to {path}")
+    return tuple(paths)
