@@ -49,6 +49,7 @@ _RC = "tests/trainer/ppo/test_rollout_correction_stage.py"
 _DYN = "tests/trainer/ppo/test_dynamic_sampling.py"  # DAPO's dynamic sampling
 _TOOL_AGENT = "tests/workers/rollout/agent_loop/test_tool_agent.py"
 _AGENT_KEYS = "tests/workers/rollout/agent_loop/test_agent_keys.py"
+_SKIP = "tests/trainer/ppo/test_rollout_skip_trainer.py"
 _AGENT_HF = "tests/workers/rollout/agent_loop/test_single_turn_hf.py"
 _SANDBOX = "tests/trainer/ppo/test_sandbox_service.py"
 _RM = "tests/workers/reward_model/test_reward_model_worker.py"
@@ -242,6 +243,13 @@ HONOURED: dict[str, str] = {
     f"{ARR}.rollout.agent.default_agent_loop": f"{_AGENT_KEYS}::test_default_agent_loop_serves_rows_without_agent_name",
     f"{ARR}.rollout.agent.agent_loop_config_path": f"{_AGENT_KEYS}::test_agent_loop_config_path_adds_loops_with_"
                                                    "their_yaml_kwargs",
+    f"{ARR}.rollout.skip.enable": f"{_SKIP}::test_first_run_dumps_and_a_second_run_replays_without_generating",
+    f"{ARR}.rollout.skip.dump_dir": f"{_SKIP}::test_first_run_dumps_and_a_second_run_replays_without_generating",
+    f"{ARR}.rollout.skip.dump_step": f"{_SKIP}::test_after_dump_step_repeat_cycles_and_rollout_with_dump_generates",
+    f"{ARR}.rollout.skip.post_dump_action": f"{_SKIP}::test_after_dump_step_repeat_cycles_and_rollout_with_dump_"
+                                            "generates",
+    f"{ARR}.rollout.skip.compress": "tests/trainer/ppo/test_rollout_skip.py::test_compress_round_trip_and_dump_files_"
+                                    "need_no_pickle",
     # ------------------------------------------------------------ critic
     "critic.rollout_n": f"{_KEYS}::test_rollout_n_scales_the_mini_batch_and_must_equal_rollout_n",
     "critic.strategy": f"{_KEYS}::{_STRATEGY}",

@@ -59,7 +59,18 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_lora(cfg)
     problems += check_ulysses(cfg)
     problems += check_attn_implementation(cfg)
+    problems += check_rollout_skip(cfg)
     return problems
+
+
+def check_rollout_skip(cfg: PPOTrainerConfig) -> list[str]:
+    """rollout.skip: replaying needs something dumped first."""
+    skip = cfg.actor_rollout_ref.rollout.skip
+    if skip.enable and skip.dump_step == 0 and skip.post_dump_action in ("repeat", "repeat_last"):
+        return [f"actor_rollout_ref.rollout.skip.dump_step=0 dumps nothing, so post_dump_action="
+                f"{skip.post_dump_action} has nothing to replay. Set dump_step >= 1, or post_dump_action=rollout "
+                "or rollout_with_dump."]
+    return []
 
 
 # ---------------------------------------------------------------- batch sizes

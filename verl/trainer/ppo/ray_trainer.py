@@ -39,6 +39,7 @@ from verl.trainer.ppo.metric_utils import (
 from verl.trainer.ppo.old_log_prob_reuse import announce, skip_old_log_prob_pass
 from verl.trainer.ppo.reward import compute_reward, compute_reward_async, reward_metrics
 from verl.trainer.ppo.reward_model_stage import add_rm_scores
+from verl.trainer.ppo.rollout_skip import skip_for_training
 from verl.trainer.ppo.state import TrainerState
 from verl.trainer.ppo.typed import as_typed
 from verl.trainer.ppo.validation import Validator
@@ -90,6 +91,7 @@ class RayPPOTrainer:
         self.validator = Validator(config, tokenizer, val_reward_fn, self.val_dataloader)
         self.global_steps = 0
         self.callbacks = None  # verl.train's hooks (verl.trainer.api.callbacks.CallbackList), set by the launcher
+        self.rollout_skip = None  # rollout.skip.enable: RolloutSkip, built by fit() (training generations only)
 
     # -- setup ----------------------------------------------------------------------------------------------------
 
@@ -184,6 +186,7 @@ class RayPPOTrainer:
 
         trainer = self.config.trainer
         self._load_checkpoint()
+        self.rollout_skip, self._train_rollout = skip_for_training(self.config, getattr(self, "actor_rollout_wg", None))
         if self.tracker is not None and hasattr(self.tracker, "start_run"):  # a custom tracker may not have it
             self.tracker.start_run(self.global_steps)
         if self.validator.enabled and trainer.val_before_train:
@@ -366,7 +369,11 @@ class RayPPOTrainer:
         gen_batch.meta_info.update(self._gen_meta(do_sample=True))
         if rollout.mode == "async" and self.rm_wg is None and isinstance(self.reward_fn, RewardLoopManager):
             gen_batch.meta_info[REWARD_LOOP_META] = self.reward_fn.spec()  # scored as each sample finishes
-        output = self.actor_rollout_wg.generate_sequences(gen_batch.repeat(rollout.n, interleave=True))
+        source = self.actor_rollout_wg
+        if self.rollout_skip is not None:  # a replayed round swaps in the prompts its dumped responses belong to
+            self.rollout_skip.record(batch)
+            source = self._train_rollout
+        output = source.generate_sequences(gen_batch.repeat(rollout.n, interleave=True))
         return batch.repeat(rollout.n, interleave=True).union(output)
 
     def _gen_meta(self, do_sample: bool) -> dict[str, Any]:

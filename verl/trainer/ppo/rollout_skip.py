@@ -7,7 +7,9 @@ them later, so that work on the training side can be repeated without paying for
 ``experiment_name`` from whatever config it is given (a DictConfig, a dict or typed sections); a config without a
 ``skip`` section leaves it disabled. ``wrap_generate_sequences(wg)`` patches ``wg.generate_sequences``; the trainer
 calls ``record(new_batch)`` before each generation so that a replayed step gets the prompts (and ground truths)
-that belong to the replayed responses.
+that belong to the replayed responses. ``RayPPOTrainer`` does this when ``skip.enable`` (``skip_for_training``): only
+its training generations go through the skip (validation and the ReMax baseline always generate), and the step
+counter counts the generation rounds of this process, from 1 (a resumed run replays from the first dump, as upstream).
 
 Steps 1..dump_step load ``<dump_dir>/<experiment>_<project>/GBS<gbs>_N<n>_in<p>_out<r>/genstep_<step>.pt`` when
 it exists and generate and dump it otherwise; later steps follow ``post_dump_action``: ``repeat`` cycles through
@@ -35,8 +37,8 @@ from verl.checkpoint.atomic import atomic_torch_save
 from verl.protocol import DataProto
 from verl.protocol.safe_io import from_payload, to_payload
 
-__all__ = ["DataProto", "PostDumpAction", "RolloutSkip", "dataproto_compress", "dataproto_decompress",
-           "read_dumped_data", "wrap_generate_sequences"]
+__all__ = ["DataProto", "PostDumpAction", "RolloutSkip", "TrainingRollout", "dataproto_compress",
+           "dataproto_decompress", "read_dumped_data", "skip_for_training", "wrap_generate_sequences"]
 
 logger = logging.getLogger(__name__)
 
@@ -263,3 +265,22 @@ def wrap_generate_sequences(rolloutskip: RolloutSkip, rollout_wg: Any):
         return outputs
 
     return generate_or_replay
+
+
+class TrainingRollout:
+    """The training generations' own handle on the rollout worker group: what the trainer's RolloutSkip patches, so
+    that validation and the ReMax greedy baseline keep generating through the worker group itself."""
+
+    def __init__(self, rollout_wg: Any) -> None:
+        self.generate_sequences = rollout_wg.generate_sequences
+
+
+def skip_for_training(config: Any, rollout_wg: Any) -> tuple[RolloutSkip | None, Any]:
+    """(RolloutSkip, what training generates through) when ``actor_rollout_ref.rollout.skip.enable``, else
+    (None, rollout_wg). The trainer calls ``skip.record(new_batch)`` before each training generation."""
+    skip = RolloutSkip(config)
+    if not skip.is_enable:
+        return None, rollout_wg
+    source = TrainingRollout(rollout_wg)
+    skip.wrap_generate_sequences(source)
+    return skip, source

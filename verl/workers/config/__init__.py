@@ -16,6 +16,7 @@ from verl.workers.config.rollout import (
     MultiTurnConfig,
     RolloutConfig,
     SamplingConfig,
+    SkipConfig,
 )
 
 __all__ = [
@@ -38,5 +39,6 @@ __all__ = [
     "RefConfig",
     "RolloutConfig",
     "SamplingConfig",
+    "SkipConfig",
     "WrapPolicyConfig",
 ]

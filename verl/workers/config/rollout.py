@@ -1,5 +1,5 @@
 """The `actor_rollout_ref.rollout` section: which engine generates responses, and how. Upstream's RolloutConfig,
-SamplingConfig (val_kwargs), MultiTurnConfig, AgentLoopConfig and CustomAsyncServerConfig."""
+SamplingConfig (val_kwargs), MultiTurnConfig, AgentLoopConfig, CustomAsyncServerConfig and SkipConfig."""
 
 from __future__ import annotations
 
@@ -80,6 +80,24 @@ class AgentLoopConfig(BaseConfig):
     custom_async_server: CustomAsyncServerConfig = field(default_factory=CustomAsyncServerConfig)
 
 
+SKIP_POST_DUMP_ACTIONS = ("repeat", "repeat_last", "rollout", "rollout_with_dump")
+
+
+@dataclass
+class SkipConfig(BaseConfig):
+    """Rollout skip (upstream's ``verl.utils.rollout_skip``): the trainer dumps the generations of the first
+    ``dump_step`` generation rounds under ``dump_dir`` and, in this or a later run with the same experiment, project,
+    batch size, n and lengths, loads them instead of generating. After ``dump_step`` rounds: ``repeat`` cycles
+    through the dumped rounds, ``repeat_last`` replays the last one, ``rollout`` generates, ``rollout_with_dump``
+    generates and dumps. ``compress``: zlib the dump files."""
+
+    enable: bool = False
+    dump_dir: str = "/tmp/verl/rollout_dump"
+    dump_step: int = at_least(1, 0)
+    post_dump_action: str = choice("repeat", SKIP_POST_DUMP_ACTIONS)
+    compress: bool = True
+
+
 @dataclass
 class RolloutConfig(BaseConfig):
     # dtype null is resolved on the driver; the deprecated global size becomes the per-GPU one after the check
@@ -140,3 +158,4 @@ class RolloutConfig(BaseConfig):
     engine_kwargs: dict[str, Any] = dict_field({"vllm": {}, "sglang": {}})
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
+    skip: SkipConfig = field(default_factory=SkipConfig)
