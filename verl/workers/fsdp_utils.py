@@ -83,8 +83,13 @@ def mixed_precision_policy(fsdp_config: FSDPEngineConfig, warn: bool = True) -> 
     )
 
 
-def apply_fsdp2(module: torch.nn.Module, fsdp_config: FSDPEngineConfig, mesh: DeviceMesh) -> torch.nn.Module:
+def apply_fsdp2(module: torch.nn.Module, fsdp_config: FSDPEngineConfig, mesh: DeviceMesh,
+                offload_activations: bool = False) -> torch.nn.Module:
     """`fully_shard` every decoder layer, then the root (embeddings, final norm and a tied lm_head together).
+
+    ``offload_activations`` (`model.enable_activation_offload`, the trained roles only): what the layers save for
+    backward moves to host memory in the forward (verl.models.activation_offload), with the layers' gradient
+    checkpointing as loaded.
 
     ``fsdp_config`` is an FSDPEngineConfig; its ``reshard_after_forward`` applies to the layers. The root keeps its parameters from forward to
     backward, FSDP2's own default for a root: the LM head is the first thing backward needs, so freeing it after
@@ -99,12 +104,17 @@ def apply_fsdp2(module: torch.nn.Module, fsdp_config: FSDPEngineConfig, mesh: De
 
             kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
     layer_reshard = fsdp_config.reshard_after_forward
-    for layer in decoder_layers(module):
+    layers = decoder_layers(module)
+    for layer in layers:
         fully_shard(layer, reshard_after_forward=layer_reshard, **kwargs)
         _RESHARD_AFTER_FORWARD[layer] = layer_reshard
     fully_shard(module, reshard_after_forward=False, **kwargs)
     _RESHARD_AFTER_FORWARD[module] = False
     _settle_root(module)
+    if offload_activations:
+        from verl.models.activation_offload import enable_activation_offload
+
+        enable_activation_offload(layers)  # after the wrap: the hooks run after FSDP's parameter gathering
     return module
 
 

@@ -153,7 +153,8 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
                 from verl.models.vision import freeze_vision_tower
 
                 freeze_vision_tower(module)
-            self.actor_module = apply_fsdp2(module, fsdp_cfg, self.device_mesh)
+            self.actor_module = apply_fsdp2(module, fsdp_cfg, self.device_mesh,
+                                            offload_activations=self._is_actor and cfg.model.enable_activation_offload)
         if self._is_actor:
             self._build_actor()
         if self._is_rollout:
@@ -364,7 +365,8 @@ class CriticWorker(_FSDPWorkerBase):
         module, _ = load_causal_lm(cfg.model, "critic.model", dtype=self._model_dtype(fsdp_cfg, "critic.model"),
                                    value_head=True)
         module = lora_from_model_config(module, cfg.model, "critic.model", modules_to_save=["score"])
-        self.critic_module = apply_fsdp2(module, fsdp_cfg, self.device_mesh)
+        self.critic_module = apply_fsdp2(module, fsdp_cfg, self.device_mesh,
+                                         offload_activations=cfg.model.enable_activation_offload)
         self.critic_optimizer = build_optimizer(self.critic_module, cfg.optim, "critic.optim")
         self.critic_lr_scheduler = build_lr_scheduler(self.critic_optimizer, cfg.optim, "critic.optim")
         self.critic = DataParallelPPOCritic(cfg, self.critic_module, self.critic_optimizer)

@@ -130,6 +130,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.model.override_config": f"{_UPDATE}::test_model_override_config_sets_hf_config_attributes",
     f"{ARR}.model.enable_gradient_checkpointing": f"{_KNOBS}::test_gradient_checkpointing_from_model_config",
     f"{ARR}.model.gradient_checkpointing_policy": f"{_CKPT_POLICY}::test_the_loader_applies_the_policy",
+    f"{ARR}.model.enable_activation_offload": f"{_KEYS}::test_enable_activation_offload_reaches_the_trained_modules_only",
     f"{ARR}.model.use_remove_padding": f"{_RMPAD}::test_update_matches_padded",
     f"{ARR}.model.lora_rank": f"{_LORA_W}::test_lora_actor_trains_only_the_adapter_and_its_reference_is_the_base_model",
     f"{ARR}.model.lora_alpha": f"{_LORA}::test_lora_alpha_scales_the_update_and_the_merge_equals_peft_forward",
@@ -258,6 +259,8 @@ HONOURED: dict[str, str] = {
     "critic.model.tokenizer_path": "tests/trainer/config/test_key_effects.py::"
     "test_critic_tokenizer_path_is_saved_with_the_critic_checkpoint",
     "critic.model.override_config": f"{_UPDATE}::test_critic_override_config_sets_hf_config_attributes",
+    "critic.model.enable_activation_offload": f"{_KEYS}::test_enable_activation_offload_reaches_the_trained_modules_"
+                                              "only",
     "critic.model.enable_gradient_checkpointing": f"{_KNOBS}::test_gradient_checkpointing_from_model_config",
     "critic.model.gradient_checkpointing_policy": f"{_CKPT_POLICY}::test_the_critic_loader_applies_its_policy",
     "critic.model.use_remove_padding": f"{_RMPAD}::test_critic_values_and_update_match_padded",

@@ -82,6 +82,9 @@ def _worker_config(model_dir: str, strategy: str, actor_trust: bool, critic_trus
         f"{ARR}.ref.fsdp_config.param_offload=true", "critic.model.fsdp_config.optimizer_offload=true",
         # critic.model.tokenizer_path: the model folder's tokenizer in one build, none in the other
         *([] if strategy == "fsdp" else ["critic.model.tokenizer_path=null"]),
+        # model.enable_activation_offload: on in one build (the trained actor and critic), off in the other
+        *([f"{ARR}.model.enable_activation_offload=true", "critic.model.enable_activation_offload=true"]
+          if strategy == "fsdp" else []),
     )
 
 
@@ -92,6 +95,7 @@ def _build_workers(rank: int, port: int, model_dir: str, results) -> None:
     import transformers
     from torch.distributed.fsdp import FSDPModule
 
+    from verl.models.activation_offload import activation_offload_enabled
     from verl.workers import fsdp_workers
     from verl.workers.rollout import registry
 
@@ -100,7 +104,8 @@ def _build_workers(rank: int, port: int, model_dir: str, results) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     seen_fsdp, seen_rollout, seen_loads = [], [], []
     real_apply, real_build = fsdp_workers.apply_fsdp2, registry.build_rollout
-    fsdp_workers.apply_fsdp2 = lambda module, fsdp, mesh: seen_fsdp.append(fsdp) or real_apply(module, fsdp, mesh)
+    fsdp_workers.apply_fsdp2 = lambda module, fsdp, mesh, **kw: seen_fsdp.append(fsdp) or real_apply(module, fsdp,
+                                                                                                  mesh, **kw)
     registry.build_rollout = lambda *a, **kw: seen_rollout.append(kw.get("trust_remote_code")) or real_build(*a, **kw)
     for cls in (transformers.AutoTokenizer, transformers.AutoModelForCausalLM,
                 transformers.AutoModelForTokenClassification):
@@ -129,6 +134,7 @@ def _build_workers(rank: int, port: int, model_dir: str, results) -> None:
                 "sections": [[name for name, s in sections.items() if s == fsdp] for fsdp in seen_fsdp],
                 "rollout_trust": list(seen_rollout),
                 "loads": list(seen_loads),
+                "offload": {name: activation_offload_enabled(m) for name, m in modules.items()},
             }
             ckpt = os.path.join(model_dir, f"critic_ckpt_{strategy}")
             critic._checkpoint_manager().save_checkpoint(ckpt, None, 1, None)
@@ -184,6 +190,13 @@ def test_critic_trust_remote_code_reaches_the_value_model_load(built_workers):
     for strategy, trust in (("fsdp", False), ("fsdp2", True)):
         critic_side = [t for name, t in built_workers[strategy]["loads"] if name == "AutoModelForTokenClassification"]
         assert critic_side == [trust]
+
+
+@pytest.mark.timeout(240)
+def test_enable_activation_offload_reaches_the_trained_modules_only(built_workers):
+    # the actor's and the critic's layers get the saved-tensor hooks; the reference policy trains nothing
+    assert built_workers["fsdp"]["offload"] == {"actor": True, "ref": False, "critic": True}
+    assert built_workers["fsdp2"]["offload"] == {"actor": False, "ref": False, "critic": False}
 
 
 # ---------------------------------------------------------------- rollout.mode

@@ -9,7 +9,7 @@ from typing import Any
 from verl.base_config import BaseConfig
 from verl.utils.config_schema import at_least, choice, dict_field, refused
 from verl.workers.config.engine import CHECKPOINTING_POLICIES, CheckpointConfig, FSDPEngineConfig, train_strategy
-from verl.workers.config.model import NO_ACTIVATION_OFFLOAD, NO_EXTERNAL_LIB
+from verl.workers.config.model import NO_EXTERNAL_LIB
 from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
 from verl.workers.config.registries import LOSS_AGG_MODES
 
@@ -31,7 +31,7 @@ class FSDPCriticModelCfg(BaseConfig):
     external_lib: str | None = refused(None, *NO_EXTERNAL_LIB, follows="actor_rollout_ref.model.external_lib")
     enable_gradient_checkpointing: bool = True  # upstream's default, as the actor's
     gradient_checkpointing_policy: str = choice("auto", CHECKPOINTING_POLICIES)  # ours, as the actor's
-    enable_activation_offload: bool = refused(False, *NO_ACTIVATION_OFFLOAD)
+    enable_activation_offload: bool = False  # as the actor's: the critic's layers offload what they save
     use_remove_padding: bool = True  # upstream's default, as the actor's
     fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
     # LoRA on the critic's trunk (peft); the value head (`score`) stays fully trainable as peft's modules_to_save

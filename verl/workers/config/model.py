@@ -10,10 +10,6 @@ from verl.utils.config_schema import at_least, choice, dict_field, refused
 from verl.workers.config.engine import CHECKPOINTING_POLICIES
 
 # Shared by the model sections of the actor and the critic (critic.py imports them).
-NO_ACTIVATION_OFFLOAD = (
-    "activation offloading is not built; enable_gradient_checkpointing saves activation memory instead",
-    "Set enable_gradient_checkpointing=true instead.",
-)
 NO_EXTERNAL_LIB = (
     "importing a module before loading the model is built for the SFT trainer only",
     "Remove it; use a model folder whose classes transformers knows (model.trust_remote_code=true for code "
@@ -35,7 +31,9 @@ class HFModelConfig(BaseConfig):
     enable_gradient_checkpointing: bool = True  # upstream's default; docs/performance.md#defaults has its cost here
     # ours (upstream has no key): which activations checkpointing keeps; auto is selective on CPU, full on GPU
     gradient_checkpointing_policy: str = choice("auto", CHECKPOINTING_POLICIES)
-    enable_activation_offload: bool = refused(False, *NO_ACTIVATION_OFFLOAD)
+    # what the decoder layers save for backward moves to host memory in the training forward (all but the last
+    # layer), with gradient checkpointing as set above (verl.models.activation_offload); on a CPU nothing moves
+    enable_activation_offload: bool = False
     use_remove_padding: bool = True  # upstream's default: pack the real tokens, no padding in the forward
     # LoRA (peft, verl.models.lora): > 0 trains an adapter of this rank on the actor; the reference policy is
     # then the same module with the adapter disabled (docs/lora.md)
