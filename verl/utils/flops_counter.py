@@ -21,11 +21,37 @@ ramp up, not a datasheet number. MFU = achieved FLOP/s / that peak.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-__all__ = ["FlopsCounter", "non_embedding_params", "measure_matmul_peak", "default_probe_size", "mfu"]
+from verl.utils.flops_formulas import FAMILIES, estimate_training_flops, layer_weights
+
+__all__ = ["FlopsCounter", "non_embedding_params", "measure_matmul_peak", "default_probe_size", "mfu",
+           "get_device_flops"]
+
+# Datasheet dense bf16 peaks (FLOP/s), upstream's table: what estimate_flops' second value reports. Keys are matched
+# as substrings of the device name in reverse alphabetical order (L40S before L40); MFU in this repo divides by a
+# measured peak instead (measure_matmul_peak).
+_DEVICE_FLOPS = {
+    "CPU": 448e9, "GB200": 2.5e15, "B200": 2.25e15, "MI300X": 1336e12, "H100": 989e12, "H800": 989e12,
+    "H200": 989e12, "A100": 312e12, "A800": 312e12, "L40S": 362.05e12, "L40": 181.05e12, "A40": 149.7e12,
+    "L20": 119.5e12, "H20": 148e12, "910B": 354e12, "Ascend910": 354e12, "RTX 3070 Ti": 21.75e12,
+}
+_UNITS = ("B", "K", "M", "G", "T", "P")  # B: FLOP/s as is; each next unit a factor of 1000
+
+
+def get_device_flops(unit: str = "T", device_name: str | None = None) -> float:
+    """The datasheet FLOP/s of this device (or of ``device_name``) in ``unit`` (B: as is, K, M, G, T, P);
+    inf for a device not in the table, as upstream."""
+    if unit not in _UNITS:
+        raise ValueError(f"unit must be one of {', '.join(_UNITS)}, got {unit!r}")
+    if device_name is None:
+        device_name = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
+    flops = next((v for k, v in sorted(_DEVICE_FLOPS.items(), reverse=True) if k in device_name), float("inf"))
+    return flops / 1000 ** _UNITS.index(unit)
 
 _PEAK_CACHE: dict[tuple, float] = {}
 
@@ -49,21 +75,49 @@ def non_embedding_params(model: torch.nn.Module) -> tuple[int, int]:
 
 
 class FlopsCounter:
-    """FLOPs of forwards/backwards of one HF decoder model (its config gives the attention shape)."""
+    """FLOPs of forwards/backwards of one HF decoder model.
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        config = getattr(model, "config", None)
-        if config is None:
-            raise TypeError(f"FlopsCounter needs an HF model with a config, got {type(model).__name__}")
-        config = config.get_text_config() if hasattr(config, "get_text_config") else config
-        heads = int(config.num_attention_heads)
-        head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
-        self.num_layers = int(config.num_hidden_layers)
+    ``FlopsCounter(config)`` (upstream's signature: an HF config, or its ``text_config``'s owner) or
+    ``FlopsCounter(model)`` (the weights are counted from the module). ``estimate_flops(batch_seqlens, delta_time)``
+    gives upstream's (achieved TFLOP/s, the device's datasheet TFLOP/s) with upstream's accounting
+    (verl.utils.flops_formulas); ``training_flops`` / ``forward_flops`` count this module's way (docstring above).
+    """
+
+    def __init__(self, config: Any) -> None:
+        model = config if isinstance(config, torch.nn.Module) else None
+        if model is not None:
+            config = getattr(model, "config", None)
+            if config is None:
+                raise TypeError(f"FlopsCounter needs an HF config or a model with one, got {type(model).__name__}")
+        text = config.get_text_config() if hasattr(config, "get_text_config") else None
+        self.config = text or getattr(config, "text_config", None) or config
+        if model is None and getattr(self.config, "model_type", None) not in FAMILIES:
+            warnings.warn(f"FlopsCounter: no FLOPs formula for model_type {getattr(self.config, 'model_type', None)!r} "
+                          f"(known: {', '.join(sorted(FAMILIES))}); estimate_flops will report 0", stacklevel=2)
+        heads = int(self.config.num_attention_heads)
+        head_dim = int(getattr(self.config, "head_dim", None) or self.config.hidden_size // heads)
+        self.num_layers = int(self.config.num_hidden_layers)
         self.attn_dim = heads * head_dim
-        self.params, self.head_params = non_embedding_params(model)
+        if model is not None:
+            self.params, self.head_params = non_embedding_params(model)
+        else:
+            weights = layer_weights(self.config)
+            self.params = None if weights is None else sum(weights)
+            self.head_params = int(self.config.vocab_size) * int(self.config.hidden_size)
+
+    def estimate_flops(self, batch_seqlens: Sequence[int], delta_time: float) -> tuple[float, float]:
+        """(TFLOP/s achieved by one training pass over sequences of ``batch_seqlens`` real tokens in ``delta_time``
+        seconds, the device's datasheet TFLOP/s), counted as upstream counts them; 0 achieved for an unknown
+        model_type, as upstream."""
+        flops = estimate_training_flops(self.config, batch_seqlens)
+        achieved = 0.0 if flops is None else flops / float(delta_time) / 1e12
+        return achieved, get_device_flops()
 
     def training_flops(self, seqlens: Sequence[int], logit_positions: int) -> float:
         """FLOPs of forward + backward over sequences of ``seqlens`` real tokens, logits at ``logit_positions``."""
+        if self.params is None:
+            raise ValueError(f"no FLOPs formula for model_type {self.config.model_type!r}: build the counter from the "
+                             "model (FlopsCounter(model)) to count its weights")
         lengths = [int(n) for n in seqlens]
         tokens = sum(lengths)
         squares = sum(n * n for n in lengths)
