@@ -89,8 +89,19 @@ def create_rl_sampler(data_config: Any, dataset: Dataset) -> Sampler:
     if custom is not None:
         return custom
     if _option(data_config, "shuffle", True):
-        generator = torch.Generator()
-        seed = _option(data_config, "seed")
-        generator.manual_seed(1 if seed is None else int(seed))
-        return RandomSampler(data_source=dataset, generator=generator)
+        return RandomSampler(data_source=dataset, generator=_seeded(data_config))
     return SequentialSampler(data_source=dataset)
+
+
+def create_val_sampler(data_config: Any, dataset: Dataset) -> Sampler:
+    """The validation set's order: file order, or with data.validation_shuffle a random order drawn from its own
+    generator seeded by data.seed, a new permutation each validation run (the same sequence of orders in every run
+    of the same config). Every prompt is still generated and scored once per validation."""
+    if _option(data_config, "validation_shuffle", False):
+        return RandomSampler(data_source=dataset, generator=_seeded(data_config))
+    return SequentialSampler(data_source=dataset)
+
+
+def _seeded(data_config: Any) -> torch.Generator:
+    seed = _option(data_config, "seed")
+    return torch.Generator().manual_seed(1 if seed is None else int(seed))

@@ -111,6 +111,8 @@ HONOURED: dict[str, str] = {
     "data.return_full_prompt": f"{_DATA}::test_return_full_prompt_adds_the_templated_text_to_the_trainers_items",
     "data.shuffle": f"{_DATASET}::test_sampler_is_seeded_random_or_sequential",
     "data.seed": f"{_DATASET}::test_sampler_is_seeded_random_or_sequential",
+    "data.validation_shuffle": "tests/trainer/ppo/test_validation_shuffle.py::test_validation_shuffle_changes_the_"
+                               "order_deterministically_and_not_the_metrics",
     "data.dataloader_num_workers": f"{_UPDATE}::test_dataloader_num_workers_reaches_the_training_dataloader",
     "data.filter_overlong_prompts": f"{_DATASET}::test_filter_overlong_prompts_drops_and_reports",
     "data.filter_overlong_prompts_workers": f"{_TRAINER_KEYS}::test_filter_overlong_prompts_workers",

@@ -40,11 +40,9 @@ class DataConfig(MutableConfig):
     shuffle: bool = True
     seed: int = 1
     dataloader_num_workers: int = at_least(0, 0)
-    validation_shuffle: bool = refused(
-        False,
-        "validation always runs over the whole set in file order, so its order cannot change a score",
-        "Set it to false.",
-    )
+    # validation in a data.seed-seeded random order, a new one each run (verl.data.rl_loading.create_val_sampler);
+    # every prompt is still scored once, so the metrics over the whole set are those of the file order
+    validation_shuffle: bool = False
     filter_overlong_prompts: bool = False
     filter_overlong_prompts_workers: int = at_least(1, 1)
     truncation: str = choice("error", TRUNCATION_MODES)

@@ -98,6 +98,8 @@ class RayPPOTrainer:
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler) -> None:
         from torchdata.stateful_dataloader import StatefulDataLoader
 
+        from verl.data.rl_loading import create_val_sampler
+
         data = self.config.data
         self.train_dataloader = StatefulDataLoader(
             train_dataset, batch_size=data.resolved_gen_batch_size, sampler=train_sampler, collate_fn=collate_fn,
@@ -111,8 +113,9 @@ class RayPPOTrainer:
         if val_dataset is not None and len(val_dataset) > 0:
             # validation runs the whole set as one batch, or data.val_batch_size prompts at a time (deprecated
             # upstream, run as there); the worker groups split each batch across ranks
+            # data.validation_shuffle: a data.seed-seeded random order instead of the file order
             self.val_dataloader = StatefulDataLoader(val_dataset, batch_size=data.val_batch_size or len(val_dataset),
-                                                     shuffle=False,
+                                                     sampler=create_val_sampler(data, val_dataset),
                                                      collate_fn=collate_fn, drop_last=False)
         steps = len(self.train_dataloader) * self.config.trainer.total_epochs
         if self.config.trainer.total_training_steps:
