@@ -37,7 +37,7 @@ _TRAINER_KEYS = "tests/trainer/ppo/test_trainer_keys.py"  # helper H1's runtime-
 _BATCHES = "tests/trainer/config/test_config_batch_sizes.py"
 _DEPRECATED = "tests/trainer/config/test_deprecated_keys.py"
 _UPSTREAM = "tests/trainer/config/test_upstream_keys.py"
-_FSDP1_NOTES = "test_fsdp1_options_and_ref_compile_and_worker_impl_are_accepted_with_a_note"
+_FSDP1_NOTES = "test_fsdp1_options_and_worker_impl_are_accepted_with_a_note"
 _EFFECTS = "tests/trainer/config/test_honoured_effects.py"
 _KEYS = "tests/trainer/config/test_key_effects.py"
 _UPDATE = "tests/trainer/config/test_key_effects_update.py"
@@ -93,7 +93,10 @@ HONOURED: dict[str, str] = {
     f"{ARR}.ref.entropy_checkpointing": "tests/workers/actor/test_entropy_keys.py::test_the_reference_section_carries_the_same_keys",
     f"{ARR}.actor.tau_pos": f"{_UPSTREAM}::test_actor_tau_spelling_sets_the_sapo_temperatures",
     f"{ARR}.actor.tau_neg": f"{_UPSTREAM}::test_actor_tau_spelling_sets_the_sapo_temperatures",
-    f"{ARR}.ref.use_torch_compile": f"{_UPSTREAM}::{_FSDP1_NOTES}",
+    f"{ARR}.actor.use_torch_compile": "tests/workers/actor/test_entropy_compile.py::test_the_actor_update_with_a_"
+                                      "compiled_entropy_is_the_eager_one",
+    f"{ARR}.ref.use_torch_compile": "tests/workers/actor/test_entropy_compile.py::test_the_reference_section_follows_"
+                                    "the_actors_key",
     "trainer.use_legacy_worker_impl": f"{_UPSTREAM}::{_FSDP1_NOTES}",
     # ------------------------------------------------------------ data
     "data.tokenizer": "tests/data/test_rl_dataset_real_tokenizer.py::test_arithmetic_prompts_with_smollm2_tokenizer",

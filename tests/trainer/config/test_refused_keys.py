@@ -14,7 +14,6 @@ FORMERLY_SILENT = [
     ("actor_rollout_ref.rollout.multi_turn.format=llama3_json", "actor_rollout_ref.rollout.multi_turn.format"),
     ("actor_rollout_ref.rollout.agent.custom_async_server.path=my.server",
      "actor_rollout_ref.rollout.agent.custom_async_server.path"),
-    ("actor_rollout_ref.actor.use_torch_compile=true", "actor_rollout_ref.actor.use_torch_compile"),
     ("trainer.profile_steps=[1]", "trainer.profile_steps"),
     ("actor_rollout_ref.actor.fsdp_config.fsdp_size=1", "actor_rollout_ref.actor.fsdp_config.fsdp_size"),
     ("critic.model.fsdp_config.fsdp_size=1", "critic.model.fsdp_config.fsdp_size"),

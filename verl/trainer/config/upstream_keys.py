@@ -7,8 +7,8 @@
   policy_loss follow the actor's; an explicit policy_loss value wins, with a note).
 - `algorithm.adv_estimator=grpo|rloo` with `rollout.n=1`: accepted as upstream does; a group of one has no
   baseline, so each advantage is the response's own score (GRPO: divided by std 1), i.e. plain REINFORCE.
-- `fsdp_config.use_orig_params` / `forward_prefetch` (FSDP1 options), `ref.use_torch_compile` (compiles an entropy
-  function the reference pass never calls), `trainer.use_legacy_worker_impl=disable`: accepted, each with a note.
+- `fsdp_config.use_orig_params` / `forward_prefetch` (FSDP1 options), `trainer.use_legacy_worker_impl=disable`:
+  accepted, each with a note.
 - `model.use_shm` with several nodes: refused, the copy is made on the driver's node only.
 """
 
@@ -87,9 +87,6 @@ def _notes(cfg: PPOTrainerConfig) -> None:
         if fsdp.forward_prefetch:
             _note(f"{prefix}.fsdp_config.forward_prefetch=true is an FSDP1 option (upstream ignores it under fsdp2): "
                   "FSDP2, used here, prefetches the next layer's parameters by itself.")
-    if arr.ref.use_torch_compile:
-        _note(f"{ARR}.ref.use_torch_compile=true: upstream compiles the entropy function with it, and the reference "
-              "pass computes no entropy, so it changes nothing there or here.")
     if cfg.trainer.use_legacy_worker_impl == "disable":
         _note("trainer.use_legacy_worker_impl=disable selects upstream's engine-based workers; this build has one "
               "worker implementation (verl/workers/fsdp_workers.py, FSDP2), which runs for every value.")

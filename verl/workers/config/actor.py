@@ -6,12 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from verl.base_config import BaseConfig
-from verl.utils.config_schema import at_least, choice, refused
+from verl.utils.config_schema import at_least, choice
 from verl.workers.config.engine import CheckpointConfig, FSDPEngineConfig, train_strategy
 from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
 from verl.workers.config.registries import KL_PENALTIES, LOSS_AGG_MODES, POLICY_LOSSES, policy_loss_registered
 
-NO_TORCH_COMPILE = ("torch.compile of the model is not built", "Set it to false.")
 # Written after the check: the deprecated global sizes become per-GPU ones (verl.trainer.config.deprecated), and
 # upstream's spellings (optim.clip_grad, tau_pos/tau_neg) are copied onto ours (verl.trainer.config.upstream_keys).
 _ACTOR_FILLED_IN = frozenset({"ppo_mini_batch_size", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "grad_clip", "tau_pos",
@@ -53,7 +52,9 @@ class ActorConfig(BaseConfig):
     loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
     entropy_coeff: float = 0.0
     use_kl_loss: bool = False
-    use_torch_compile: bool = refused(False, *NO_TORCH_COMPILE)
+    # torch.compile of the entropy function (verl.workers.actor.entropy). Upstream's default is true; here false,
+    # because the first call compiles for seconds (tens on a 2-core CPU) to fuse one small function
+    use_torch_compile: bool = False
     kl_loss_coef: float = 0.001
     kl_loss_type: str = choice("low_var_kl", KL_PENALTIES)
     ppo_epochs: int = at_least(1, 1)
@@ -90,7 +91,7 @@ class RefConfig(BaseConfig):
     strategy: str = train_strategy("fsdp")
     use_remove_padding: bool = True  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
     fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
-    # upstream compiles the entropy function with it, which the reference pass never computes: a note when true
+    # as the actor's: the reference actor compiles its entropy function, which the reference pass never calls
     use_torch_compile: bool = False  # ${actor_rollout_ref.actor.use_torch_compile}
     # as the actor's (verl.workers.actor.entropy); the reference pass computes no entropy, so they change nothing
     entropy_from_logits_with_chunking: bool = False
