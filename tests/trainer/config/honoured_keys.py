@@ -54,6 +54,7 @@ _AGENT_HF = "tests/workers/rollout/agent_loop/test_single_turn_hf.py"
 _SANDBOX = "tests/trainer/ppo/test_sandbox_service.py"
 _RM = "tests/workers/reward_model/test_reward_model_worker.py"
 _LOOP = "tests/workers/reward_manager/test_reward_loop_keys.py"
+_GENRM = "tests/workers/reward_manager/test_genrm_engine.py"
 _RM_CFG = "tests/workers/reward_model/test_reward_model_config.py"
 _RM_E2E = "tests/workers/reward_model/test_reward_model_e2e.py"
 _LOAD_CONTENTS = "test_checkpoint_load_contents_picks_what_a_resume_restores"
@@ -318,6 +319,14 @@ HONOURED: dict[str, str] = {
     "reward_model.max_tpm": f"{_LOOP}::test_max_rpm_and_max_tpm_take_tokens_per_request",
     "reward_model.estimated_tokens_per_request": f"{_LOOP}::test_max_rpm_and_max_tpm_take_tokens_per_request",
     "reward_model.timeout": f"{_LOOP}::test_timeout_scores_a_hanging_sample_zero_and_counts_it",
+    # the generative reward model's judge engine (verl/workers/genrm_engine.py)
+    "reward_model.rollout.name": "tests/e2e/test_genrm_e2e.py::test_grpo_scores_come_from_the_judge_engine",
+    "reward_model.rollout.dtype": f"{_GENRM}::test_dtype_sets_the_judge_model_dtype",
+    "reward_model.rollout.gpu_memory_utilization": f"{_GENRM}::test_vllm_judge_engine_takes_the_rollout_keys",
+    "reward_model.rollout.prompt_length": f"{_GENRM}::test_prompt_and_response_length_bound_each_request",
+    "reward_model.rollout.response_length": f"{_GENRM}::test_prompt_and_response_length_bound_each_request",
+    "reward_model.rollout.enable_prefix_caching": f"{_GENRM}::test_vllm_judge_engine_takes_the_rollout_keys",
+    "reward_model.rollout.engine_kwargs": f"{_GENRM}::test_vllm_judge_engine_takes_the_rollout_keys",
     "reward_model.reward_kwargs": f"{_LOAD_REWARD}::test_dapo_reads_overlong_buffer_from_config",
     "reward_model.launch_reward_fn_async": f"{_TRAINER_KEYS}::test_launch_reward_fn_async_matches_sync",
     "reward_model.sandbox_fusion.url": f"{_SANDBOX}::test_sandbox_fusion_keys_reach_the_code_reward",

@@ -183,5 +183,6 @@ def test_reward_loop_keys_are_checked_before_ray():
                for p in check_reward_model(cfg))
     refused = build_config(PPOTrainerConfig, {"reward_model": {"rollout": {"name": "vllm",
                                                                            "tensor_model_parallel_size": 2}}})
-    assert any("reward_model.rollout.name='vllm'" in p and "OpenAI-compatible" in p for p in refused.problems)
+    # the judge engine is built (test_genrm_engine.py); tensor parallelism across processes is not
+    assert any("reward_model.rollout.tensor_model_parallel_size" in p for p in refused.problems)
     assert build_config(PPOTrainerConfig, {"reward_model": {"num_workers": 0}}).problems

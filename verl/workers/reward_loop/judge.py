@@ -77,7 +77,7 @@ def parse_verdict(text: str, max_score: float = 10.0) -> float:
 
 
 class OpenAIJudge:
-    def __init__(self, base_url: str, model: str, *, api_key: str | None = None,
+    def __init__(self, base_url: str, model: str | None = None, *, api_key: str | None = None,
                  prompt_template: str = DEFAULT_JUDGE_TEMPLATE, max_score: float = 10.0,
                  request_timeout: float = 60.0, max_retries: int = 3, backoff_s: float = 0.5,
                  temperature: float = 0.0, max_tokens: int = 512) -> None:
@@ -111,8 +111,9 @@ class OpenAIJudge:
 
     async def complete(self, messages: list[dict[str, str]]) -> str:
         """The assistant text of one chat completion, with the retries and errors of the module docstring."""
-        body = {"model": self.model, "messages": messages, "temperature": self.temperature,
-                "max_tokens": self.max_tokens}
+        body = {"messages": messages, "temperature": self.temperature, "max_tokens": self.max_tokens}
+        if self.model is not None:  # None: the server's own model (one judge engine serves one)
+            body["model"] = self.model
         last = ""
         for attempt in range(self.max_retries + 1):
             if attempt:
@@ -165,10 +166,20 @@ _JUDGES: dict[tuple, OpenAIJudge] = {}
 
 
 async def judge_compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
-                              *, base_url: str, model: str, question_key: str = "question", **judge_kwargs: Any
-                              ) -> dict[str, Any]:
+                              *, base_url: str | None = None, model: str | None = None, question_key: str = "question",
+                              reward_router_address: str | None = None, reward_model_tokenizer: Any = None,
+                              **judge_kwargs: Any) -> dict[str, Any]:
     """A reward function scored by an OpenAI-compatible judge: ``{"score": verdict in [0, 1]}``. The question is
-    ``extra_info[question_key]`` (empty when absent); ``judge_kwargs`` go to ``OpenAIJudge``."""
+    ``extra_info[question_key]`` (empty when absent); ``judge_kwargs`` go to ``OpenAIJudge``.
+
+    The judge is ``base_url``, else the trainer's own judge engine (``reward_model.rollout.name``), whose
+    ``host:port`` comes as ``reward_router_address`` (upstream's argument; ``reward_model_tokenizer`` is not needed:
+    the server applies the judge's chat template)."""
+    if base_url is None:
+        if reward_router_address is None:
+            raise JudgeUnavailableError("no judge to ask: pass base_url (reward kwargs) or serve one with "
+                                        "reward_model.rollout.name=hf|vllm (reward_router_address)")
+        base_url = f"http://{reward_router_address}/v1"
     key = (base_url, model, tuple(sorted((k, repr(v)) for k, v in judge_kwargs.items())))
     judge = _JUDGES.get(key)
     if judge is None:

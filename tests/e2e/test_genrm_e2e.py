@@ -1,0 +1,43 @@
+"""A whole GRPO run whose reward comes from a generative reward model on its own engine: reward_model.rollout.name=hf
+serves a scripted tiny judge (it always answers ``SCORE: 7``) in a Ray actor; the reward loop scores every sample
+through examples/reward_loop/llm_judge.py, which reads the judge's address from reward_router_address."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.e2e import REPO, fit_run, make_arithmetic_data, make_tiny_model_dir, tiny_run_overrides
+
+pytestmark = pytest.mark.e2e  # ~1 min
+
+
+def test_grpo_scores_come_from_the_judge_engine(tmp_path: Path) -> None:
+    from tests.helpers.scripted_judge import build_scripted_judge_dir
+
+    model_dir = make_tiny_model_dir(tmp_path / "model")
+    data_dir = make_arithmetic_data(tmp_path / "data", train_size=8, test_size=4)
+    judge_dir = build_scripted_judge_dir(tmp_path / "judge", "SCORE: 7")
+    overrides = tiny_run_overrides(model_dir, data_dir, tmp_path / "run", n_workers=1) + [
+        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.mode=async",
+        "reward_model.enable=true", "reward_model.use_reward_loop=true", "reward_model.num_workers=2",
+        f"reward_model.model.path={judge_dir}", "reward_model.rollout.name=hf", "reward_model.rollout.dtype=float32",
+        "reward_model.rollout.prompt_length=512", "reward_model.rollout.response_length=16",
+        f"custom_reward_function.path={REPO / 'examples/reward_loop/llm_judge.py'}",
+    ]
+    seen = {}
+
+    def body(trainer) -> None:
+        assert trainer.rm_wg is None  # the judge engine replaces the reward-model worker
+        trainer.fit()
+        seen.update(trainer.genrm_stats)
+        seen["stopped"] = trainer.genrm is None
+
+    rows = fit_run(overrides, body)
+    assert len(rows) == 2
+    for row in rows:
+        assert row["critic/score/mean"] == pytest.approx(0.7)
+        assert row["critic/score/max"] == pytest.approx(0.7)
+    # 4 prompts x n=2 per step, 2 steps: every sample was scored by a request to the judge
+    assert seen["completed"] == 16 and seen["failed"] == 0 and seen["stopped"]

@@ -1,0 +1,92 @@
+"""The trainer's side of a generative reward model on its own engine (``reward_model.rollout.name``).
+
+The reward functions are built before Ray starts (load_reward_manager), the judge server after (it is a Ray actor),
+so they meet through one ``GenRMEndpoint`` per driver process: ``bind_genrm`` wraps the reward function so that each
+call gets ``reward_router_address`` / ``reward_model_tokenizer`` from it; ``start_genrm`` (the trainer's
+init_workers) starts the server and writes its address there; ``stop_genrm`` (the end of fit) stops it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from typing import Any
+
+from verl.utils.config_errors import RewardFunctionError
+from verl.workers.genrm_engine import GenRMEndpoint, RewardModelManager, bind_reward_router
+
+__all__ = ["ROUTER_KWARGS", "bind_genrm", "genrm_enabled", "genrm_endpoint", "start_genrm", "stop_genrm"]
+
+ROUTER_KWARGS = ("reward_router_address", "reward_model_tokenizer")
+_ENDPOINT: dict[str, GenRMEndpoint] = {}
+
+
+def genrm_enabled(config: Any) -> bool:
+    rm = config.reward_model
+    return bool(rm.enable and rm.rollout.name)
+
+
+def genrm_endpoint(config: Any) -> GenRMEndpoint:
+    """This driver's endpoint of the judge (one per process: the train and validation reward functions share it)."""
+    rm = config.reward_model
+    endpoint = _ENDPOINT.get("judge")
+    if endpoint is None or endpoint.model_path != rm.model.path:
+        endpoint = _ENDPOINT["judge"] = GenRMEndpoint(rm.model.path, rm.model.trust_remote_code)
+    return endpoint
+
+
+def bind_genrm(config: Any, compute_score: Any, custom: bool) -> Any:
+    """``compute_score`` asking the judge: checked to take upstream's two arguments, then bound to the endpoint.
+    ``custom``: it is the user's function (custom_reward_function.path or verl.train's reward_fn)."""
+    if not custom:
+        raise RewardFunctionError(
+            f"reward_model.rollout.name={config.reward_model.rollout.name}: a generative reward model scores through "
+            "your reward function, which asks the judge at reward_router_address (upstream's contract); set "
+            "custom_reward_function.path (examples/reward_loop/llm_judge.py is one). Serving a discriminative model "
+            "on the engine (upstream's /classify) is not built: drop reward_model.rollout.name to use the FSDP "
+            "reward-model worker.")
+    _check_router_kwargs(compute_score)
+    return bind_reward_router(compute_score, genrm_endpoint(config))
+
+
+def _check_router_kwargs(fn: Any) -> None:
+    target = fn
+    while hasattr(target, "func"):
+        target = target.func
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return
+    params = signature.parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    missing = [name for name in ROUTER_KWARGS if name not in params]
+    if missing:
+        raise RewardFunctionError(
+            f"custom reward function {getattr(target, '__name__', target)!r} must accept {', '.join(missing)} "
+            f"(its signature is {signature}): with reward_model.rollout.name the judge's address and tokenizer are "
+            "passed to every call, as upstream does. Add them (or **kwargs).")
+
+
+def start_genrm(config: Any) -> RewardModelManager | None:
+    """Start the judge server (when configured) and publish its address to the reward functions."""
+    if not genrm_enabled(config):
+        return None
+    rm = config.reward_model
+    manager = RewardModelManager(rm, device=config.trainer.device)
+    genrm_endpoint(config).address = manager.get_router_address()
+    print(f"[reward] judge engine ({rm.rollout.name}) for {rm.model.path} at http://{manager.get_router_address()}"
+          "/v1", flush=True)
+    return manager
+
+
+def stop_genrm(config: Any, manager: RewardModelManager | None) -> dict[str, Any]:
+    """Stop the judge server; returns (and prints) its counters."""
+    if manager is None:
+        return {}
+    try:
+        stats = manager.shutdown()
+    finally:
+        genrm_endpoint(config).address = None
+    print(f"[reward] judge engine stopped: {stats}", file=sys.stderr, flush=True)
+    return stats

@@ -1,0 +1,251 @@
+"""A generative reward model on its own engine (``reward_model.rollout.*``): upstream's RewardModelManager.
+
+``GenRMServer`` loads ``reward_model.model.path`` into an engine (``reward_model.rollout.name``: ``hf``, HF generate
+through the HF rollout; ``vllm``, the in-process vLLM engine of the vLLM rollout) and serves it as an
+OpenAI-compatible chat endpoint (verl.workers.rollout.chat_server) on the host's loopback. ``RewardModelManager``
+runs one ``GenRMServer`` in a Ray actor of its own (its own CPUs; with ``reward_model.enable_resource_pool`` its own
+``n_gpus_per_node x nnodes`` devices) and hands its ``host:port`` to the reward functions as
+``reward_router_address``, with the judge's tokenizer as ``reward_model_tokenizer`` (upstream's arguments):
+``GenRMEndpoint`` carries both into every process that scores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import logging
+from typing import Any
+
+from verl.workers.rollout.agent_loop.backends import HFBackend
+from verl.workers.rollout.agent_loop.server import seeded_global_generator
+from verl.workers.rollout.chat_server import ChatCompletionServer
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["GenRMEndpoint", "GenRMServer", "RewardModelManager", "bind_reward_router"]
+
+
+class JudgeHFBackend(HFBackend):
+    """The agent loop's HF backend, with each batch's ``top_p`` / ``top_k`` / ``seed`` taken from its requests (the
+    agent loop takes them from the rollout section): requests that differ in any of them are generated apart."""
+
+    def __init__(self, rollout: Any, meta: dict[str, Any], prompt_length: int) -> None:
+        super().__init__(rollout, meta, prompt_length)
+        self.base_config = rollout.config
+
+    @staticmethod
+    def _settings(params: dict[str, Any]) -> tuple:
+        return (params.get("temperature"), params.get("top_p"), params.get("top_k"), params.get("logprobs"),
+                params.get("seed"))
+
+    def step(self) -> list:
+        """One batch; a batch that fails is answered with its error and the engine goes on serving the others."""
+        if not self.queue:
+            return []
+        pending = list(self.queue)
+        params = pending[0].sampling_params
+        self.rollout.config = dataclasses.replace(self.base_config, top_p=float(params.get("top_p", 1.0)),
+                                                  top_k=int(params.get("top_k", -1)))
+        try:
+            if params.get("seed") is None:
+                return super().step()
+            with seeded_global_generator(int(params["seed"])):
+                return super().step()
+        except Exception as err:  # noqa: BLE001 - handed to every request of the batch (an HTTP 500 naming it)
+            for request in pending:
+                if request not in self.queue and not request.future.done():
+                    request.future.set_exception(RuntimeError(f"HF generate failed: {type(err).__name__}: {err}"))
+            return []
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    names = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
+             "half": torch.float16, "float32": torch.float32, "fp32": torch.float32, "float": torch.float32}
+    return names.get(name, "auto")
+
+
+def _hf_backend(rm: Any, tokenizer: Any, device: str) -> HFBackend:
+    from transformers import AutoModelForCausalLM
+
+    from verl.workers.config import RolloutConfig
+    from verl.workers.rollout.hf_rollout import HFRollout
+
+    dtype = _torch_dtype(rm.rollout.dtype)
+    module = AutoModelForCausalLM.from_pretrained(rm.model.path, dtype=dtype,
+                                                  trust_remote_code=rm.model.trust_remote_code).to(device)
+    module.eval()
+    config = RolloutConfig(name="hf", prompt_length=rm.rollout.prompt_length,
+                           response_length=rm.rollout.response_length, calculate_log_probs=False)
+    meta = {"eos_token_id": _eos_ids(module, tokenizer), "pad_token_id": _pad_id(tokenizer), "validate": False}
+    return JudgeHFBackend(HFRollout(module, config), meta, prompt_length=1)
+
+
+def vllm_judge_config(rm: Any) -> Any:
+    """The vLLM rollout's config for the judge: reward_model.rollout's keys, weights loaded from model.path."""
+    from verl.workers.config import RolloutConfig
+
+    vllm_kwargs = dict(rm.rollout.engine_kwargs.get("vllm") or {})
+    vllm_kwargs.setdefault("enable_prefix_caching", rm.rollout.enable_prefix_caching)
+    return RolloutConfig(name="vllm", dtype=rm.rollout.dtype, prompt_length=rm.rollout.prompt_length,
+                         response_length=rm.rollout.response_length,
+                         gpu_memory_utilization=rm.rollout.gpu_memory_utilization, load_format="auto",
+                         free_cache_engine=False, engine_kwargs={"vllm": vllm_kwargs, "sglang": {}})
+
+
+def _vllm_backend(rm: Any) -> Any:
+    from verl.workers.rollout.agent_loop.backends import VLLMBackend
+    from verl.workers.rollout.vllm_rollout import vLLMRollout
+
+    rollout = vLLMRollout(rm.model.path, vllm_judge_config(rm), trust_remote_code=rm.model.trust_remote_code)
+    return VLLMBackend(rollout, {})
+
+
+def _eos_ids(module: Any, tokenizer: Any) -> list[int]:
+    ids = getattr(getattr(module, "generation_config", None), "eos_token_id", None)
+    ids = ids if isinstance(ids, list) else [ids] if ids is not None else []
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    if not ids:
+        raise ValueError("reward_model.model.path: the judge model has no eos token (tokenizer or generation config)")
+    return ids
+
+
+def _pad_id(tokenizer: Any) -> int:
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return int(pad)
+
+
+class GenRMServer:
+    """The judge model on its engine behind an OpenAI-compatible endpoint, in this process. ``rm``: the typed
+    ``reward_model`` section; ``host``: where to listen (loopback unless the cluster spans nodes)."""
+
+    def __init__(self, rm: Any, host: str = "127.0.0.1", num_threads: int | None = None,
+                 start_engine: bool = True) -> None:
+        import torch
+
+        from verl.models.loader import load_tokenizer
+
+        if num_threads:
+            torch.set_num_threads(int(num_threads))
+        if rm.model.external_lib:
+            import importlib
+
+            importlib.import_module(rm.model.external_lib)
+        self.tokenizer = load_tokenizer(rm.model.path, "reward_model.model.path",
+                                        trust_remote_code=rm.model.trust_remote_code)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        backend = _hf_backend(rm, self.tokenizer, device) if rm.rollout.name == "hf" else _vllm_backend(rm)
+        self.server = ChatCompletionServer(backend, self.tokenizer, [rm.model.path, "judge"],
+                                           rm.rollout.prompt_length, rm.rollout.response_length)
+        if start_engine:
+            self.server.start_engine()
+        self.router_address = self.server.start_http(host, 0)
+        logger.info("judge engine (%s) for %s serving on %s", rm.rollout.name, rm.model.path, self.router_address)
+
+    def address(self) -> str:
+        return self.router_address
+
+    def stats(self) -> dict[str, Any]:
+        return self.server.stats()
+
+    def start_engine(self) -> None:
+        self.server.start_engine()
+
+    def shutdown(self) -> dict[str, Any]:
+        stats = self.server.stats()
+        self.server.stop()
+        return stats
+
+
+class RewardModelManager:
+    """Upstream's name: starts the judge server in a Ray actor (``reward_model.rollout.*``), ``get_router_address()``
+    is its ``host:port``, ``shutdown()`` stops it and returns its counters. ``device``: trainer.device."""
+
+    def __init__(self, rm: Any, device: str = "cpu") -> None:
+        import ray
+
+        own_pool = rm.enable_resource_pool
+        size = max(1, rm.n_gpus_per_node * rm.nnodes) if own_pool else 1
+        use_gpu = device != "cpu" and own_pool
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        host = "127.0.0.1" if len(nodes) <= 1 else "0.0.0.0"  # noqa: S104 - several nodes: reachable from them
+        options = {"num_cpus": size, "num_gpus": size if use_gpu else 0, "name": f"verl_genrm_{id(self):x}"}
+        self.actor = ray.remote(GenRMServer).options(**options).remote(rm, host=host, num_threads=size)
+        address = ray.get(self.actor.address.remote())
+        if host == "0.0.0.0":  # noqa: S104
+            node_ip = ray.get(self.actor.__ray_call__.remote(lambda _self: ray.util.get_node_ip_address()))
+            address = f"{node_ip}:{address.rsplit(':', 1)[1]}"
+        self.router_address = address
+        self.stats: dict[str, Any] = {}
+
+    def get_router_address(self) -> str:
+        return self.router_address
+
+    def current_stats(self) -> dict[str, Any]:
+        import ray
+
+        return ray.get(self.actor.stats.remote())
+
+    def shutdown(self) -> dict[str, Any]:
+        import ray
+
+        if self.actor is None:
+            return self.stats
+        try:
+            self.stats = ray.get(self.actor.shutdown.remote())
+        finally:
+            ray.kill(self.actor)
+            self.actor = None
+        return self.stats
+
+
+class GenRMEndpoint:
+    """Where the judge listens, for the reward functions: ``address`` (``host:port``, set once the server is up) and
+    the judge's tokenizer (loaded on first use in each process, never pickled)."""
+
+    def __init__(self, model_path: str | None = None, trust_remote_code: bool = False) -> None:
+        self.model_path = model_path
+        self.trust_remote_code = trust_remote_code
+        self.address: str | None = None
+        self._tokenizer = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_tokenizer": None}
+
+    def kwargs(self) -> dict[str, Any]:
+        if self.address is None:
+            raise RuntimeError("the generative reward model's server is not running (reward_model.rollout.name): "
+                               "the trainer starts it in init_workers(), before the first rollout is scored")
+        return {"reward_router_address": self.address, "reward_model_tokenizer": self.tokenizer()}
+
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None and self.model_path:
+            from verl.models.loader import load_tokenizer
+
+            self._tokenizer = load_tokenizer(self.model_path, "reward_model.model.path",
+                                             trust_remote_code=self.trust_remote_code)
+        return self._tokenizer
+
+
+def bind_reward_router(fn: Any, endpoint: GenRMEndpoint) -> Any:
+    """``fn`` called with ``reward_router_address`` and ``reward_model_tokenizer`` from ``endpoint`` at call time
+    (upstream passes both to every reward function when a reward model serves). Stays a coroutine function when
+    ``fn`` is one; the endpoint travels by value with the function (cloudpickle), address included."""
+    target = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    if inspect.iscoroutinefunction(target):
+        async def scored_async(*args: Any, **kwargs: Any) -> Any:
+            return await fn(*args, **kwargs, **endpoint.kwargs())
+
+        scored_async.__wrapped_reward__ = fn  # type: ignore[attr-defined]
+        return scored_async
+
+    def scored(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs, **endpoint.kwargs())
+
+    scored.__wrapped_reward__ = fn  # type: ignore[attr-defined]
+    return scored
