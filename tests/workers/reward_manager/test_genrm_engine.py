@@ -162,6 +162,8 @@ def _problems(overrides: list[str]) -> str:
 
 def test_upstream_style_command_lines_pass_the_check():
     cfg = _check(UPSTREAM_STYLE)
+    # keys that follow the critic's follow it here too, and are not counted as set
+    assert _check([*UPSTREAM_STYLE, "critic.use_dynamic_bsz=true"]).reward_model.use_dynamic_bsz is True
     assert cfg.reward_model.rollout.name == "hf" and cfg.reward_model.rollout.prompt_length == 1024
     assert _check([*UPSTREAM_STYLE, "reward_model.rollout.name=vllm",
                    "+reward_model.rollout.engine_kwargs.vllm.served_model_name=judge"]).reward_model.rollout.name == "vllm"
@@ -175,6 +177,12 @@ def test_upstream_style_command_lines_pass_the_check():
     (["reward_model.rollout.tensor_model_parallel_size=2"], "reward_model.rollout.tensor_model_parallel_size"),
     (["reward_model.max_length=512"], "reward_model.max_length"),
     (["+reward_model.rollout.engine_kwargs.sglang.mem_fraction_static=0.5"], "reward_model.rollout.engine_kwargs"),
+    # the discriminative worker's keys, set away from their yaml defaults (which follow other sections)
+    (["reward_model.micro_batch_size_per_gpu=8"], "reward_model.micro_batch_size_per_gpu"),
+    (["reward_model.use_dynamic_bsz=true"], "reward_model.use_dynamic_bsz"),
+    (["reward_model.forward_max_token_len_per_gpu=4096"], "reward_model.forward_max_token_len_per_gpu"),
+    (["reward_model.model.fsdp_config.param_offload=true"], "reward_model.model.fsdp_config"),
+    (["reward_model.model.input_tokenizer=/models/other"], "reward_model.model.input_tokenizer"),
 ])
 def test_bad_genrm_settings_are_refused_naming_the_key(change, named):
     assert named in _problems([*UPSTREAM_STYLE, *change])

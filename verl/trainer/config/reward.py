@@ -188,11 +188,32 @@ def check_genrm(cfg: Any) -> list[str]:
         if value != default:
             problems.append(f"reward_model.{key}={value!r} is read by the discriminative reward-model worker, which "
                             f"reward_model.rollout.name={engine} replaces by the judge engine; drop the key.")
+    problems += _disrm_keys_set(cfg, engine)
     engine_kwargs = rm.rollout.engine_kwargs
     others = sorted(k for k, v in engine_kwargs.items() if v and k != engine)
     if others or (engine == "hf" and engine_kwargs.get("hf")):
         problems.append(f"reward_model.rollout.engine_kwargs.{(others or ['hf'])[0]} is read by another engine than "
                         f"reward_model.rollout.name={engine} (vllm: passed to vllm.LLM; hf takes none); drop it.")
+    return problems
+
+
+def _disrm_keys_set(cfg: Any, engine: str) -> list[str]:
+    """The discriminative worker's keys whose yaml defaults follow other sections (critic's batching, the policy's
+    tokenizer) or are whole sections: set away from those, they would be ignored by the judge engine."""
+    rm = cfg.reward_model
+    followed = {
+        "micro_batch_size_per_gpu": (rm.micro_batch_size_per_gpu, 2),
+        "use_dynamic_bsz": (rm.use_dynamic_bsz, cfg.critic.use_dynamic_bsz),
+        "forward_max_token_len_per_gpu": (rm.forward_max_token_len_per_gpu, cfg.critic.forward_max_token_len_per_gpu),
+        "model.fsdp_config": (rm.model.fsdp_config, FSDPEngineConfig()),
+    }
+    problems = [f"reward_model.{key} is read by the discriminative reward-model worker, which "
+                f"reward_model.rollout.name={engine} replaces by the judge engine; drop the key."
+                for key, (value, default) in followed.items() if value != default]
+    if rm.model.input_tokenizer not in (None, cfg.actor_rollout_ref.model.path):
+        problems.append(f"reward_model.model.input_tokenizer={rm.model.input_tokenizer!r}: the judge engine renders "
+                        f"its prompts with reward_model.model.path's own chat template (reward_model.rollout.name="
+                        f"{engine}), so no input tokenizer is read; drop the key.")
     return problems
 
 
