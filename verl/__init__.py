@@ -1,8 +1,12 @@
 """verl: reinforcement-learning post-training of LLMs on the HybridFlow design."""
 
+import os
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+
+# The package's folder, as upstream names it (code finds the bundled yaml under version_folder/trainer/config).
+version_folder = os.path.dirname(os.path.abspath(__file__))
 
 if TYPE_CHECKING:  # for IDEs and type checkers only: at run time these resolve lazily in __getattr__
     from verl.protocol import DataProto

@@ -14,6 +14,10 @@ from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, ClassVar
 
 
+class MissingConfigKeyError(KeyError, AttributeError):
+    """A config section has no such key: a KeyError for mapping code, an AttributeError as upstream raises."""
+
+
 @dataclass
 class BaseConfig(Mapping):
     """Attribute and mapping access to a dataclass; fields frozen unless named in ``_mutable_fields``."""
@@ -33,9 +37,16 @@ class BaseConfig(Mapping):
         return getattr(self, key) if key in self else default
 
     def __getitem__(self, key: str) -> Any:
-        if key not in self:
-            raise KeyError(key)
-        return getattr(self, key)
+        # Upstream reads cfg[key] as getattr(cfg, key): a missing key raises AttributeError and a key that is
+        # not a string TypeError. The missing-key error is also a KeyError, so mapping code keeps working.
+        if not isinstance(key, str):
+            raise TypeError(f"{type(self).__name__} keys are strings, got {type(key).__name__} {key!r}")
+        try:
+            return getattr(self, key)
+        except AttributeError:
+            raise MissingConfigKeyError(
+                f"{type(self).__name__} has no key {key!r}; its keys are {list(_field_names(type(self)))}"
+            ) from None
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and key in _field_names(type(self))

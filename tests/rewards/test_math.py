@@ -89,3 +89,17 @@ def test_math_dapo_answer_line_and_box():
     assert math_dapo.compute_score("no answer at all", "42") == {"score": -1.0, "acc": False, "pred": ""}
     strict = math_dapo.compute_score("Answer: 7 but \\boxed{42}", "42", strict_box_verify=True)
     assert strict["acc"] is True
+
+
+@pytest.mark.parametrize("raw, canonical", [("033", "33"), ("+033", "33"), ("-0", "0"), ("000", "0"), ("-12", "-12")])
+def test_canonical_int_rewrites_plain_signed_integers(raw, canonical):
+    from verl.utils.reward_score.math import _canonical_int_if_safe
+
+    assert _canonical_int_if_safe(raw) == canonical
+
+
+@pytest.mark.parametrize("text", ["3.3", "foo", "--33", "", "+", "33a", "1,000"])
+def test_canonical_int_leaves_anything_else_unchanged(text):
+    from verl.utils.reward_score.math import _canonical_int_if_safe
+
+    assert _canonical_int_if_safe(text) == text

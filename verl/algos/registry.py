@@ -7,6 +7,7 @@ and there is no if-chain on strings anywhere.
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from typing import Any, Callable, TypeVar
 
@@ -69,11 +70,24 @@ def _register(registry: dict[str, Callable[..., Any]], kind: str, name: str, fn:
 
 def _lookup(registry: dict[str, Callable[..., Any]], kind: str, config_key: str, name: str) -> Callable[..., Any]:
     if name not in registry:
+        # "Unknown <kind> simply: <name>" is upstream's wording, which callers match on; the rest is ours.
         raise ValueError(
-            f"Unknown {kind} {name!r} (config key {config_key}). Known: {sorted(registry)}. "
+            f"Unknown {kind} simply: {name} (config key {config_key}). Known: {sorted(registry)}. "
             f"A custom one must be registered (decorated) before the trainer starts."
         )
     return registry[name]
+
+
+def _adv_registry() -> dict[str, Callable[..., Any]]:
+    """The estimator registry as `verl.algos` (alias `core_algos`) shows it now.
+
+    Upstream's decorator and lookup read the module attribute at call time, so code that rebinds
+    `core_algos.ADV_ESTIMATOR_REGISTRY` to a dict of its own (upstream's own tests do) registers into,
+    and looks up in, that dict. Unbound, it is this module's registry.
+    """
+    package = sys.modules.get("verl.algos")
+    registry = getattr(package, "ADV_ESTIMATOR_REGISTRY", None)
+    return registry if isinstance(registry, dict) else ADV_ESTIMATOR_REGISTRY
 
 
 def register_adv_est(name_or_enum: str | AdvantageEstimator) -> Callable[[F], F]:
@@ -85,13 +99,13 @@ def register_adv_est(name_or_enum: str | AdvantageEstimator) -> Callable[[F], F]
     name = _name_of(name_or_enum)
 
     def decorator(fn: F) -> F:
-        return _register(ADV_ESTIMATOR_REGISTRY, "Advantage estimator", name, fn)
+        return _register(_adv_registry(), "Advantage estimator", name, fn)
 
     return decorator
 
 
 def get_adv_estimator_fn(name_or_enum: str | AdvantageEstimator) -> Callable[..., Any]:
-    return _lookup(ADV_ESTIMATOR_REGISTRY, "advantage estimator", "algorithm.adv_estimator", _name_of(name_or_enum))
+    return _lookup(_adv_registry(), "advantage estimator", "algorithm.adv_estimator", _name_of(name_or_enum))
 
 
 def register_policy_loss(name: str) -> Callable[[F], F]:
@@ -109,4 +123,3 @@ def register_policy_loss(name: str) -> Callable[[F], F]:
 
 def get_policy_loss_fn(name: str) -> Callable[..., Any]:
     return _lookup(POLICY_LOSS_REGISTRY, "policy loss", "actor_rollout_ref.actor.policy_loss.loss_mode", name)
-

@@ -43,6 +43,14 @@ def remove_boxed(boxed: str) -> str:
     raise ValueError(f"remove_boxed: expected '\\boxed{{...}}', got {boxed!r}")
 
 
+_PLAIN_INT = re.compile(r"[+-]?\d+")
+
+
+def _canonical_int_if_safe(text: str) -> str:
+    """`"+033"` -> `"33"`, `"-0"` -> `"0"`: a plain signed integer in canonical form; anything else unchanged."""
+    return str(int(text)) if _PLAIN_INT.fullmatch(text) else text
+
+
 def extract_boxed_answer(text: str) -> str | None:
     boxed = last_boxed_only_string(text)
     return None if boxed is None else remove_boxed(boxed)

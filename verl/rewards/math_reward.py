@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from verl.rewards import math_verify as _math_verify
-from verl.rewards.math_normalize import extract_boxed_answer, is_equiv
+from verl.rewards.math_normalize import (  # noqa: F401  (upstream's names at verl.utils.reward_score.math)
+    _canonical_int_if_safe,
+    extract_boxed_answer,
+    is_equiv,
+    last_boxed_only_string,
+    remove_boxed,
+)
 
 
 def _strip_boxed_truth(ground_truth: str) -> str:
