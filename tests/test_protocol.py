@@ -210,6 +210,8 @@ def test_union_helpers_compare_object_arrays_elementwise():
     assert set(union_numpy_dict(nested_a, nested_b)) == {"info", "nan"}
     with pytest.raises(ValueError, match="'info'"):
         union_numpy_dict(nested_a, {"info": np.array([{"k": [1, 2]}, {"k": [4]}], dtype=object)})
+    with pytest.raises(AssertionError, match="`info` in tensor_dict1 and tensor_dict2 are not the same object"):
+        union_numpy_dict(nested_a, {"info": np.array([{"k": [1, 2]}, {"k": [5]}], dtype=object)})
     td = TensorDict({"x": torch.ones(2)}, batch_size=[2])
     with pytest.raises(ValueError, match="different sizes"):
         union_tensor_dict(td, TensorDict({"y": torch.ones(3)}, batch_size=[3]))

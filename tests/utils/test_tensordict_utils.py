@@ -109,3 +109,20 @@ def test_pad_unpad_and_iterator():
     assert order[0] == order[1] and sorted(order[0]) == [1, 3, 5]
     with pytest.raises(AssertionError):
         tu.make_iterator(td, mini_batch_size=2, epochs=1)
+
+
+def test_pop_with_keys_as_upstream():
+    td = tu.get_tensordict({"obs": torch.arange(4).view(4, 1), "act": torch.zeros(4, 2)}, non_tensor_dict={"a": 1, "b": 2})
+    popped = tu.pop(td, keys=["obs", "a"])
+    assert set(popped.keys()) == {"obs", "a"} and popped.batch_size[0] == 4 and popped["a"] == 1
+    assert set(td.keys()) == {"act", "b"}
+    assert set(tu.pop(td, ["act"]).keys()) == {"act"} and set(td.keys()) == {"b"}
+    with pytest.raises(AssertionError, match="either key or keys"):
+        tu.pop(td, "b", keys=["b"])
+
+
+def test_assign_non_tensor_dict():
+    td = tu.get_tensordict({"obs": torch.zeros(2, 1)})
+    assert tu.assign_non_tensor_dict(td, {"temperature": 0.7, "tags": ["x", "y", "z"]}) is td
+    assert td["temperature"] == 0.7 and td["tags"] == ["x", "y", "z"]
+    assert isinstance(td.get("tags"), NonTensorData)

@@ -106,8 +106,8 @@ def union_numpy_dict(dict1: dict[str, np.ndarray], dict2: dict[str, np.ndarray])
     for key, value in dict2.items():
         if key in dict1 and not values_equal(dict1[key], value):
             raise ProtocolAssertionError(
-                f"union conflict on non_tensor_batch key {key!r}: both sides hold it with different values; "
-                f"rename or pop one side first"
+                f"`{key}` in tensor_dict1 and tensor_dict2 are not the same object. (union conflict on "
+                f"non_tensor_batch key {key!r}: both sides hold it with different values; rename or pop one side first)"
             )
         dict1[key] = value
     return dict1

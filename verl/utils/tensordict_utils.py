@@ -18,6 +18,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict
 __all__ = [
     "assert_tensordict_eq",
     "assign_non_tensor",
+    "assign_non_tensor_dict",
     "assign_non_tensor_data",
     "assign_non_tensor_stack",
     "concat_nested_tensors",
@@ -58,6 +59,13 @@ def assign_non_tensor_stack(tensor_dict: TensorDict, key: str, val: list) -> Non
     """Store a per-row list (items may be lists, dicts, strings...) under ``key``."""
     _require(isinstance(tensor_dict, TensorDict), f"assign_non_tensor_stack needs a TensorDict, got {type(tensor_dict).__name__}")
     tensor_dict[key] = _stack(val)
+
+
+def assign_non_tensor_dict(tensor_dict: TensorDict, non_tensor_dict: dict) -> TensorDict:
+    """Store every item of ``non_tensor_dict`` as a batch-wide value (``NonTensorData``); returns ``tensor_dict``."""
+    for key, val in non_tensor_dict.items():
+        assign_non_tensor_data(tensor_dict, key, val)
+    return tensor_dict
 
 
 def assign_non_tensor(tensor_dict: TensorDict, **kwargs: Any) -> TensorDict:
@@ -237,8 +245,14 @@ def get(tensordict: TensorDict, key: str, default: Any = None) -> Any:
     return _unwrapped(tensordict.get(key)) if key in tensordict.keys() else default
 
 
-def pop(tensordict: TensorDict, key: str, default: Any = None) -> Any:
-    """Remove ``key`` and return it unwrapped, or ``default`` when absent."""
+def pop(tensordict: TensorDict, key: str | Iterable[str] | None = None, default: Any = None, *,
+        keys: Iterable[str] | None = None) -> Any:
+    """Upstream's form ``pop(td, keys=[...])`` (or a list as ``key``): remove those keys and return them as a new
+    TensorDict, as :func:`pop_keys`. With one key name: remove it and return it unwrapped, or ``default``."""
+    if keys is not None or (key is not None and not isinstance(key, str)):
+        _require(keys is None or key is None, "pop: pass either key or keys, not both")
+        return pop_keys(tensordict, key if keys is None else keys)
+    _require(key is not None, "pop: name a key (or keys=[...])")
     return _unwrapped(tensordict.pop(key)) if key in tensordict.keys() else default
 
 
