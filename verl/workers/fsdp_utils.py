@@ -185,26 +185,26 @@ def build_optimizer(module: torch.nn.Module, optim: OptimizerConfig, key: str) -
 
 def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: FSDPOptimizerConfig, key: str) -> torch.optim.lr_scheduler.LRScheduler:
     """The FSDPOptimizerConfig's schedule: linear warmup (lr_warmup_steps, or lr_warmup_steps_ratio of
-    total_training_steps when it is negative), then constant or cosine (warmup_style)."""
+    total_training_steps when it is negative), then constant or cosine (lr_scheduler_type; the deprecated warmup_style is folded into it)."""
     from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
     total = optim.total_training_steps
     warmup = optim.lr_warmup_steps
     if warmup < 0:
         warmup = int(math.floor(optim.lr_warmup_steps_ratio * max(total, 0)))
-    style = optim.warmup_style
+    style = optim.lr_scheduler_type
     if style == "constant":
         return get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup)
     if style == "cosine":
         if total <= 0:
-            raise ValueError(f"{key}.warmup_style=cosine needs {key}.total_training_steps > 0 (the trainer sets it)")
+            raise ValueError(f"{key}.lr_scheduler_type=cosine needs {key}.total_training_steps > 0 (the trainer sets it)")
         return get_cosine_schedule_with_warmup(
             optimizer, num_warmup_steps=warmup, num_training_steps=total,
             # upstream's yaml allows null here, meaning no floor
             min_lr_ratio=0.0 if optim.min_lr_ratio is None else optim.min_lr_ratio,
             num_cycles=optim.num_cycles,
         )
-    raise ValueError(f"{key}.warmup_style={style!r}: use 'constant' or 'cosine'")
+    raise ValueError(f"{key}.lr_scheduler_type={style!r} is not implemented: use 'constant' or 'cosine'")
 
 
 def world_size() -> int:

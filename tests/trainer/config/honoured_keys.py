@@ -81,7 +81,7 @@ def _fsdp(prefix: str) -> dict[str, str]:
 def _optim(prefix: str) -> dict[str, str]:
     test = f"{_KEYS}::test_optim_keys_build_the_optimizer_and_its_schedule"
     keys = ("lr", "lr_warmup_steps", "lr_warmup_steps_ratio", "min_lr_ratio", "num_cycles", "warmup_style",
-            "total_training_steps", "weight_decay", "betas")
+            "lr_scheduler_type", "total_training_steps", "weight_decay", "betas")
     return {f"{prefix}.{key}": test for key in keys} | {
         f"{prefix}.clip_grad": f"{_UPSTREAM}::test_optim_clip_grad_is_the_roles_grad_clip"}
 

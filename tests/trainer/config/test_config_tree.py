@@ -94,7 +94,7 @@ def test_omega_conf_to_dataclass_builds_the_targets_class_as_the_check_does():
     rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout, RolloutConfig)
     assert rollout == typed.actor_rollout_ref.rollout
     optim = omega_conf_to_dataclass({"lr": 3e-6}, FSDPOptimizerConfig)
-    assert optim.lr == 3e-6 and optim.warmup_style == "constant"  # the rest: the defaults
+    assert optim.lr == 3e-6 and optim.lr_scheduler_type == "constant"  # the rest: the defaults
     from verl.utils import omega_conf_to_dataclass as from_utils
 
     assert from_utils is omega_conf_to_dataclass

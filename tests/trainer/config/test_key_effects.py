@@ -406,14 +406,21 @@ def test_optim_keys_build_the_optimizer_and_its_schedule(section):
                                section).param_groups
     assert (group["lr"], group["betas"], group["weight_decay"]) == (0.1, (0.5, 0.6), 0.2)
     # constant: warmup of lr_warmup_steps, or (when it is -1) lr_warmup_steps_ratio of total_training_steps
-    ratio = optim("lr=0.1", "warmup_style=constant", "lr_warmup_steps=-1", "lr_warmup_steps_ratio=0.25",
+    ratio = optim("lr=0.1", "lr_scheduler_type=constant", "lr_warmup_steps=-1", "lr_warmup_steps_ratio=0.25",
                   "total_training_steps=8")
     assert lrs(ratio, 4) == pytest.approx([0.0, 0.05, 0.1, 0.1])
-    steps = optim("lr=0.1", "warmup_style=constant", "lr_warmup_steps=1", "lr_warmup_steps_ratio=0.25")
+    steps = optim("lr=0.1", "lr_scheduler_type=constant", "lr_warmup_steps=1", "lr_warmup_steps_ratio=0.25")
     assert lrs(steps, 3) == pytest.approx([0.0, 0.1, 0.1])
     # cosine from lr to min_lr_ratio * lr over total_training_steps: lr * (0.6 + 0.4 cos(2 pi num_cycles s / 4))
-    cosine = ["lr=0.1", "warmup_style=cosine", "lr_warmup_steps=0", "min_lr_ratio=0.2", "total_training_steps=4"]
+    cosine = ["lr=0.1", "lr_scheduler_type=cosine", "lr_warmup_steps=0", "min_lr_ratio=0.2", "total_training_steps=4"]
     assert lrs(optim(*cosine, "num_cycles=0.5"), 5) == pytest.approx([0.1, 0.0883, 0.06, 0.0317, 0.02], abs=1e-4)
+    # upstream's deprecated warmup_style still picks the schedule; a schedule we do not implement is refused
+    legacy = ["lr=0.1", "warmup_style=cosine", "lr_warmup_steps=0", "min_lr_ratio=0.2", "total_training_steps=4"]
+    assert lrs(optim(*legacy), 5) == pytest.approx([0.1, 0.0883, 0.06, 0.0317, 0.02], abs=1e-4)
+    with pytest.raises(ValueError, match="lr_scheduler_type"):
+        optim("lr_scheduler_type=linear")
+    with pytest.raises(ValueError, match="disagree"):
+        optim("lr_scheduler_type=cosine", "warmup_style=constant")
     assert lrs(optim(*cosine, "num_cycles=1.0"), 5) == pytest.approx([0.1, 0.06, 0.02, 0.06, 0.1], abs=1e-4)
     # the trainer fills total_training_steps in from its own horizon before the workers build the schedules
     config = typed("trainer.total_training_steps=6")

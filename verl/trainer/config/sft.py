@@ -136,7 +136,7 @@ class SFTOptimConfig(MutableConfig):
     def to_engine(self, total_training_steps: int) -> FSDPOptimizerConfig:
         """The shared FSDPOptimizerConfig that build_optimizer / build_lr_scheduler read."""
         return FSDPOptimizerConfig(lr=self.lr, betas=list(self.betas), weight_decay=self.weight_decay, lr_warmup_steps=-1,
-                           lr_warmup_steps_ratio=self.warmup_steps_ratio, warmup_style=self.lr_scheduler,
+                           lr_warmup_steps_ratio=self.warmup_steps_ratio, lr_scheduler_type=self.lr_scheduler,
                            min_lr_ratio=self.min_lr_ratio, total_training_steps=total_training_steps)
 
 
