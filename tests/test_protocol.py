@@ -456,3 +456,16 @@ def test_dataproto_future_collects_and_dispatches(local_ray):
     assert [rows(q.get()) for q in quarters] == [[2], [3]]
     # a future itself travels through Ray (cloudpickle), as the single controller passes it to workers
     assert rows(ray.get(ray.put(halves[0])).get()) == [0, 1]
+
+
+def test_union_compares_self_referencing_object_arrays():
+    # an object array that holds itself: two such cycles of the same shape are equal, and no RecursionError
+    first, second = np.array([None], dtype=object), np.array([None], dtype=object)
+    first[0], second[0] = first, second
+    assert set(union_numpy_dict({"data": first}, {"data": second})) == {"data"}
+    looped = np.array([None, 1], dtype=object)
+    looped[0] = looped
+    other = np.array([None, 2], dtype=object)
+    other[0] = other
+    with pytest.raises(AssertionError, match="`data` in tensor_dict1"):
+        union_numpy_dict({"data": looped}, {"data": other})

@@ -61,10 +61,27 @@ def to_object_array(key: str, value: Any) -> np.ndarray:
     )
 
 
-def values_equal(a: Any, b: Any) -> bool:
-    """Equality that works for tensors, (object) arrays, containers and NaN (NaN equals NaN: same value)."""
+def values_equal(a: Any, b: Any, _open: set[tuple[int, int]] | None = None) -> bool:
+    """Equality that works for tensors, (object) arrays, containers and NaN (NaN equals NaN: same value).
+
+    Containers that hold themselves (an object array whose element is the array) compare without recursing
+    forever: a pair already being compared further up counts as equal, so two same-shaped cycles are equal."""
     if a is b:
         return True
+    if isinstance(a, (np.ndarray, dict, list, tuple)):
+        pair = (id(a), id(b))
+        _open = set() if _open is None else _open
+        if pair in _open:
+            return True
+        _open.add(pair)
+        try:
+            return _containers_equal(a, b, _open)
+        finally:
+            _open.discard(pair)
+    return _containers_equal(a, b, _open)
+
+
+def _containers_equal(a: Any, b: Any, _open: set[tuple[int, int]] | None) -> bool:
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             return False
@@ -74,11 +91,11 @@ def values_equal(a: Any, b: Any) -> bool:
             return False
         if a.dtype != object and b.dtype != object:
             return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc" and b.dtype.kind in "fc"))
-        return all(values_equal(x, y) for x, y in zip(a.ravel(), b.ravel()))
+        return all(values_equal(x, y, _open) for x, y in zip(a.ravel(), b.ravel()))
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(values_equal(a[k], b[k], _open) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and len(a) == len(b) and all(values_equal(x, y, _open) for x, y in zip(a, b))
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     result = a == b
