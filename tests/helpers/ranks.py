@@ -39,7 +39,9 @@ def run_ranks(fn: Callable[..., None], *args: Any, nprocs: int, timeout_s: float
 
     ``fn`` must be a module-level function (spawn pickles it by name).
     """
-    manager = mp.Manager()
+    # The manager's server process is spawned too: mp.Manager() forks it, with the hazard above (in a loaded full
+    # suite the forked server once died before answering: ConnectionResetError in manager.dict()).
+    manager = mp.get_context("spawn").Manager()
     try:
         results = manager.dict()
         context = mp.start_processes(_run_then_exit, args=(fn, *args, results), nprocs=nprocs, join=False, start_method="spawn")
