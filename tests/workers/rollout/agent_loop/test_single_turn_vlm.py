@@ -9,9 +9,10 @@ import copy
 import pytest
 import torch
 
+from tests.helpers.tiny_vlm import collated_vlm_prompts
 from tests.helpers.typed_config import typed_section
 from tests.workers.actor.test_dp_actor import actor_config
-from tests.workers.rollout.test_hf_rollout_vlm import gen_batch, vlm_prompts, with_images
+from tests.workers.rollout.test_hf_rollout_vlm import gen_batch, with_images
 from verl.protocol import DataProto
 from verl.trainer.config import ActorRolloutRefConfig
 from verl.trainer.ppo.agent_rollout import pop_generation_input
@@ -55,7 +56,7 @@ def _generate(model, config, processor, prompts: DataProto) -> tuple[DataProto, 
 def test_greedy_single_turn_with_images_equals_the_sync_rollout(tmp_path):
     from tests.helpers.tiny_vlm import tiny_vlm
 
-    batch, tokenizer, processor = vlm_prompts(tmp_path, "qwen2_5_vl")
+    batch, tokenizer, processor = collated_vlm_prompts(tmp_path, "qwen2_5_vl")
     model = tiny_vlm("qwen2_5_vl")
     config = _config()
     sync = HFRollout(model, config.rollout).generate_sequences(
@@ -70,7 +71,7 @@ def test_greedy_single_turn_with_images_equals_the_sync_rollout(tmp_path):
 def test_sampled_log_probs_with_images_equal_the_actors(tmp_path):
     from tests.helpers.tiny_vlm import tiny_vlm
 
-    batch, tokenizer, processor = vlm_prompts(tmp_path, "qwen2_vl")
+    batch, tokenizer, processor = collated_vlm_prompts(tmp_path, "qwen2_vl")
     model = tiny_vlm("qwen2_vl")
     torch.manual_seed(5)
     prompts = _async_batch(batch, tokenizer, do_sample=True)
@@ -98,7 +99,7 @@ class BlindAgent(AgentLoopBase):
 def test_a_loop_that_drops_the_rows_images_is_refused(tmp_path):
     from tests.helpers.tiny_vlm import tiny_vlm
 
-    batch, tokenizer, processor = vlm_prompts(tmp_path, "qwen2_5_vl", prompt_images=(1, 0))
+    batch, tokenizer, processor = collated_vlm_prompts(tmp_path, "qwen2_5_vl", prompt_images=(1, 0))
     prompts = _async_batch(batch, tokenizer, do_sample=False, validate=True)
     prompts.non_tensor_batch["agent_name"] = prompts.non_tensor_batch["data_source"].copy()
     prompts.non_tensor_batch["agent_name"][:] = "test_blind_agent"
