@@ -19,7 +19,7 @@ from typing import Any
 
 from verl.workers.rollout.agent_loop.backends import HFBackend
 from verl.workers.rollout.agent_loop.server import seeded_global_generator
-from verl.workers.rollout.chat_server import ChatCompletionServer
+from verl.workers.rollout.chat_server import ChatCompletionServer, ScoredTokenOutput
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,14 @@ __all__ = ["GenRMEndpoint", "GenRMServer", "RewardModelManager", "bind_reward_ro
 
 class JudgeHFBackend(HFBackend):
     """The agent loop's HF backend, with each batch's ``top_p`` / ``top_k`` / ``seed`` taken from its requests (the
-    agent loop takes them from the rollout section): requests that differ in any of them are generated apart."""
+    agent loop takes them from the rollout section): requests that differ in any of them are generated apart.
+
+    A request with ``logprobs: k`` (the chat server's top_logprobs) gets a ScoredTokenOutput: after generate, one
+    forward pass of the batch's prompt + answer (left-padded, with the mask's position ids) gives the raw logits at
+    every generated position (only those positions go through the LM head); their log-softmax is reported, before
+    temperature or top-k/top-p, as vLLM's default ``raw_logprobs`` mode does."""
+
+    reports_top_logprobs = True
 
     def __init__(self, rollout: Any, meta: dict[str, Any], prompt_length: int) -> None:
         super().__init__(rollout, meta, prompt_length)
@@ -49,14 +56,56 @@ class JudgeHFBackend(HFBackend):
                                                   top_k=int(params.get("top_k", -1)))
         try:
             if params.get("seed") is None:
-                return super().step()
-            with seeded_global_generator(int(params["seed"])):
-                return super().step()
+                finished = super().step()
+            else:
+                with seeded_global_generator(int(params["seed"])):
+                    finished = super().step()
+            return self._with_logprobs(finished)
         except Exception as err:  # noqa: BLE001 - handed to every request of the batch (an HTTP 500 naming it)
             for request in pending:
                 if request not in self.queue and not request.future.done():
                     request.future.set_exception(RuntimeError(f"HF generate failed: {type(err).__name__}: {err}"))
             return []
+
+
+    def _with_logprobs(self, finished: list) -> list:
+        """``finished`` with each request that asked for log-probs answered by a ScoredTokenOutput."""
+        import torch
+
+        from verl.utils.torch_functional import compute_position_id_with_mask
+
+        wanted = [i for i, (request, output) in enumerate(finished)
+                  if request.sampling_params.get("logprobs") is not None and output.token_ids]
+        if not wanted:
+            return finished
+        rows = [list(finished[i][0].prompt_ids) + list(finished[i][1].token_ids) for i in wanted]
+        width = max(len(row) for row in rows)
+        ids = torch.full((len(rows), width), int(self.meta["pad_token_id"]), dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for j, row in enumerate(rows):
+            ids[j, width - len(row):] = torch.tensor(row, dtype=torch.long)
+            mask[j, width - len(row):] = 1
+        module = self.rollout.module
+        device = next(module.parameters()).device
+        # position p's logits score the token at p + 1: keep the positions before every generated token
+        keep = max(len(finished[i][1].token_ids) for i in wanted) + 1
+        with torch.no_grad():
+            logits = module(input_ids=ids.to(device), attention_mask=mask.to(device),
+                            position_ids=compute_position_id_with_mask(mask).to(device), use_cache=False,
+                            logits_to_keep=keep).logits
+        log_probs = torch.log_softmax(logits.float(), dim=-1).cpu()
+        result = list(finished)
+        for j, i in enumerate(wanted):
+            request, output = finished[i]
+            n, k = len(output.token_ids), int(request.sampling_params["logprobs"])
+            steps = log_probs[j, keep - n - 1: keep - 1]
+            chosen = steps.gather(-1, torch.tensor(output.token_ids).unsqueeze(-1)).squeeze(-1).tolist()
+            values, indices = steps.topk(k, dim=-1) if k else (steps[:, :0], steps[:, :0].long())
+            tops = [list(zip(index_row, value_row)) for index_row, value_row in
+                    zip(indices.tolist(), values.tolist())]
+            result[i] = (request, ScoredTokenOutput(list(output.token_ids), chosen, output.stop_reason,
+                                                    top_logprobs=tops))
+        return result
 
 
 def _torch_dtype(name: str) -> Any:

@@ -261,3 +261,63 @@ def test_the_reward_function_must_ask_the_judge():
 
     with pytest.raises(RewardFunctionError, match="reward_router_address"):
         bind_genrm(cfg, no_router, custom=True)
+
+
+
+def test_logprobs_are_the_raw_log_softmax_at_each_generated_position(random_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    server = GenRMServer(_rm(random_dir))
+    try:
+        status, reply = _post(server.address(), _ask("Is 2 + 2 = 4?", logprobs=True, top_logprobs=5))
+        # sampled at temperature 0.7: the reported values are still the raw model distribution (vLLM's default)
+        _, sampled = _post(server.address(), _ask("Is 2 + 2 = 4?", logprobs=True, top_logprobs=5,
+                                                  temperature=0.7, seed=1))
+        _, plain = _post(server.address(), _ask("Is 2 + 2 = 4?"))
+        statuses = {top: _post(server.address(), _ask("x", logprobs=True, top_logprobs=top))[0]
+                    for top in (-1, 21, 0, 20)}
+        status_no_flag, error = _post(server.address(), _ask("x", top_logprobs=3))
+        _, bad_type = _post(server.address(), _ask("x", logprobs=True, top_logprobs=2.5))
+    finally:
+        server.shutdown()
+    assert status == 200 and plain["choices"][0]["logprobs"] is None
+    content = reply["choices"][0]["logprobs"]["content"]
+    tokenizer = server.tokenizer
+    # the greedy answer's ids: HF generate on the same prompt
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "Is 2 + 2 = 4?"}], add_generation_prompt=True,
+                                         tokenize=False)
+    prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+    model = AutoModelForCausalLM.from_pretrained(random_dir, dtype=torch.float32)
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    answer = out[0, len(prompt):].tolist()
+    with torch.no_grad():  # a plain forward over prompt + answer, no padding
+        logits = model(torch.tensor([prompt + answer])).logits[0]
+    expected = torch.log_softmax(logits[len(prompt) - 1: len(prompt) - 1 + len(answer)], dim=-1)
+    assert len(content) == len(answer) == reply["usage"]["completion_tokens"]
+    for step, entry in enumerate(content):
+        assert entry["token"] == tokenizer.decode([answer[step]])
+        assert entry["logprob"] == pytest.approx(float(expected[step, answer[step]]), abs=1e-4)
+        assert entry["bytes"] == list(entry["token"].encode())
+        values, indices = expected[step].topk(5)
+        assert [t["token"] for t in entry["top_logprobs"]] == [tokenizer.decode([i]) for i in indices.tolist()]
+        assert [t["logprob"] for t in entry["top_logprobs"]] == pytest.approx(values.tolist(), abs=1e-4)
+    first = sampled["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+    assert [t["logprob"] for t in first] == pytest.approx([t["logprob"] for t in content[0]["top_logprobs"]])
+    assert statuses == {-1: 400, 21: 400, 0: 200, 20: 200}
+    assert status_no_flag == 400 and "'logprobs': true" in error["error"]["message"]
+    assert "from 0 to 20" in bad_type["error"]["message"]
+
+
+def test_logprobs_are_refused_on_an_engine_that_does_not_report_them(random_dir):
+    from verl.workers.rollout.chat_server import ChatCompletionServer, ChatRequestError
+
+    server = GenRMServer(_rm(random_dir), start_engine=False)
+    try:
+        bare = ChatCompletionServer(object(), server.tokenizer, ["judge"], 64, 4)
+        with pytest.raises(ChatRequestError, match="'logprobs' is not supported.*rollout.name=hf"):
+            bare._prepare(_ask("x", logprobs=True, top_logprobs=2))
+    finally:
+        server.shutdown()

@@ -10,8 +10,18 @@ connection on a thread of its own, so many judges can ask at once.
 Request fields honoured: ``messages``, ``model`` (absent, or one of the served names), ``max_tokens`` /
 ``max_completion_tokens`` (clipped to ``response_length`` and to what is left of ``prompt_length +
 response_length``), ``temperature`` (0: greedy), ``top_p``, ``top_k``, ``seed``, ``n`` (1 only),
-``chat_template_kwargs``. Fields that would change the answer and are not built (``stream``, ``stop``, ``logprobs``,
-``tools``, ``response_format``, penalties, ``logit_bias``) are answered with HTTP 400 naming the field, never ignored.
+``chat_template_kwargs``, ``logprobs`` / ``top_logprobs`` (below). Fields that would change the answer and are not
+built (``stream``, ``stop``, ``tools``, ``response_format``, penalties, ``logit_bias``) are answered with HTTP 400
+naming the field, never ignored.
+
+Log-probs (OpenAI's chat format): ``logprobs: true`` with ``top_logprobs: k`` (0..20; ``k > 0`` needs
+``logprobs: true``) answers ``choices[0].logprobs.content``, one entry per generated token:
+``{"token", "logprob", "bytes", "top_logprobs": [k x {"token", "logprob", "bytes"}, most likely first]}``. The
+values are those vLLM's OpenAI server reports by default (its ``logprobs_mode="raw_logprobs"``): the log-softmax of
+the model's raw logits at each generated position, before temperature, top-k/top-p or any other processing, so
+they do not depend on the sampling settings. ``token`` is the token decoded alone, ``bytes`` its UTF-8 bytes. Only
+an engine backend that reports them (``reports_top_logprobs``: the HF judge backend) takes such requests; others
+answer HTTP 400 naming the engine.
 """
 
 from __future__ import annotations
@@ -20,14 +30,16 @@ import json
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from verl.workers.rollout.agent_loop.server import EngineLoop
+from verl.workers.rollout.agent_loop.server import EngineLoop, TokenOutput
 
-__all__ = ["ChatCompletionServer", "ChatRequestError"]
+__all__ = ["MAX_TOP_LOGPROBS", "ChatCompletionServer", "ChatRequestError", "ScoredTokenOutput"]
 
-_NOT_BUILT = {"stream": False, "stop": None, "logprobs": False, "top_logprobs": None, "tools": None,
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound on top_logprobs
+_NOT_BUILT = {"stream": False, "stop": None, "tools": None,
               "tool_choice": None, "response_format": None, "presence_penalty": 0, "frequency_penalty": 0,
               "logit_bias": None, "best_of": None, "use_beam_search": False}
 _CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
@@ -39,6 +51,14 @@ class ChatRequestError(ValueError):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+@dataclass
+class ScoredTokenOutput(TokenOutput):
+    """A backend's answer with log-probs: ``log_probs[t]`` is the generated token's, ``top_logprobs[t]`` the
+    ``(token id, log-prob)`` pairs of step t's most likely tokens (most likely first; as many as asked)."""
+
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
 
 class ChatCompletionServer:
@@ -143,6 +163,7 @@ class ChatCompletionServer:
                 self.counters["failed"] += 1
             raise ChatRequestError(f"generation failed: {type(err).__name__}: {err}", status=500) from err
         text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
+        logprobs = self._logprobs(output) if "logprobs" in params else None
         with self._lock:
             self.counters["completed"] += 1
             self.counters["prompt_tokens"] += len(prompt_ids)
@@ -150,7 +171,7 @@ class ChatCompletionServer:
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
                 "model": self.served_names[0] if self.served_names else "judge",
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                             "finish_reason": output.stop_reason}],
+                             "logprobs": logprobs, "finish_reason": output.stop_reason}],
                 "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(output.token_ids),
                           "total_tokens": len(prompt_ids) + len(output.token_ids)}}
 
@@ -189,7 +210,43 @@ class ChatCompletionServer:
             params["top_k"] = int(body["top_k"])
         if body.get("seed") is not None:
             params["seed"] = int(body["seed"])
+        top = self._top_logprobs(body)
+        if top is not None:
+            params["logprobs"] = top
         return prompt_ids, params
+
+    def _top_logprobs(self, body: dict[str, Any]) -> int | None:
+        """How many top log-probs to report per token (None: no log-probs asked)."""
+        wanted, top = body.get("logprobs"), body.get("top_logprobs")
+        if wanted not in (None, True, False):
+            raise ChatRequestError(f"request field 'logprobs' must be true or false, got {wanted!r}")
+        if top is not None:
+            if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS:
+                raise ChatRequestError(f"request field 'top_logprobs' must be an integer from 0 to "
+                                       f"{MAX_TOP_LOGPROBS}, got {top!r}")
+            if top > 0 and not wanted:
+                raise ChatRequestError("request field 'top_logprobs' needs 'logprobs': true")
+        if not wanted:
+            return None
+        if not getattr(self.backend, "reports_top_logprobs", False):
+            raise ChatRequestError(f"request field 'logprobs' is not supported by this judge server's engine "
+                                   f"({type(self.backend).__name__}); serve the judge with "
+                                   "reward_model.rollout.name=hf for log-probs")
+        return int(top or 0)
+
+    def _logprobs(self, output: Any) -> dict[str, Any]:
+        """OpenAI's ``choices[0].logprobs`` from a ScoredTokenOutput."""
+        tops = getattr(output, "top_logprobs", None)
+        if tops is None or output.log_probs is None or len(output.log_probs) != len(output.token_ids):
+            raise ChatRequestError("the engine answered without log-probs for a request that asked for them",
+                                   status=500)
+
+        def entry(token_id: int, logprob: float) -> dict[str, Any]:
+            token = self.tokenizer.decode([int(token_id)])
+            return {"token": token, "logprob": float(logprob), "bytes": list(token.encode("utf-8", "replace"))}
+
+        return {"content": [{**entry(token_id, logprob), "top_logprobs": [entry(i, lp) for i, lp in top]}
+                            for token_id, logprob, top in zip(output.token_ids, output.log_probs, tops)]}
 
     def _render(self, messages: list[Any], template_kwargs: dict[str, Any]) -> list[int]:
         try:
