@@ -20,7 +20,15 @@ from verl.workers.reward_loop.judge import (
     OpenAIJudge,
     judge_compute_score,
     parse_verdict,
+    verdict_probability,
 )
+
+# top_logprobs the fake judge answers for a response text, when the request asks for logprobs
+SCRIPTED_TOPS = {
+    "plain": [("Yes", -0.2231), ("No", -1.6094), ("Maybe", -5.0)],  # 0.8 / (0.8 + 0.2) = 0.8
+    "spread": [("Yes", -0.6931), ("NO", -1.6094), (" yes", -2.3026), ("no\n", -2.3026)],  # 0.6 / 0.9
+    "neither": [("Maybe", -0.1), ("Perhaps", -2.0)],
+}
 
 
 class JudgeServer:
@@ -52,6 +60,12 @@ class JudgeServer:
                     return
                 if response == "notjson":
                     payload = b"<html>oops</html>"
+                elif body.get("logprobs"):
+                    tops = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in
+                            SCRIPTED_TOPS.get(response, [])]
+                    logprobs = {"content": [{**tops[0], "top_logprobs": tops}]} if tops else None
+                    payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": "x"},
+                                                       "logprobs": logprobs}]}).encode()
                 else:
                     text = "I cannot tell." if response == "garbage" else f"Fine.\nSCORE: {len(response) % 11}"
                     payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
@@ -151,3 +165,39 @@ def test_a_garbage_verdict_stops_the_run_naming_the_sample_and_the_endpoint(judg
     with pytest.raises(RewardLoopError, match=r"1 of 2 samples[\s\S]*row 1: RewardScoreError.*JudgeResponseError"
                                               r".*127.0.0.1"):
         compute_reward(data, manager)
+
+
+def test_verdict_probability_sums_matching_tokens():
+    tops = [{"token": t, "logprob": lp} for t, lp in SCRIPTED_TOPS["plain"]]
+    assert verdict_probability(tops, "Yes", "No") == pytest.approx(0.8, abs=1e-4)  # e^-0.2231 = 0.8, e^-1.6094 = 0.2
+    spread = [{"token": t, "logprob": lp} for t, lp in SCRIPTED_TOPS["spread"]]
+    assert verdict_probability(spread, "Yes", "No") == pytest.approx(0.6 / 0.9, abs=1e-4)  # (0.5 + 0.1) / 0.9
+    only_yes = [{"token": "yes", "logprob": -3.0}]
+    assert verdict_probability(only_yes, "Yes", "No") == 1.0
+    with pytest.raises(ValueError, match="neither verdict token 'Yes' nor 'No'.*'Maybe'"):
+        verdict_probability([{"token": "Maybe", "logprob": -0.1}], "Yes", "No")
+
+
+def test_the_judge_scores_from_the_verdict_token_probability(judge_server):
+    judge = OpenAIJudge(judge_server.url, "m", verdict_tokens=("Yes", "No"))
+    assert asyncio.run(judge.judge("What is 2+2?", "plain", "4")).score == pytest.approx(0.8, abs=1e-4)
+    body = judge_server.requests[-1]
+    assert body["max_tokens"] == 1 and body["logprobs"] is True and body["top_logprobs"] == 20
+    assert body["messages"][0]["content"].endswith("Answer with one word, Yes or No.")
+    assert asyncio.run(judge.judge("q", "spread")).score == pytest.approx(2 / 3, abs=1e-4)
+    with pytest.raises(JudgeResponseError, match=r"127.0.0.1.*neither verdict token 'Yes' nor 'No'"):
+        asyncio.run(judge.judge("q", "neither"))
+    with pytest.raises(JudgeResponseError, match="without choices.0..logprobs.*does it serve logprobs"):
+        asyncio.run(judge.judge("q", "no-logprobs-scripted"))
+    with pytest.raises(ValueError, match="two different non-blank words"):
+        OpenAIJudge(judge_server.url, verdict_tokens=["Yes", " yes"])
+
+
+def test_verdict_tokens_come_through_the_reward_kwargs(judge_server):
+    """As ``+custom_reward_function.reward_kwargs.verdict_tokens=[Yes,No]`` passes them (an OmegaConf list)."""
+    from omegaconf import OmegaConf
+
+    result = asyncio.run(judge_compute_score("t", "plain", "4", {"question": "2+2?"}, base_url=judge_server.url,
+                                             verdict_tokens=OmegaConf.create(["Yes", "No"])))
+    assert result["score"] == pytest.approx(0.8, abs=1e-4)
+    assert judge_server.requests[-1]["top_logprobs"] == 20

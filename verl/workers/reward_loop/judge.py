@@ -8,6 +8,12 @@ exponential backoff; other 4xx are not. Failures raise ``JudgeError`` subclasses
 - ``JudgeUnavailableError``: the endpoint could not be reached or kept failing (down, refusing, 5xx);
 - ``JudgeResponseError``: it answered, but not an OpenAI chat completion, or without a verdict in the text.
 
+The verdict from the probability of a verdict token: ``OpenAIJudge(..., verdict_tokens=("Yes", "No"))`` asks for one
+token with ``logprobs: true, top_logprobs: 20`` (prompt ``VERDICT_TOKEN_TEMPLATE`` unless ``prompt_template`` is
+given) and scores ``p(positive) / (p(positive) + p(negative))``, each ``p`` summed over the top tokens equal to that
+verdict once whitespace is stripped and case folded (``Yes``, `` yes``, ``YES``). ``verdict_probability`` is that
+rule on one token's ``top_logprobs``.
+
 ``judge_compute_score`` is the custom reward function form (``async``): point ``custom_reward_function.path`` at a
 file that calls it (examples/reward_loop/llm_judge.py) and pair it with ``reward_model.reward_manager=rate_limited``
 for rate limits and a per-sample deadline. HTTP goes through the standard library on a thread, so nothing beyond
@@ -18,14 +24,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DEFAULT_JUDGE_TEMPLATE", "JudgeError", "JudgeResponseError", "JudgeUnavailableError", "JudgeVerdict",
-           "OpenAIJudge", "judge_compute_score", "parse_verdict"]
+__all__ = ["DEFAULT_JUDGE_TEMPLATE", "VERDICT_TOKEN_TEMPLATE", "JudgeError", "JudgeResponseError",
+           "JudgeUnavailableError", "JudgeVerdict", "OpenAIJudge", "judge_compute_score", "parse_verdict",
+           "verdict_probability"]
 
 DEFAULT_JUDGE_TEMPLATE = (
     "You are grading a response to a question.\n\n"
@@ -34,6 +42,16 @@ DEFAULT_JUDGE_TEMPLATE = (
     "Response to grade:\n{response}\n\n"
     "Reason briefly, then end with one line `SCORE: <number from 0 to 10>`."
 )
+
+# For verdict_tokens: the answer is one token, so the prompt ends asking for exactly one word.
+VERDICT_TOKEN_TEMPLATE = (
+    "You are grading a response to a question.\n\n"
+    "Question:\n{question}\n\n"
+    "Reference answer:\n{ground_truth}\n\n"
+    "Response to grade:\n{response}\n\n"
+    "Is the response correct? Answer with one word, {positive} or {negative}."
+)
+VERDICT_TOP_LOGPROBS = 20  # OpenAI's largest top_logprobs
 
 _SCORE = re.compile(r"score\s*[:=]\s*(-?\d+(?:\.\d+)?)(?:\s*/\s*(\d+(?:\.\d+)?))?", re.IGNORECASE)
 _VERDICT = re.compile(r"verdict\s*[:=]\s*\**\s*(correct|incorrect|yes|no|pass|fail)\b", re.IGNORECASE)
@@ -76,13 +94,42 @@ def parse_verdict(text: str, max_score: float = 10.0) -> float:
     raise ValueError("no 'SCORE: <number>' or 'VERDICT: correct|incorrect' line in the judge's answer")
 
 
+def verdict_probability(top_logprobs: list[dict[str, Any]], positive: str, negative: str) -> float:
+    """``p(positive) / (p(positive) + p(negative))`` over one token's OpenAI ``top_logprobs`` entries
+    (``{"token", "logprob"}``), each ``p`` summed over the entries whose token, stripped of whitespace and case
+    folded, equals the verdict's. Raises ValueError when neither verdict is among them."""
+    want = {positive.strip().casefold(): 0, negative.strip().casefold(): 1}
+    mass = [0.0, 0.0]
+    for entry in top_logprobs:
+        side = want.get(str(entry["token"]).strip().casefold())
+        if side is not None:
+            mass[side] += math.exp(float(entry["logprob"]))
+    if mass[0] + mass[1] <= 0.0:
+        raise ValueError(f"neither verdict token {positive!r} nor {negative!r} is among the answer's "
+                         f"{len(top_logprobs)} top_logprobs ({[e.get('token') for e in top_logprobs][:20]!r})")
+    return mass[0] / (mass[0] + mass[1])
+
+
 class OpenAIJudge:
+    """``verdict_tokens``: None (default) reads the score from the answer's text (``parse_verdict``);
+    ``(positive, negative)`` scores from the first answer token's probabilities (``verdict_probability``), asking
+    for ``max_tokens=1, logprobs=true, top_logprobs=20``; its default prompt is ``VERDICT_TOKEN_TEMPLATE``."""
+
     def __init__(self, base_url: str, model: str | None = None, *, api_key: str | None = None,
-                 prompt_template: str = DEFAULT_JUDGE_TEMPLATE, max_score: float = 10.0,
+                 prompt_template: str | None = None, max_score: float = 10.0,
                  request_timeout: float = 60.0, max_retries: int = 3, backoff_s: float = 0.5,
-                 temperature: float = 0.0, max_tokens: int = 512) -> None:
+                 temperature: float = 0.0, max_tokens: int = 512, verdict_tokens: Any = None) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"judge base_url must start with http:// or https://, got {base_url!r}")
+        if verdict_tokens is not None:
+            verdict_tokens = tuple(str(token) for token in verdict_tokens)
+            folded = {token.strip().casefold() for token in verdict_tokens}
+            if len(verdict_tokens) != 2 or len(folded) != 2 or "" in folded:
+                raise ValueError(f"judge verdict_tokens must be two different non-blank words (positive, negative), "
+                                 f"got {verdict_tokens!r}")
+        self.verdict_tokens: tuple[str, str] | None = verdict_tokens
+        if prompt_template is None:
+            prompt_template = DEFAULT_JUDGE_TEMPLATE if verdict_tokens is None else VERDICT_TOKEN_TEMPLATE
         if max_retries < 0 or request_timeout <= 0:
             raise ValueError("judge max_retries must be >= 0 and request_timeout > 0 seconds")
         self.base_url = base_url.rstrip("/")
@@ -98,20 +145,47 @@ class OpenAIJudge:
         self.max_tokens = max_tokens
 
     def prompt(self, question: str, response: str, ground_truth: Any = None) -> str:
-        return self.prompt_template.format(question=question, response=response,
-                                           ground_truth="" if ground_truth is None else ground_truth)
+        positive, negative = self.verdict_tokens or ("", "")
+        return self.prompt_template.format(question=question, response=response, positive=positive,
+                                           negative=negative, ground_truth="" if ground_truth is None else ground_truth)
 
     async def judge(self, question: str, response: str, ground_truth: Any = None) -> JudgeVerdict:
-        text = await self.complete([{"role": "user", "content": self.prompt(question, response, ground_truth)}])
+        messages = [{"role": "user", "content": self.prompt(question, response, ground_truth)}]
+        if self.verdict_tokens is not None:
+            return await self._judge_by_probability(messages)
+        text = await self.complete(messages)
         try:
             return JudgeVerdict(parse_verdict(text, self.max_score), text)
         except ValueError as err:
             raise JudgeResponseError(f"judge at {self.url} (model {self.model!r}): {err}; it answered "
                                      f"{text[:200]!r}") from None
 
+    async def _judge_by_probability(self, messages: list[dict[str, str]]) -> JudgeVerdict:
+        reply = await self.ask(messages, max_tokens=1, logprobs=True, top_logprobs=VERDICT_TOP_LOGPROBS)
+        text = self._content(reply)
+        try:
+            tops = reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+            if not isinstance(tops, list):
+                raise TypeError(type(tops).__name__)
+        except (KeyError, IndexError, TypeError):
+            raise JudgeResponseError(f"judge at {self.url} (model {self.model!r}) answered without "
+                                     f"choices[0].logprobs.content[0].top_logprobs (does it serve logprobs?): "
+                                     f"{str(reply.get('choices') if isinstance(reply, dict) else reply)[:200]!r}") \
+                from None
+        try:
+            return JudgeVerdict(verdict_probability(tops, *self.verdict_tokens), text)
+        except (ValueError, KeyError, TypeError) as err:
+            raise JudgeResponseError(f"judge at {self.url} (model {self.model!r}): {err}; it answered "
+                                     f"{text[:200]!r}") from None
+
     async def complete(self, messages: list[dict[str, str]]) -> str:
         """The assistant text of one chat completion, with the retries and errors of the module docstring."""
-        body = {"messages": messages, "temperature": self.temperature, "max_tokens": self.max_tokens}
+        return self._content(await self.ask(messages))
+
+    async def ask(self, messages: list[dict[str, str]], **fields: Any) -> dict:
+        """One chat completion's decoded reply (``fields`` join the request body), with the retries and errors of
+        the module docstring."""
+        body = {"messages": messages, "temperature": self.temperature, "max_tokens": self.max_tokens, **fields}
         if self.model is not None:  # None: the server's own model (one judge engine serves one)
             body["model"] = self.model
         last = ""
@@ -122,7 +196,7 @@ class OpenAIJudge:
             if isinstance(outcome, str):
                 last = outcome
                 continue
-            return self._content(outcome)
+            return outcome
         raise JudgeUnavailableError(f"judge at {self.url} (model {self.model!r}) failed {self.max_retries + 1} "
                                     f"attempts; last: {last}. Is the endpoint up (reward kwargs base_url)?")
 
@@ -170,7 +244,9 @@ async def judge_compute_score(data_source: str, solution_str: str, ground_truth:
                               reward_router_address: str | None = None, reward_model_tokenizer: Any = None,
                               **judge_kwargs: Any) -> dict[str, Any]:
     """A reward function scored by an OpenAI-compatible judge: ``{"score": verdict in [0, 1]}``. The question is
-    ``extra_info[question_key]`` (empty when absent); ``judge_kwargs`` go to ``OpenAIJudge``.
+    ``extra_info[question_key]`` (empty when absent); ``judge_kwargs`` go to ``OpenAIJudge``, e.g.
+    ``verdict_tokens=[Yes,No]`` (``+custom_reward_function.reward_kwargs.verdict_tokens=[Yes,No]``) for the score
+    from the verdict token's probability.
 
     The judge is ``base_url``, else the trainer's own judge engine (``reward_model.rollout.name``), whose
     ``host:port`` comes as ``reward_router_address`` (upstream's argument; ``reward_model_tokenizer`` is not needed:
