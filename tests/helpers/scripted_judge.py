@@ -3,7 +3,9 @@ verdict a test knows in advance, built from a config (no downloads).
 
 Every attention and MLP block writes zero, so the last hidden state is the current token's embedding; the chain's
 tokens get one-hot embeddings and an untied ``lm_head`` maps each to the next one (the last to EOS), starting from
-the last token of the chat template's generation prompt.
+the last token of the chat template's generation prompt. ``runner_up`` ({single-token text: weight}) gives those
+tokens a logit at the answer's first step too (the answer's own weight is 10), for tests of verdict-token
+probabilities.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import torch
 
 
-def build_scripted_judge_dir(folder, answer: str = "SCORE: 7") -> str:
+def build_scripted_judge_dir(folder, answer: str = "SCORE: 7", runner_up: dict[str, float] | None = None) -> str:
     from tests.helpers.tiny_model import tiny_llama
     from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
 
@@ -33,6 +35,11 @@ def build_scripted_judge_dir(folder, answer: str = "SCORE: 7") -> str:
             model.model.embed_tokens.weight[token].zero_()
             model.model.embed_tokens.weight[token, dim] = 1.0
             model.lm_head.weight[following, dim] = 10.0
+        for text, weight in (runner_up or {}).items():
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            if len(ids) != 1 or ids[0] == chain[1]:
+                raise ValueError(f"runner_up {text!r} must be one token other than the answer's first: {ids}")
+            model.lm_head.weight[ids[0], 0] = float(weight)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)

@@ -321,3 +321,33 @@ def test_logprobs_are_refused_on_an_engine_that_does_not_report_them(random_dir)
             bare._prepare(_ask("x", logprobs=True, top_logprobs=2))
     finally:
         server.shutdown()
+
+
+def test_the_judge_scores_from_verdict_token_probabilities_through_the_engine(tmp_path):
+    """A scripted judge whose first answer token is 'Y' (weight 10) with 'N' close behind (9.9): the score is
+    softmax over the two tokens' logits from a plain HF forward on the rendered prompt."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tests.helpers.scripted_judge import build_scripted_judge_dir
+    from verl.workers.reward_loop.judge import OpenAIJudge
+
+    folder = build_scripted_judge_dir(tmp_path / "yn", "Y", runner_up={"N": 9.9})
+    server = GenRMServer(_rm(folder))
+    try:
+        result = asyncio.run(judge_compute_score("t", "four", "4", {"question": "2 + 2?"},
+                                                 reward_router_address=server.address(), verdict_tokens=["Y", "N"]))
+    finally:
+        server.shutdown()
+    tokenizer = server.tokenizer
+    prompt = OpenAIJudge("http://x", verdict_tokens=("Y", "N")).prompt("2 + 2?", "four", "4")
+    assert prompt.endswith("Answer with one word, Y or N.")
+    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                         tokenize=False)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logits = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)(torch.tensor([ids])).logits[0, -1]
+    yes, no = (tokenizer(t, add_special_tokens=False)["input_ids"][0] for t in ("Y", "N"))
+    by_hand = torch.softmax(logits[[yes, no]], dim=-1)[0].item()
+    assert 0.5 < by_hand < 0.99  # the runner-up keeps it away from 1
+    assert 0.0 <= result["score"] <= 1.0 and result["score"] == pytest.approx(by_hand, abs=1e-5)
