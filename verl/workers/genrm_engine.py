@@ -89,11 +89,14 @@ class JudgeHFBackend(HFBackend):
         device = next(module.parameters()).device
         # position p's logits score the token at p + 1: keep the positions before every generated token
         keep = max(len(finished[i][1].token_ids) for i in wanted) + 1
+        inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device),
+                  "position_ids": compute_position_id_with_mask(mask).to(device), "use_cache": False}
         with torch.no_grad():
-            logits = module(input_ids=ids.to(device), attention_mask=mask.to(device),
-                            position_ids=compute_position_id_with_mask(mask).to(device), use_cache=False,
-                            logits_to_keep=keep).logits
-        log_probs = torch.log_softmax(logits.float(), dim=-1).cpu()
+            try:
+                logits = module(**inputs, logits_to_keep=keep).logits
+            except TypeError:  # a model whose forward has no logits_to_keep: every position, sliced below
+                logits = module(**inputs).logits
+        log_probs = torch.log_softmax(logits[:, -keep:].float(), dim=-1).cpu()
         result = list(finished)
         for j, i in enumerate(wanted):
             request, output = finished[i]

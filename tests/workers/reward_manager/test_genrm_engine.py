@@ -311,16 +311,50 @@ def test_logprobs_are_the_raw_log_softmax_at_each_generated_position(random_dir)
     assert "from 0 to 20" in bad_type["error"]["message"]
 
 
-def test_logprobs_are_refused_on_an_engine_that_does_not_report_them(random_dir):
-    from verl.workers.rollout.chat_server import ChatCompletionServer, ChatRequestError
-
+def test_logprobs_of_a_padded_batch_equal_each_request_alone(random_dir):
+    """Prompts of different lengths batched together (left-padded for generate and for the scoring forward)."""
     server = GenRMServer(_rm(random_dir), start_engine=False)
+    questions = ["Hi?", "What is 12 + 5 - 3, step by step?", "Compute 3 * 4."]
+    batched: dict[int, dict] = {}
+
+    def ask(i: int) -> None:
+        batched[i] = _post(server.address(), _ask(questions[i], logprobs=True, top_logprobs=3))[1]
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]
     try:
-        bare = ChatCompletionServer(object(), server.tokenizer, ["judge"], 64, 4)
-        with pytest.raises(ChatRequestError, match="'logprobs' is not supported.*rollout.name=hf"):
-            bare._prepare(_ask("x", logprobs=True, top_logprobs=2))
+        for thread in threads:
+            thread.start()
+        while server.server.engine_loop._waiting < 3:
+            threading.Event().wait(0.01)
+        server.start_engine()
+        for thread in threads:
+            thread.join()
+        steps = server.stats()["engine_steps"]
+        alone = {i: _post(server.address(), _ask(q, logprobs=True, top_logprobs=3))[1]
+                 for i, q in enumerate(questions)}
     finally:
         server.shutdown()
+    assert steps == 1
+    for i in range(3):
+        got, want = (r["choices"][0]["logprobs"]["content"] for r in (batched[i], alone[i]))
+        assert [e["token"] for e in got] == [e["token"] for e in want]
+        assert [e["logprob"] for e in got] == pytest.approx([e["logprob"] for e in want], abs=1e-4)
+        assert [[t["logprob"] for t in e["top_logprobs"]] for e in got] == \
+            [pytest.approx([t["logprob"] for t in e["top_logprobs"]], abs=1e-4) for e in want]
+
+
+def test_logprobs_are_refused_on_an_engine_that_does_not_report_them():
+    """The vLLM backend keeps only the sampled token's log-prob: a logprobs request is a 400 naming the engine."""
+    from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
+    from verl.workers.genrm_engine import JudgeHFBackend
+    from verl.workers.rollout.agent_loop.backends import VLLMBackend
+    from verl.workers.rollout.chat_server import ChatCompletionServer, ChatRequestError
+
+    assert JudgeHFBackend.reports_top_logprobs and not getattr(VLLMBackend, "reports_top_logprobs", False)
+    bare = ChatCompletionServer(object(), build_tiny_tokenizer(), ["judge"], 64, 4)
+    with pytest.raises(ChatRequestError, match="'logprobs' is not supported.*rollout.name=hf"):
+        bare._prepare(_ask("x", logprobs=True, top_logprobs=2))
+    assert "logprobs" not in bare._prepare(_ask("x", logprobs=False))[1]
 
 
 def test_the_judge_scores_from_verdict_token_probabilities_through_the_engine(tmp_path):
