@@ -17,7 +17,12 @@ comes to this function as reward_router_address:
     custom_reward_function.path=examples/reward_loop/llm_judge.py
 
 The judge reads extra_info["question"], the response and the ground truth, and ends with `SCORE: <0-10>`; the
-reward is that score / 10.
+reward is that score / 10. A judge too small to write that line reliably can be scored from the probability of a
+verdict word instead (one token asked, with its top log-probs; the hf judge engine serves them):
+
+    '+custom_reward_function.reward_kwargs.verdict_tokens=[Yes,No]'
+
+which scores p(Yes) / (p(Yes) + p(No)) under the prompt verl.workers.reward_loop.judge.VERDICT_TOKEN_TEMPLATE.
 """
 
 from verl.workers.reward_loop.judge import judge_compute_score
