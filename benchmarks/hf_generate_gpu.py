@@ -1,11 +1,13 @@
 """Where HF generation spends its time on one GPU: plain HF ``generate`` on the bare model (the baseline) against
-verl's HF rollout on the FSDP2-wrapped actor module (what rollout.name=hf runs), on the same prompts, in one run:
+verl's HF rollout on the FSDP2-wrapped actor module (what rollout.name=hf runs), eagerly and with
+rollout.enforce_eager=false (a static KV cache and a compiled decode step, CUDA graphs), on the same prompts, in one run:
 
     python benchmarks/hf_generate_gpu.py                       # the default model's shape, random weights
     python benchmarks/hf_generate_gpu.py --rows 128 --new 128 --profile out.txt
 
 Both sample up to --new tokens for --rows left-padded prompts in bf16 (a random model seldom samples EOS, and the
-batch runs until its last row stops, so both do --new decode steps). Prints tokens/s of each and the ratio rollout/plain; with --profile, the
+batch runs until its last row stops, so all do --new decode steps). Prints tokens/s of each, the ratios rollout/plain
+and static/plain, and the static path's first call (compile and capture) apart; with --profile, the
 cProfile's table of the rollout's Python functions by own time (where the host's time goes), after the figures. Without CUDA
 it prints why it skipped and exits 0.
 """
@@ -122,12 +124,30 @@ def main(argv=None) -> int:
         assert out.batch["responses"].shape == (args.rows, args.new)
 
     rollout_s = _timed(run_rollout, args.repeats)
+
+    # rollout.enforce_eager=false: a static KV cache and the compiled decode step (CUDA graphs) on a replica
+    static_cfg = RolloutConfig(name="hf", response_length=args.new, calculate_log_probs=True, enforce_eager=False)
+    static = HFRollout(module, static_cfg, static_cache=True)
+
+    def run_static():
+        with manager:
+            out = static.generate_sequences(data)
+        assert out.batch["responses"].shape == (args.rows, args.new)
+
+    start = time.perf_counter()
+    run_static()  # compiles and captures: reported apart from the steady state
+    first_static_s = time.perf_counter() - start
+    static_s = _timed(run_static, args.repeats)
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu (smoke run)"
     print(f"device: {name}; {args.rows} rows x {args.new} new tokens, prompts padded to "
           f"{args.pad}, bf16, sampled")
     print(f"plain_hf_generate_s: {plain_s:.3f}\nplain_tokens_per_s: {tokens / plain_s:.0f}")
     print(f"verl_hf_rollout_s: {rollout_s:.3f}\nrollout_tokens_per_s: {tokens / rollout_s:.0f}")
     print(f"ratio_rollout_over_plain: {rollout_s / plain_s:.3f}")
+    print(f"static_cache_decoding: {static.static_cache_off or 'on'}")
+    print(f"verl_hf_rollout_static_first_call_s: {first_static_s:.1f}")
+    print(f"verl_hf_rollout_static_s: {static_s:.3f}\nstatic_tokens_per_s: {tokens / static_s:.0f}")
+    print(f"ratio_static_over_plain: {static_s / plain_s:.3f}")
     if args.profile:
         import cProfile
         import io

@@ -13,6 +13,8 @@ every axis over the response, so the batch the actor recomputes log-probs on is 
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.distributed as dist
 from tensordict import TensorDict
@@ -26,6 +28,8 @@ from verl.workers.micro_batching import module_device
 from verl.workers.rollout.base import BaseRollout
 
 __all__ = ["HFRollout"]
+
+logger = logging.getLogger(__name__)
 
 
 class _SampledLogProbs(LogitsProcessor):
@@ -64,9 +68,15 @@ class HFRollout(BaseRollout):
     do_sample, response_length, val_kwargs {temperature, top_k, top_p, do_sample}, calculate_log_probs (also return ``rollout_log_probs``: log_softmax(logits / T)
     of the sampled tokens, T = 1 when greedy, top-k/top-p not applied — the actor's log-prob definition).
     ``rollout.n`` is not applied here: the trainer repeats prompts first. ``micro_batch_size``: rows per ``generate``
-    call (None: the whole batch)."""
+    call (None: the whole batch).
 
-    def __init__(self, module: torch.nn.Module, config: RolloutConfig, micro_batch_size: int | None = None) -> None:
+    ``static_cache``: decode text prompts with a static KV cache on a hook-free replica of the module
+    (verl.workers.rollout.hf_static), compiled to CUDA graphs on a GPU. None (the worker's choice) turns it on where
+    a CUDA device computes and ``enforce_eager`` is false; a model it cannot serve, or a failure to compile, falls
+    back to eager decoding with one warning that says why (``static_cache_off`` keeps the reason)."""
+
+    def __init__(self, module: torch.nn.Module, config: RolloutConfig, micro_batch_size: int | None = None,
+                 static_cache: bool | None = None) -> None:
         super().__init__()
         self.module = module
         self.config = config
@@ -74,6 +84,16 @@ class HFRollout(BaseRollout):
         if config.ignore_eos:
             raise ValueError("rollout.ignore_eos=True is not supported by the hf rollout (rollout.name=hf); "
                              "set it to false or use rollout.name=vllm")
+        if static_cache is None:
+            static_cache = module_device(module).type == "cuda" and not config.enforce_eager
+        self.static_cache = static_cache
+        self._off_reason = "rollout.enforce_eager is true or no CUDA device computes"
+        self._decoder = None
+
+    @property
+    def static_cache_off(self) -> str | None:
+        """Why decoding is eager (None while the static-cache decoder is on)."""
+        return None if self.static_cache else self._off_reason
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         batch_size = len(prompts)
@@ -123,17 +143,28 @@ class HFRollout(BaseRollout):
         recorder = _SampledLogProbs(prompt_length, temperature) if self.config.calculate_log_probs else None
         processors = LogitsProcessorList([recorder] if recorder is not None else [])
         vision = self._vision_inputs(prompts, idx, device)
-        was_training = self.module.training
-        self.module.eval()
-        try:
-            with torch.no_grad():
-                sequences = self.module.generate(input_ids=idx.to(device), attention_mask=prompt_mask.to(device),
-                                                 generation_config=generation_config, synced_gpus=synced,
-                                                 logits_processor=processors, **vision)
-        finally:
-            self.module.train(was_training)
-        sampled_log_probs = recorder.finish(sequences).to(out_device) if recorder is not None else None
-        sequences = sequences.to(out_device)
+        decoder = None if vision else self._static_decoder(device)
+        sequences = None
+        if decoder is not None:
+            try:
+                sequences = decoder.generate(idx, prompt_mask, generation_config, processors)
+            except Exception as err:  # noqa: BLE001 - any compile/capture failure: say why, decode eagerly
+                self._turn_off_static_cache(f"generate failed: {err!r}")
+                recorder = _SampledLogProbs(prompt_length, temperature) if recorder is not None else None
+                processors = LogitsProcessorList([recorder] if recorder is not None else [])
+        if sequences is None:
+            was_training = self.module.training
+            self.module.eval()
+            try:
+                with torch.no_grad():
+                    sequences = self.module.generate(input_ids=idx.to(device), attention_mask=prompt_mask.to(device),
+                                                     generation_config=generation_config, synced_gpus=synced,
+                                                     logits_processor=processors, **vision)
+            finally:
+                self.module.train(was_training)
+        rows = idx.size(0)  # the static decoder pads rows at the end; keep the real ones
+        sampled_log_probs = recorder.finish(sequences)[:rows].to(out_device) if recorder is not None else None
+        sequences = sequences[:rows].to(out_device)
         responses = sequences[:, prompt_length:]
         if responses.size(1) < response_length:  # every row stopped early: pad to the fixed width
             fill = responses.new_full((responses.size(0), response_length - responses.size(1)), pad_token_id)
@@ -156,6 +187,28 @@ class HFRollout(BaseRollout):
             # zero (not 0 * value) after EOS: those steps scored pad tokens fed to finished rows
             tensors["rollout_log_probs"] = torch.where(response_mask.bool(), padded, torch.zeros_like(padded))
         return DataProto(batch=TensorDict(tensors, batch_size=[idx.size(0)]))
+
+    def _static_decoder(self, device: torch.device):
+        """The static-cache replica with the module's current weights, or None (eager decoding)."""
+        if not self.static_cache:
+            return None
+        try:
+            if self._decoder is None:
+                from verl.workers.rollout.hf_static import StaticCacheDecoder
+
+                self._decoder = StaticCacheDecoder(self.module, device, compile=device.type == "cuda")
+                logger.warning("hf rollout: decoding with a static KV cache%s (rollout.enforce_eager=false)",
+                               " and CUDA graphs" if device.type == "cuda" else "")
+            else:
+                self._decoder.sync(self.module)
+        except (ValueError, RuntimeError) as err:
+            self._turn_off_static_cache(str(err))
+            return None
+        return self._decoder
+
+    def _turn_off_static_cache(self, reason: str) -> None:
+        logger.warning("hf rollout: static-cache decoding is off, decoding eagerly: %s", reason)
+        self.static_cache, self._off_reason, self._decoder = False, reason, None
 
     @staticmethod
     def _position_ids(prompts: DataProto, attention_mask: torch.Tensor, response_length: int) -> torch.Tensor:
