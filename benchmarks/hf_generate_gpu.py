@@ -144,7 +144,8 @@ def main(argv=None) -> int:
     print(f"plain_hf_generate_s: {plain_s:.3f}\nplain_tokens_per_s: {tokens / plain_s:.0f}")
     print(f"verl_hf_rollout_s: {rollout_s:.3f}\nrollout_tokens_per_s: {tokens / rollout_s:.0f}")
     print(f"ratio_rollout_over_plain: {rollout_s / plain_s:.3f}")
-    print(f"static_cache_decoding: {static.static_cache_off or 'on'}")
+    compiled = static._decoder is not None and static._decoder.compiled
+    print(f"static_cache_decoding: {static.static_cache_off or ('on, compiled' if compiled else 'on, not compiled')}")
     print(f"verl_hf_rollout_static_first_call_s: {first_static_s:.1f}")
     print(f"verl_hf_rollout_static_s: {static_s:.3f}\nstatic_tokens_per_s: {tokens / static_s:.0f}")
     print(f"ratio_static_over_plain: {static_s / plain_s:.3f}")

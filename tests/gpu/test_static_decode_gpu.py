@@ -52,6 +52,7 @@ def _scenario(rank: int, port: int, model_dir: str, results) -> None:
         second = worker.generate_sequences(_prompts(3))  # padded to the captured 8 rows
         out["gaps"] = [_gap(worker, first), _gap(worker, second)]
         out["rows"] = (len(first), len(second), rollout._decoder.rows if rollout._decoder else None)
+        out["compiled"] = rollout._decoder is not None and rollout._decoder.compiled
         worker.update_actor(_train_batch(worker, _batch()))
         out["gaps"].append(_gap(worker, worker.generate_sequences(_prompts(8))))
         out["off"] = rollout.static_cache_off
@@ -64,5 +65,6 @@ def test_static_cache_decode_agrees_with_the_actor(model_dir):
     out = run_ranks(_scenario, free_port(), model_dir, nprocs=1, timeout_s=280)[0]
     assert out["chosen"] is True
     assert out["off"] is None, out["off"]  # compiled and captured, not fallen back to eager decoding
+    assert out["compiled"]  # transformers compiled the decode step (not a static cache run eagerly)
     assert out["rows"] == (8, 3, 8)
     assert all(gap < 0.02 for gap in out["gaps"]), out["gaps"]  # bf16 compute on both sides

@@ -90,6 +90,7 @@ def test_replica_keeps_tied_weights_and_buffers():
     assert replica.lm_head.weight.data_ptr() != model.lm_head.weight.data_ptr()  # a copy, not the actor's storage
     torch.testing.assert_close(replica.model.rotary_emb.inv_freq, model.model.rotary_emb.inv_freq, atol=0, rtol=0)
     assert replica.config._attn_implementation == "sdpa"
+    assert not decoder.compiled  # compile=False (and transformers compiles only on an accelerator)
 
 
 def test_a_lora_actor_decodes_eagerly_and_says_why():

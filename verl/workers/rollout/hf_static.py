@@ -109,6 +109,11 @@ class StaticCacheDecoder:
             owner._buffers[leaf] = _local_full(buffers[name]).to(device, copy=True)
         self.sync(module)
 
+    @property
+    def compiled(self) -> bool:
+        """Whether transformers compiled the decode step (it does so at the first decode on an accelerator)."""
+        return getattr(self.model, "_compiled_call", None) is not None
+
     @torch.no_grad()
     def sync(self, module: torch.nn.Module) -> None:
         """Copy the actor's current weights into the replica in place (the captured graph's addresses stay)."""
