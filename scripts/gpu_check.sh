@@ -24,7 +24,7 @@ $py -c "import torch, transformers; print('torch', torch.__version__, 'transform
 echo "C compiler for inductor: $(command -v gcc || command -v cc || echo none)" >> "$out/gpu.txt"
 cfg=(); [ -n "$model" ] && cfg=(--model-config "$model")
 prof=(); [ "${PROFILE:-0}" = 1 ] && prof=(--profile "$out/hf_generate_profile.txt")
-step tests 180 $py -m pytest -m gpu tests/gpu -p no:cacheprovider -o addopts="" -v -rA
+step tests 300 $py -m pytest -m gpu tests/gpu -p no:cacheprovider -o addopts="" -v -rA
 step gpu_e2e 180 $py benchmarks/gpu_e2e.py --steps 5 --warmup 2 --out /tmp/gpu_e2e "${cfg[@]}" \
   actor_rollout_ref.rollout.enforce_eager=false
 step hf_generate 120 $py benchmarks/hf_generate_gpu.py --repeats 1 "${prof[@]}" "${cfg[@]}"
