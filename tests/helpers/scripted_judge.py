@@ -13,13 +13,16 @@ from __future__ import annotations
 import torch
 
 
-def build_scripted_judge_dir(folder, answer: str = "SCORE: 7", runner_up: dict[str, float] | None = None) -> str:
+def build_scripted_judge_dir(folder, answer: str = "SCORE: 7", runner_up: dict[str, float] | None = None,
+                             **model_overrides) -> str:
+    """``model_overrides``: tiny_llama config keys (vLLM's CPU attention needs head_dim >= 32: hidden_size=64 with
+    two heads)."""
     from tests.helpers.tiny_model import tiny_llama
     from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
     model = tiny_llama(vocab_size=len(tokenizer), tie_word_embeddings=False, pad_token_id=tokenizer.pad_token_id,
-                       eos_token_id=tokenizer.eos_token_id)
+                       eos_token_id=tokenizer.eos_token_id, **model_overrides)
     prompt_end = tokenizer.apply_chat_template([{"role": "user", "content": "x"}], add_generation_prompt=True,
                                                tokenize=False)
     start = tokenizer(prompt_end, add_special_tokens=False)["input_ids"][-1]

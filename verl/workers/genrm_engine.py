@@ -17,7 +17,7 @@ import inspect
 import logging
 from typing import Any
 
-from verl.workers.rollout.agent_loop.backends import HFBackend
+from verl.workers.rollout.agent_loop.backends import HFBackend, VLLMBackend
 from verl.workers.rollout.agent_loop.server import seeded_global_generator
 from verl.workers.rollout.chat_server import ChatCompletionServer, ScoredTokenOutput
 
@@ -111,6 +111,27 @@ class JudgeHFBackend(HFBackend):
         return result
 
 
+class JudgeVLLMBackend(VLLMBackend):
+    """The agent loop's vLLM backend, answering a request with ``logprobs: k`` by a ScoredTokenOutput: vLLM's own
+    top-k log-probs of every generated step, most likely first. The judge engine runs with
+    ``logprobs_mode="raw_logprobs"`` (vllm_judge_config), so these are the log-softmax of the raw logits, the values
+    the HF judge backend and vLLM's OpenAI server report."""
+
+    reports_top_logprobs = True
+
+    def _output(self, request: Any, completion: Any, tokens: list[int], log_probs: list[float] | None,
+                reason: str) -> Any:
+        k = request.sampling_params.get("logprobs")
+        if k is None:
+            return super()._output(request, completion, tokens, log_probs, reason)
+        tops = []
+        for step in (completion.logprobs or [])[: len(tokens)]:
+            # vLLM's dict holds the top k by rank (1 = most likely) plus the sampled token when it ranks lower
+            ranked = sorted(step.items(), key=lambda item: item[1].rank)
+            tops.append([(int(token_id), float(lp.logprob)) for token_id, lp in ranked if lp.rank <= int(k)][: int(k)])
+        return ScoredTokenOutput(tokens, log_probs, reason, top_logprobs=tops)
+
+
 def _torch_dtype(name: str) -> Any:
     import torch
 
@@ -141,6 +162,8 @@ def vllm_judge_config(rm: Any) -> Any:
 
     vllm_kwargs = dict(rm.rollout.engine_kwargs.get("vllm") or {})
     vllm_kwargs.setdefault("enable_prefix_caching", rm.rollout.enable_prefix_caching)
+    # the chat server reports log-probs before any processing, as vLLM's OpenAI server does by default
+    vllm_kwargs.setdefault("logprobs_mode", "raw_logprobs")
     return RolloutConfig(name="vllm", dtype=rm.rollout.dtype, prompt_length=rm.rollout.prompt_length,
                          response_length=rm.rollout.response_length,
                          gpu_memory_utilization=rm.rollout.gpu_memory_utilization, load_format="auto",
@@ -148,11 +171,10 @@ def vllm_judge_config(rm: Any) -> Any:
 
 
 def _vllm_backend(rm: Any) -> Any:
-    from verl.workers.rollout.agent_loop.backends import VLLMBackend
     from verl.workers.rollout.vllm_rollout import vLLMRollout
 
     rollout = vLLMRollout(rm.model.path, vllm_judge_config(rm), trust_remote_code=rm.model.trust_remote_code)
-    return VLLMBackend(rollout, {})
+    return JudgeVLLMBackend(rollout, {})
 
 
 def _eos_ids(module: Any, tokenizer: Any) -> list[int]:

@@ -241,6 +241,9 @@ def test_vllm_judge_engine_takes_the_rollout_keys(random_dir):
     base = kwargs()
     assert base["model"] == random_dir and base["load_format"] == "auto" and base["max_model_len"] == 64 + 8 + 1
     assert base["enable_prefix_caching"] is True
+    assert base["logprobs_mode"] == "raw_logprobs"  # what the chat server promises (the rollout's is processed)
+    assert kwargs(engine_kwargs={"vllm": {"logprobs_mode": "processed_logprobs"}, "sglang": {}})["logprobs_mode"] \
+        == "processed_logprobs"
     assert kwargs(enable_prefix_caching=False)["enable_prefix_caching"] is False
     assert kwargs(engine_kwargs={"vllm": {"served_model_name": "judge"}, "sglang": {}})["served_model_name"] == "judge"
     small, large = kwargs(gpu_memory_utilization=1e-9), kwargs(gpu_memory_utilization=0.9)
@@ -344,15 +347,17 @@ def test_logprobs_of_a_padded_batch_equal_each_request_alone(random_dir):
 
 
 def test_logprobs_are_refused_on_an_engine_that_does_not_report_them():
-    """The vLLM backend keeps only the sampled token's log-prob: a logprobs request is a 400 naming the engine."""
+    """The agent loop's vLLM backend keeps only the sampled token's log-prob: a logprobs request is a 400 naming the
+    engine. The judge engines (HF and vLLM) report them."""
     from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
-    from verl.workers.genrm_engine import JudgeHFBackend
+    from verl.workers.genrm_engine import JudgeHFBackend, JudgeVLLMBackend
     from verl.workers.rollout.agent_loop.backends import VLLMBackend
     from verl.workers.rollout.chat_server import ChatCompletionServer, ChatRequestError
 
-    assert JudgeHFBackend.reports_top_logprobs and not getattr(VLLMBackend, "reports_top_logprobs", False)
+    assert JudgeHFBackend.reports_top_logprobs and JudgeVLLMBackend.reports_top_logprobs
+    assert not getattr(VLLMBackend, "reports_top_logprobs", False)
     bare = ChatCompletionServer(object(), build_tiny_tokenizer(), ["judge"], 64, 4)
-    with pytest.raises(ChatRequestError, match="'logprobs' is not supported.*rollout.name=hf"):
+    with pytest.raises(ChatRequestError, match="'logprobs' is not supported.*rollout.name=hf or vllm"):
         bare._prepare(_ask("x", logprobs=True, top_logprobs=2))
     assert "logprobs" not in bare._prepare(_ask("x", logprobs=False))[1]
 

@@ -20,8 +20,8 @@ Log-probs (OpenAI's chat format): ``logprobs: true`` with ``top_logprobs: k`` (0
 values are those vLLM's OpenAI server reports by default (its ``logprobs_mode="raw_logprobs"``): the log-softmax of
 the model's raw logits at each generated position, before temperature, top-k/top-p or any other processing, so
 they do not depend on the sampling settings. ``token`` is the token decoded alone, ``bytes`` its UTF-8 bytes. Only
-an engine backend that reports them (``reports_top_logprobs``: the HF judge backend) takes such requests; others
-answer HTTP 400 naming the engine.
+an engine backend that reports them (``reports_top_logprobs``: the HF and vLLM judge backends) takes such requests;
+others answer HTTP 400 naming the engine.
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ class ChatCompletionServer:
         if not getattr(self.backend, "reports_top_logprobs", False):
             raise ChatRequestError(f"request field 'logprobs' is not supported by this judge server's engine "
                                    f"({type(self.backend).__name__}); serve the judge with "
-                                   "reward_model.rollout.name=hf for log-probs")
+                                   "reward_model.rollout.name=hf or vllm for log-probs")
         return int(top or 0)
 
     def _logprobs(self, output: Any) -> dict[str, Any]:

@@ -79,8 +79,13 @@ class VLLMBackend:
                 steps = completion.logprobs or []
                 log_probs = [steps[i][tok].logprob for i, tok in enumerate(tokens)]
             reason = "length" if completion.finish_reason == "length" else "stop"
-            finished.append((request, TokenOutput(tokens, log_probs, reason)))
+            finished.append((request, self._output(request, completion, tokens, log_probs, reason)))
         return finished
+
+    def _output(self, request: EngineRequest, completion: Any, tokens: list[int], log_probs: list[float] | None,
+                reason: str) -> TokenOutput:
+        """What a finished request gets (a subclass may report more of vLLM's ``completion``)."""
+        return TokenOutput(tokens, log_probs, reason)
 
     def fail_all(self, err: BaseException) -> None:
         if self.pending:
