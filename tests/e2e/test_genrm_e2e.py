@@ -41,3 +41,40 @@ def test_grpo_scores_come_from_the_judge_engine(tmp_path: Path) -> None:
         assert row["critic/score/max"] == pytest.approx(0.7)
     # 4 prompts x n=2 per step, 2 steps: every sample was scored by a request to the judge
     assert seen["completed"] == 16 and seen["failed"] == 0 and seen["stopped"]
+
+
+def test_grpo_scores_come_from_a_discriminative_reward_model_on_the_engine(tmp_path: Path) -> None:
+    """No custom reward function: reward_model.model.path is a discriminative reward model, served behind /classify
+    and asked about each sample as it finishes (upstream's disrm path). Its head scores every input 0.25."""
+    import torch
+    from transformers import AutoModelForTokenClassification
+
+    from tests.workers.reward_model.rm_fixtures import make_tiny_rm_dir
+
+    model_dir = make_tiny_model_dir(tmp_path / "model")
+    data_dir = make_arithmetic_data(tmp_path / "data", train_size=8, test_size=4)
+    rm_dir = make_tiny_rm_dir(tmp_path / "rm", "token")
+    rm = AutoModelForTokenClassification.from_pretrained(rm_dir, num_labels=1)
+    with torch.no_grad():
+        rm.score.weight.zero_()
+        rm.score.bias.fill_(0.25)
+    rm.save_pretrained(rm_dir)
+    overrides = tiny_run_overrides(model_dir, data_dir, tmp_path / "run", n_workers=1) + [
+        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.mode=async",
+        "reward_model.enable=true", "reward_model.use_reward_loop=true", "reward_model.num_workers=2",
+        f"reward_model.model.path={rm_dir}", "reward_model.rollout.name=hf", "reward_model.rollout.dtype=float32",
+        "reward_model.rollout.prompt_length=512", "reward_model.rollout.response_length=64",
+    ]
+    seen = {}
+
+    def body(trainer) -> None:
+        assert trainer.rm_wg is None  # the engine replaces the reward-model worker
+        trainer.fit()
+        seen.update(trainer.genrm_stats)
+
+    rows = fit_run(overrides, body)
+    assert len(rows) == 2
+    for row in rows:
+        assert row["critic/score/mean"] == pytest.approx(0.25, abs=1e-5)
+    # 16 samples over the two steps; an empty response is not sent (it scores 0, and the mean above shows none)
+    assert seen["completed"] == 16 and seen["failed"] == 0 and seen["batches"] >= 1

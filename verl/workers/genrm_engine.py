@@ -177,6 +177,22 @@ def _vllm_backend(rm: Any) -> Any:
     return JudgeVLLMBackend(rollout, {})
 
 
+def _classify_server(rm: Any, tokenizer: Any, device: str) -> Any:
+    """A discriminative reward model on HF behind ``/classify``, inputs of up to prompt_length + response_length."""
+    from verl.models.value_head import load_reward_model
+    from verl.workers.rollout.classify_server import ClassifyServer
+
+    if rm.rollout.name != "hf":
+        raise ValueError(f"reward_model.rollout.name={rm.rollout.name}: a discriminative reward model is served on "
+                         "the HF engine here (vLLM's pooling runner is not built); set reward_model.rollout.name=hf")
+    model = load_reward_model(rm.model.path, "reward_model.model.path", trust_remote_code=rm.model.trust_remote_code,
+                              dtype=_torch_dtype(rm.rollout.dtype)).to(device)
+    model.eval().requires_grad_(False)
+    return ClassifyServer(model, tokenizer, [rm.model.path, "reward_model"],
+                          rm.rollout.prompt_length + rm.rollout.response_length,
+                          "reward_model.rollout.prompt_length + response_length")
+
+
 def _eos_ids(module: Any, tokenizer: Any) -> list[int]:
     ids = getattr(getattr(module, "generation_config", None), "eos_token_id", None)
     ids = ids if isinstance(ids, list) else [ids] if ids is not None else []
@@ -194,10 +210,14 @@ def _pad_id(tokenizer: Any) -> int:
 
 class GenRMServer:
     """The judge model on its engine behind an OpenAI-compatible endpoint, in this process. ``rm``: the typed
-    ``reward_model`` section; ``host``: where to listen (loopback unless the cluster spans nodes)."""
+    ``reward_model`` section; ``host``: where to listen (loopback unless the cluster spans nodes).
+
+    ``discriminative``: ``model.path`` is a discriminative reward model (no custom reward function is set, as
+    upstream decides): it is served on HF behind vLLM's ``/classify`` (verl.workers.rollout.classify_server) instead
+    of a chat endpoint."""
 
     def __init__(self, rm: Any, host: str = "127.0.0.1", num_threads: int | None = None,
-                 start_engine: bool = True) -> None:
+                 start_engine: bool = True, discriminative: bool = False) -> None:
         import torch
 
         from verl.models.loader import load_tokenizer
@@ -211,6 +231,12 @@ class GenRMServer:
         self.tokenizer = load_tokenizer(rm.model.path, "reward_model.model.path",
                                         trust_remote_code=rm.model.trust_remote_code)
         device = "cuda" if torch.cuda.is_available() else "cpu"
+        if discriminative:
+            self.server = _classify_server(rm, self.tokenizer, device)
+            self.router_address = self.server.start(host, 0)
+            logger.info("reward model (%s, /classify) for %s serving on %s", rm.rollout.name, rm.model.path,
+                        self.router_address)
+            return
         backend = _hf_backend(rm, self.tokenizer, device) if rm.rollout.name == "hf" else _vllm_backend(rm)
         self.server = ChatCompletionServer(backend, self.tokenizer, [rm.model.path, "judge"],
                                            rm.rollout.prompt_length, rm.rollout.response_length)
@@ -226,7 +252,8 @@ class GenRMServer:
         return self.server.stats()
 
     def start_engine(self) -> None:
-        self.server.start_engine()
+        if hasattr(self.server, "start_engine"):  # the classify server's engine starts with it
+            self.server.start_engine()
 
     def shutdown(self) -> dict[str, Any]:
         stats = self.server.stats()
@@ -236,9 +263,10 @@ class GenRMServer:
 
 class RewardModelManager:
     """Upstream's name: starts the judge server in a Ray actor (``reward_model.rollout.*``), ``get_router_address()``
-    is its ``host:port``, ``shutdown()`` stops it and returns its counters. ``device``: trainer.device."""
+    is its ``host:port``, ``shutdown()`` stops it and returns its counters. ``device``: trainer.device;
+    ``discriminative``: serve ``model.path`` as a discriminative reward model (``/classify``)."""
 
-    def __init__(self, rm: Any, device: str = "cpu") -> None:
+    def __init__(self, rm: Any, device: str = "cpu", discriminative: bool = False) -> None:
         import ray
 
         own_pool = rm.enable_resource_pool
@@ -247,7 +275,8 @@ class RewardModelManager:
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         host = "127.0.0.1" if len(nodes) <= 1 else "0.0.0.0"  # noqa: S104 - several nodes: reachable from them
         options = {"num_cpus": size, "num_gpus": size if use_gpu else 0, "name": f"verl_genrm_{id(self):x}"}
-        self.actor = ray.remote(GenRMServer).options(**options).remote(rm, host=host, num_threads=size)
+        self.actor = ray.remote(GenRMServer).options(**options).remote(rm, host=host, num_threads=size,
+                                                                        discriminative=discriminative)
         address = ray.get(self.actor.address.remote())
         if host == "0.0.0.0":  # noqa: S104
             node_ip = ray.get(self.actor.__ray_call__.remote(lambda _self: ray.util.get_node_ip_address()))
@@ -283,6 +312,7 @@ class GenRMEndpoint:
     def __init__(self, model_path: str | None = None, trust_remote_code: bool = False) -> None:
         self.model_path = model_path
         self.trust_remote_code = trust_remote_code
+        self.discriminative = False  # serves /classify (a discriminative reward model) rather than chat
         self.address: str | None = None
         self._tokenizer = None
 

@@ -23,7 +23,7 @@ import torch
 
 from verl.protocol import DataProto
 
-__all__ = ["same_tokenizer", "chat_messages", "retemplate", "last_token_index", "response_score_index"]
+__all__ = ["same_tokenizer", "chat_messages", "response_text", "retemplate", "last_token_index", "response_score_index"]
 
 _MARKER = "\u2063verl-rm-content\u2063"  # an invisible separator around a word no template contains
 
@@ -65,7 +65,8 @@ def chat_messages(data: DataProto, row: int, input_tokenizer: Any, frame: tuple[
     return [{"role": "user", "content": text[len(before) : len(text) - len(after)]}]
 
 
-def _response_text(data: DataProto, row: int, input_tokenizer: Any) -> str:
+def response_text(data: DataProto, row: int, input_tokenizer: Any) -> str:
+    """The response of ``row`` decoded with the policy's tokenizer, its EOS text removed (the assistant's turn)."""
     responses = data.batch["responses"]
     valid = int(data.batch["attention_mask"][row, -responses.size(1):].sum())
     text = input_tokenizer.decode(responses[row, :valid].tolist(), skip_special_tokens=False)
@@ -79,7 +80,7 @@ def retemplate(data: DataProto, input_tokenizer: Any, rm_tokenizer: Any, max_len
     rows: list[list[int]] = []
     for row in range(len(data)):
         chat = chat_messages(data, row, input_tokenizer, frame)
-        chat.append({"role": "assistant", "content": _response_text(data, row, input_tokenizer)})
+        chat.append({"role": "assistant", "content": response_text(data, row, input_tokenizer)})
         text = rm_tokenizer.apply_chat_template(chat, add_generation_prompt=False, tokenize=False)
         ids = rm_tokenizer.encode(text, add_special_tokens=False)
         rows.append(ids[:max_length] if max_length else ids)  # upstream cuts from the right

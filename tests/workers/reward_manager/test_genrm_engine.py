@@ -256,7 +256,7 @@ def test_the_reward_function_must_ask_the_judge():
     from verl.utils.config_errors import RewardFunctionError
 
     cfg = _check(UPSTREAM_STYLE)
-    with pytest.raises(RewardFunctionError, match="custom_reward_function.path"):
+    with pytest.raises(RewardFunctionError, match="discriminative reward model"):  # no function: not a judge
         bind_genrm(cfg, lambda **kw: 0.0, custom=False)
 
     def no_router(data_source, solution_str, ground_truth, extra_info=None):

@@ -15,7 +15,8 @@ from typing import Any
 from verl.utils.config_errors import RewardFunctionError
 from verl.workers.genrm_engine import GenRMEndpoint, RewardModelManager, bind_reward_router
 
-__all__ = ["ROUTER_KWARGS", "bind_genrm", "genrm_enabled", "genrm_endpoint", "start_genrm", "stop_genrm"]
+__all__ = ["ROUTER_KWARGS", "bind_genrm", "disrm_manager", "genrm_enabled", "genrm_endpoint", "start_genrm",
+           "stop_genrm"]
 
 ROUTER_KWARGS = ("reward_router_address", "reward_model_tokenizer")
 _ENDPOINT: dict[str, GenRMEndpoint] = {}
@@ -37,16 +38,31 @@ def genrm_endpoint(config: Any) -> GenRMEndpoint:
 
 def bind_genrm(config: Any, compute_score: Any, custom: bool) -> Any:
     """``compute_score`` asking the judge: checked to take upstream's two arguments, then bound to the endpoint.
-    ``custom``: it is the user's function (custom_reward_function.path or verl.train's reward_fn)."""
+    ``custom``: it is the user's function (custom_reward_function.path or verl.train's reward_fn); without one the
+    model is a discriminative reward model (``disrm_manager``)."""
     if not custom:
-        raise RewardFunctionError(
-            f"reward_model.rollout.name={config.reward_model.rollout.name}: a generative reward model scores through "
-            "your reward function, which asks the judge at reward_router_address (upstream's contract); set "
-            "custom_reward_function.path (examples/reward_loop/llm_judge.py is one). Serving a discriminative model "
-            "on the engine (upstream's /classify) is not built: drop reward_model.rollout.name to use the FSDP "
-            "reward-model worker.")
+        raise RewardFunctionError("bind_genrm needs the user's reward function; without one, reward_model.model.path "
+                                  "is a discriminative reward model scored by disrm_manager")
     _check_router_kwargs(compute_score)
     return bind_reward_router(compute_score, genrm_endpoint(config))
+
+
+def disrm_manager(config: Any, tokenizer: Any) -> Any:
+    """The reward loop's per-sample manager asking the discriminative reward model served on the engine (upstream:
+    ``reward_model.rollout.name`` without a custom reward function). Marks the endpoint so that ``start_genrm``
+    serves ``/classify`` instead of a chat endpoint."""
+    from verl.workers.reward_loop.disrm import DisRMRewardManager
+
+    engine = config.reward_model.rollout.name
+    if engine != "hf":
+        raise RewardFunctionError(
+            f"reward_model.rollout.name={engine} with no custom_reward_function.path serves reward_model.model.path "
+            "as a discriminative reward model (upstream's /classify), which is built on the HF engine only; set "
+            "reward_model.rollout.name=hf, or set custom_reward_function.path to a function that asks a generative "
+            "judge at reward_router_address (examples/reward_loop/llm_judge.py is one).")
+    endpoint = genrm_endpoint(config)
+    endpoint.discriminative = True
+    return DisRMRewardManager(config, tokenizer, endpoint)
 
 
 def _check_router_kwargs(fn: Any) -> None:
@@ -73,10 +89,13 @@ def start_genrm(config: Any) -> RewardModelManager | None:
     if not genrm_enabled(config):
         return None
     rm = config.reward_model
-    manager = RewardModelManager(rm, device=config.trainer.device)
-    genrm_endpoint(config).address = manager.get_router_address()
-    print(f"[reward] judge engine ({rm.rollout.name}) for {rm.model.path} at http://{manager.get_router_address()}"
-          "/v1", flush=True)
+    endpoint = genrm_endpoint(config)
+    manager = RewardModelManager(rm, device=config.trainer.device, discriminative=endpoint.discriminative)
+    endpoint.address = manager.get_router_address()
+    what = "reward model" if endpoint.discriminative else "judge engine"
+    route = "/classify" if endpoint.discriminative else "/v1"
+    print(f"[reward] {what} ({rm.rollout.name}) for {rm.model.path} at http://{manager.get_router_address()}{route}",
+          flush=True)
     return manager
 
 

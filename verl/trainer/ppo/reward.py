@@ -17,7 +17,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.rewards import default_compute_score
-from verl.trainer.ppo.genrm import ROUTER_KWARGS, bind_genrm, genrm_enabled
+from verl.trainer.ppo.genrm import ROUTER_KWARGS, bind_genrm, disrm_manager, genrm_enabled
 from verl.utils.config_errors import RewardFunctionError
 from verl.utils.import_utils import import_file_as_module, load_extern_object
 from verl.workers.reward_loop import RewardLoopManager, RewardManagerBase, get_reward_loop_manager_cls
@@ -142,6 +142,8 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, compute_s
         compute_score = get_custom_reward_fn(config, checked_as, ROUTER_KWARGS if genrm else ())
         custom = compute_score is not None
         compute_score = compute_score or _default_score(config)
+    if genrm and not custom:  # upstream's rule: no reward function, so model.path is a discriminative RM
+        return RewardLoopManager(disrm_manager(config, tokenizer), config.reward_model.num_workers)
     if genrm:
         compute_score = bind_genrm(config, compute_score, custom)
     if manager_name == "rate_limited" or _loop_native(config) or (

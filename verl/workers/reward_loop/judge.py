@@ -188,31 +188,38 @@ class OpenAIJudge:
         body = {"messages": messages, "temperature": self.temperature, "max_tokens": self.max_tokens, **fields}
         if self.model is not None:  # None: the server's own model (one judge engine serves one)
             body["model"] = self.model
+        return await self.post(body)
+
+    async def post(self, body: dict, path: str | None = None) -> dict:
+        """POST ``body`` to the chat endpoint (or to ``base_url/path``) with the retries and errors of the module
+        docstring; the decoded JSON answer."""
+        url = self.url if path is None else f"{self.base_url}/{path.lstrip('/')}"
         last = ""
         for attempt in range(self.max_retries + 1):
             if attempt:
                 await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
-            outcome = await asyncio.to_thread(self._post, body)
+            outcome = await asyncio.to_thread(self._post, body, url)
             if isinstance(outcome, str):
                 last = outcome
                 continue
             return outcome
-        raise JudgeUnavailableError(f"judge at {self.url} (model {self.model!r}) failed {self.max_retries + 1} "
+        raise JudgeUnavailableError(f"judge at {url} (model {self.model!r}) failed {self.max_retries + 1} "
                                     f"attempts; last: {last}. Is the endpoint up (reward kwargs base_url)?")
 
-    def _post(self, body: dict) -> dict | str:
+    def _post(self, body: dict, url: str | None = None) -> dict | str:
         """The decoded JSON answer, or a string saying why this attempt failed and may be retried."""
+        url = url or self.url
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=self.request_timeout) as reply:
                 raw = reply.read()
         except urllib.error.HTTPError as err:
             if err.code == 429 or err.code >= 500:
                 return f"HTTP {err.code} {err.reason}"
-            raise JudgeResponseError(f"judge at {self.url} refused the request: HTTP {err.code} {err.reason} "
+            raise JudgeResponseError(f"judge at {url} refused the request: HTTP {err.code} {err.reason} "
                                      f"({err.read()[:200]!r})") from None
         except TimeoutError:
             return f"no answer within {self.request_timeout:g} s"
@@ -222,7 +229,7 @@ class OpenAIJudge:
         try:
             return json.loads(raw)
         except ValueError:
-            raise JudgeResponseError(f"judge at {self.url} answered with something that is not JSON: "
+            raise JudgeResponseError(f"judge at {url} answered with something that is not JSON: "
                                      f"{raw[:200]!r}") from None
 
     def _content(self, reply: Any) -> str:

@@ -26,7 +26,6 @@ others answer HTTP 400 naming the engine.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -34,6 +33,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from verl.utils.json_http import json_reply as _reply
+from verl.utils.json_http import read_json
 from verl.workers.rollout.agent_loop.server import EngineLoop, TokenOutput
 
 __all__ = ["MAX_TOP_LOGPROBS", "ChatCompletionServer", "ChatRequestError", "ScoredTokenOutput"]
@@ -278,9 +279,8 @@ class ChatCompletionServer:
             _reply(handler, 404, {"error": {"message": f"no route {handler.path}; POST /v1/chat/completions"}})
             return
         try:
-            length = int(handler.headers.get("Content-Length") or 0)
             try:
-                body = json.loads(handler.rfile.read(length) or b"null")
+                body = read_json(handler)
             except ValueError as err:
                 raise ChatRequestError(f"the request body is not JSON: {err}") from err
             _reply(handler, 200, self.complete(body))
@@ -288,12 +288,3 @@ class ChatCompletionServer:
             _reply(handler, err.status, {"error": {"message": str(err), "type": "invalid_request_error"}})
         except Exception as err:  # noqa: BLE001 - a 500 naming the cause; the server keeps serving
             _reply(handler, 500, {"error": {"message": f"{type(err).__name__}: {err}"}})
-
-
-def _reply(handler: BaseHTTPRequestHandler, status: int, payload: dict[str, Any]) -> None:
-    data = json.dumps(payload).encode()
-    handler.send_response(status)
-    handler.send_header("Content-Type", "application/json")
-    handler.send_header("Content-Length", str(len(data)))
-    handler.end_headers()
-    handler.wfile.write(data)
