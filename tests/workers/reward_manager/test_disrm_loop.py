@@ -168,3 +168,29 @@ def test_the_trainer_serves_a_discriminative_model_only_without_a_reward_functio
     assert not isinstance(load_reward_manager(judged, tokenizer, num_examine=0).manager, DisRMRewardManager)
     with pytest.raises(RewardFunctionError, match="rollout.name=hf"):
         load_reward_manager(_check([*no_function, "reward_model.rollout.name=vllm"]), tokenizer, num_examine=0)
+
+
+@pytest.mark.parametrize("device, own_pool, warned", [("cuda", False, True), ("cuda", True, False),
+                                                       ("cpu", False, False)])
+def test_start_genrm_resolves_the_device_and_says_when_the_engine_leaves_the_gpus(monkeypatch, capsys, rm_dir,
+                                                                                   device, own_pool, warned):
+    from tests.workers.reward_manager.test_genrm_engine import UPSTREAM_STYLE, _check
+    from verl.trainer.ppo import genrm
+    from verl.utils import device as device_module
+
+    started = {}
+
+    class Manager:
+        def __init__(self, rm, device, discriminative):
+            started.update(device=device, discriminative=discriminative)
+
+        def get_router_address(self):
+            return "127.0.0.1:1"
+
+    monkeypatch.setattr(genrm, "RewardModelManager", Manager)
+    monkeypatch.setattr(device_module, "get_device_name", lambda: device)
+    pool = ["reward_model.enable_resource_pool=true", "reward_model.n_gpus_per_node=1", "reward_model.nnodes=1"]
+    cfg = _check([*UPSTREAM_STYLE, *(pool if own_pool else [])])
+    genrm.start_genrm(cfg)
+    assert started == {"device": device, "discriminative": False}  # "auto" resolved, never passed on as is
+    assert ("colocated mode" in capsys.readouterr().err) is warned

@@ -89,8 +89,16 @@ def start_genrm(config: Any) -> RewardModelManager | None:
     if not genrm_enabled(config):
         return None
     rm = config.reward_model
+    from verl.utils.device import get_device_name
+
+    device = get_device_name()  # trainer.device resolved ("auto": cuda where a GPU is visible)
+    if device == "cuda" and not rm.enable_resource_pool:
+        print("[reward] warning: reward_model.enable_resource_pool=false on a GPU machine: the reward model's engine "
+              "runs on one CPU (upstream's colocated mode, sharing the actor's GPUs with sleep/wake, is not built). Set "
+              "reward_model.enable_resource_pool=true with reward_model.n_gpus_per_node to give it GPUs of its own.",
+              file=sys.stderr, flush=True)
     endpoint = genrm_endpoint(config)
-    manager = RewardModelManager(rm, device=config.trainer.device, discriminative=endpoint.discriminative)
+    manager = RewardModelManager(rm, device=device, discriminative=endpoint.discriminative)
     endpoint.address = manager.get_router_address()
     what = "reward model" if endpoint.discriminative else "judge engine"
     route = "/classify" if endpoint.discriminative else "/v1"
