@@ -209,3 +209,36 @@ def test_dynamic_sampling_run_resumes_at_the_exact_data_position(tmp_path: Path)
     resumed_rounds, resumed_steps = run(tmp_path / "resumed", 3)  # trainer.resume_mode=auto: from step 2
     assert [r["step"] for r in resumed_steps] == [1, 2, 3]  # the report folder is shared: steps 1-2 from the first
     assert first_rounds + resumed_rounds == full_rounds  # not one prompt skipped or repeated
+
+
+def test_optimal_token_baseline_runs_on_the_log_prob_pass_sum_pi_squared(tmp_path: Path) -> None:
+    """adv_estimator=optimal_token_baseline with actor.calculate_sum_pi_squared: the log-prob pass runs (it is not
+    skipped) and returns sum_pi_squared, which the advantages are computed from."""
+    from verl.algos.otb import compute_optimal_token_baseline_advantage
+
+    seen: list[dict[str, torch.Tensor]] = []
+
+    def body(trainer) -> None:
+        compute_advantage = trainer._compute_advantage
+
+        def probe_advantage(batch, reward_tensor, reward_extra, metrics):
+            out = compute_advantage(batch, reward_tensor, reward_extra, metrics)
+            b = out.batch
+            want, _ = compute_optimal_token_baseline_advantage(
+                b["token_level_rewards"], b["response_mask"], out.non_tensor_batch["uid"], b["old_log_probs"],
+                b["sum_pi_squared"])
+            seen.append({"advantages": b["advantages"], "want": want, "spsq": b["sum_pi_squared"],
+                         "mask": b["response_mask"].bool()})
+            return out
+
+        trainer._compute_advantage = probe_advantage
+        trainer.fit()
+
+    rows = _run(tmp_path, "optimal_token_baseline", ["actor_rollout_ref.actor.calculate_sum_pi_squared=true"], body)
+    assert [r["perf/old_log_prob_skipped"] for r in rows] == [0.0, 0.0]
+    assert len(seen) == 2
+    for step in seen:
+        assert torch.allclose(step["advantages"], step["want"], atol=1e-6)
+        spsq = step["spsq"][step["mask"]]
+        assert bool(((spsq > 0) & (spsq <= 1 + 1e-6)).all())  # a probability mass squared and summed
+        assert step["advantages"][step["mask"]].abs().sum() > 0

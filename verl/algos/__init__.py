@@ -3,6 +3,7 @@
 
 - registry.py     names -> functions for advantage estimators and policy losses
 - advantage.py    advantage estimators (GAE, GRPO, RLOO, REINFORCE++, ReMax, OPO, GPG, pass@k)
+- otb.py          the optimal token baseline (optimal_token_baseline, tir_optimal_token_baseline)
 - policy_loss.py  PPO-family policy losses; policy_loss_cov.py the covariance-based ones
 - losses.py       loss aggregation, value loss, entropy loss (entropy_from_logits from verl.utils)
 - kl.py           KL estimators and KL coefficient controllers
@@ -55,6 +56,11 @@ from verl.algos.losses import (
     compute_value_loss,
     entropy_from_logits,
 )
+from verl.algos.otb import (
+    compute_multi_turn_optimal_token_baseline_advantage,
+    compute_optimal_token_baseline_advantage,
+    sum_pi_squared_from_logits,
+)
 from verl.algos.policy_loss import (
     compute_policy_loss,
     compute_policy_loss_cispo,
@@ -78,6 +84,9 @@ from verl.algos.registry import (
 from verl.utils.torch_masked import masked_mean, masked_sum, masked_var, masked_whiten
 
 __all__ = [
+    "compute_optimal_token_baseline_advantage",
+    "compute_multi_turn_optimal_token_baseline_advantage",
+    "sum_pi_squared_from_logits",
     "ADV_ESTIMATOR_REGISTRY",
     "POLICY_LOSS_REGISTRY",
     "AdvantageEstimator",

@@ -68,8 +68,8 @@ def compute_advantage(
 ) -> DataProto:
     """Run the registered estimator on the batch and write batch['advantages'] and batch['returns'].
 
-    Reads token_level_rewards and response_mask, plus values, reward_baselines and non-tensor uid when
-    present. ``config`` is the `algorithm` config, handed to the estimator. With ``config.use_pf_ppo`` the
+    Reads token_level_rewards and response_mask, plus values, reward_baselines, old_log_probs, sum_pi_squared,
+    rollout_is_weights and non-tensor uid when present. ``config`` is the `algorithm` config, handed to the estimator. With ``config.use_pf_ppo`` the
     rows are then resampled (see compute_pf_ppo_reweight_data), so use the returned DataProto.
     ``num_repeat`` is accepted for upstream compatibility and unused.
     """
@@ -84,7 +84,7 @@ def compute_advantage(
         "lam": lam,
     }
     # Absent inputs go in as None so the estimator that needs one says which (rather than a TypeError).
-    for key in ("values", "reward_baselines"):
+    for key in ("values", "reward_baselines", "old_log_probs", "sum_pi_squared", "rollout_is_weights"):
         kwargs[key] = data.batch[key] if key in data.batch.keys() else None
     kwargs["index"] = data.non_tensor_batch.get("uid")
     advantages, returns = _call_with_accepted_kwargs(estimator, kwargs)

@@ -38,6 +38,8 @@ class AdvantageEstimator(str, Enum):
     GPG = "gpg"
     GRPO_VECTORIZED = "grpo_vectorized"  # upstream's names for its vectorized GRPO/RLOO; ours are vectorized
     RLOO_VECTORIZED = "rloo_vectorized"  # already, so both names resolve to the one implementation
+    OPTIMAL_TOKEN_BASELINE = "optimal_token_baseline"
+    TIR_OPTIMAL_TOKEN_BASELINE = "tir_optimal_token_baseline"
 
 
 ADV_ESTIMATOR_REGISTRY: dict[str, Callable[..., Any]] = {}

@@ -278,13 +278,17 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
-        """old_log_probs (and per-token entropy) under the current policy, at the rollout temperature."""
+        """old_log_probs (and per-token entropy; sum_pi_squared with actor.calculate_sum_pi_squared) under the
+        current policy, at the rollout temperature."""
         data, own_rows = self._sp_gather(data)
         self._log_prob_meta(data, self.config.rollout)
-        log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
+        spsq = bool(getattr(self.config.actor, "calculate_sum_pi_squared", False))
+        log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True, calculate_sum_pi_squared=spsq)
         tensors = {"old_log_probs": log_probs[own_rows]}
         if entropys is not None:
             tensors["entropys"] = entropys[own_rows]
+        if spsq:  # actor.calculate_sum_pi_squared: the optimal token baseline's input (verl.algos.otb)
+            tensors["sum_pi_squared"] = self.actor.last_sum_pi_squared[own_rows]
         return DataProto.from_dict(tensors=tensors, meta_info={"temperature": data.meta_info["temperature"]})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

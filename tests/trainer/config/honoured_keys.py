@@ -90,6 +90,8 @@ HONOURED: dict[str, str] = {
     f"{ARR}.model.use_shm": f"{_UPSTREAM}::test_use_shm_loads_the_model_from_a_dev_shm_copy",
     f"{ARR}.actor.entropy_from_logits_with_chunking": "tests/workers/actor/test_entropy_keys.py::test_the_actor_update_with_entropy_in_the_loss_is_unchanged",
     f"{ARR}.actor.entropy_checkpointing": "tests/workers/actor/test_entropy_keys.py::test_entropy_checkpointing_keeps_less_and_gives_the_same_gradient",
+    f"{ARR}.actor.calculate_sum_pi_squared": "tests/algos/test_otb.py::test_the_actor_log_prob_pass_returns_sum_pi_squared_at_the_temperature",
+    f"{ARR}.actor.sum_pi_squared_checkpointing": "tests/algos/test_otb.py::test_sum_pi_squared_checkpointing_keeps_less_and_gives_the_same_gradient",
     f"{ARR}.ref.entropy_from_logits_with_chunking": "tests/workers/actor/test_entropy_keys.py::test_the_reference_section_carries_the_same_keys",
     f"{ARR}.ref.entropy_checkpointing": "tests/workers/actor/test_entropy_keys.py::test_the_reference_section_carries_the_same_keys",
     f"{ARR}.actor.tau_pos": f"{_UPSTREAM}::test_actor_tau_spelling_sets_the_sapo_temperatures",

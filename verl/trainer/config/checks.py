@@ -308,6 +308,11 @@ def check_algorithm(cfg: PPOTrainerConfig) -> list[str]:
             f"algorithm.adv_estimator={estimator} compares the responses to the same prompt, but {N}=1 gives one "
             f"response per prompt, so every advantage is 0; set {N} to 2 or more (e.g. {N}=4)."
         )
+    if estimator in ("optimal_token_baseline", "tir_optimal_token_baseline") and \
+            not getattr(cfg.actor_rollout_ref.actor, "calculate_sum_pi_squared", False):
+        problems.append(
+            f"algorithm.adv_estimator={estimator} weights each token by sum_pi_squared from the actor's log-prob "
+            "pass; set actor_rollout_ref.actor.calculate_sum_pi_squared=true (upstream's requirement too).")
     if cfg.algorithm.use_kl_in_reward and cfg.actor_rollout_ref.actor.use_kl_loss:
         warnings.warn(
             "algorithm.use_kl_in_reward=true and actor_rollout_ref.actor.use_kl_loss=true both penalise the KL "

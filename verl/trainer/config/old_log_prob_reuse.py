@@ -78,6 +78,9 @@ def decide_old_log_prob_reuse(config: Any) -> OldLogProbReuse:
     if rollout.calculate_log_probs and not correction.bypass_mode:
         blockers.append("actor_rollout_ref.rollout.calculate_log_probs=true: the rollout-vs-actor metrics compare "
                         "the engine's log-probs with this pass's")
+    if getattr(actor, "calculate_sum_pi_squared", False):
+        blockers.append("actor_rollout_ref.actor.calculate_sum_pi_squared=true: sum_pi_squared comes from the "
+                        "log-prob pass, before the advantages (optimal_token_baseline)")
     if actor.ppo_epochs > 1:
         blockers.append(f"actor_rollout_ref.actor.ppo_epochs={actor.ppo_epochs}: later epochs run on updated weights")
     train_batch_size = config.data.train_batch_size

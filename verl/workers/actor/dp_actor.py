@@ -41,7 +41,7 @@ from verl.protocol import DataProto
 from verl.utils.torch_functional import logprobs_from_logits
 from verl.utils.ulysses import gather_outputs_and_unpad, resolve_ulysses_group, ulysses_sequence_parallel
 from verl.workers.actor.base import BasePPOActor
-from verl.workers.actor.entropy import entropy_function
+from verl.workers.actor.entropy import entropy_function, sum_pi_squared_function
 from verl.workers.actor.on_policy import EntropyTally, check_single_step, wants_on_policy
 from verl.workers.config import ActorConfig, RefConfig
 from verl.workers.micro_batching import (
@@ -76,6 +76,8 @@ class DataParallelPPOActor(BasePPOActor):
         self._logits_to_keep = accepts_logits_to_keep(actor_module)
         self._update_calls = 0  # varies the shuffle seed from one training step to the next
         self._entropy = entropy_function(config)
+        self._sum_pi_squared = sum_pi_squared_function(config)
+        self.last_sum_pi_squared: torch.Tensor | None = None
         # consecutive optimizer steps skipped for a NaN/inf grad norm; a streak this long stops the run
         self._nonfinite_streak = NonFiniteGradStreak(
             "actor", getattr(config, "max_consecutive_nonfinite_grad_skips", None), "actor_rollout_ref.actor.max_consecutive_nonfinite_grad_skips")
@@ -125,11 +127,12 @@ class DataParallelPPOActor(BasePPOActor):
 
     # -- forward -------------------------------------------------------------------------------------------------
 
-    def _forward_micro_batch(self, micro_batch: TensorDict, temperature: float,
-                             calculate_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs (and entropies) of the response tokens: logits at positions P-1 .. P+R-2 predict them."""
+    def _forward_micro_batch(self, micro_batch: TensorDict, temperature: float, calculate_entropy: bool,
+                             sum_pi_squared: list | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (and entropies) of the response tokens: logits at positions P-1 .. P+R-2 predict them.
+        ``sum_pi_squared``: a list that receives the micro-batch's (bs, R) sum_v pi_v^2 (optimal token baseline)."""
         if self.use_remove_padding:
-            return self._forward_packed(micro_batch, temperature, calculate_entropy)
+            return self._forward_packed(micro_batch, temperature, calculate_entropy, sum_pi_squared)
         responses = micro_batch["responses"]
         response_length = responses.size(-1)
         kwargs = self._vision_kwargs(micro_batch)
@@ -145,10 +148,12 @@ class DataParallelPPOActor(BasePPOActor):
             logits = logits / temperature
         log_probs = logprobs_from_logits(logits, responses)
         entropy = self._entropy(logits) if calculate_entropy else None
+        if sum_pi_squared is not None:
+            sum_pi_squared.append(self._sum_pi_squared(logits))
         return log_probs, entropy
 
-    def _forward_packed(self, micro_batch: TensorDict, temperature: float,
-                        calculate_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _forward_packed(self, micro_batch: TensorDict, temperature: float, calculate_entropy: bool,
+                        sum_pi_squared: list | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The same numbers from the real tokens only: one packed row, the LM head on the positions that predict
         real response tokens; zeros where the response is padding (those entries are masked downstream)."""
         responses = micro_batch["responses"]
@@ -162,7 +167,7 @@ class DataParallelPPOActor(BasePPOActor):
                              "left-padded prompt and a right-padded response (attention_mask 0 only at the ends)")
         if self.ulysses_group is not None:
             return self._forward_sequence_parallel(packed, predictors, responses[targets], targets, temperature,
-                                                   calculate_entropy)
+                                                   calculate_entropy, sum_pi_squared)
         # at least one position, so every rank runs the LM head and its backward (FSDP collectives need that)
         keep = predictors if predictors.numel() else predictors.new_zeros(1)
         with packed_forward():
@@ -175,11 +180,13 @@ class DataParallelPPOActor(BasePPOActor):
             logits = logits / temperature
         log_probs = scatter_to_padded(logprobs_from_logits(logits, responses[targets]), targets)
         entropy = scatter_to_padded(self._entropy(logits), targets) if calculate_entropy else None
+        if sum_pi_squared is not None:
+            sum_pi_squared.append(scatter_to_padded(self._sum_pi_squared(logits), targets))
         return log_probs, entropy
 
     def _forward_sequence_parallel(self, packed, predictors: torch.Tensor, labels: torch.Tensor,
-                                   targets: torch.Tensor, temperature: float,
-                                   calculate_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+                                   targets: torch.Tensor, temperature: float, calculate_entropy: bool,
+                                   sum_pi_squared: list | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Ulysses: this rank runs its T/sp tokens; the LM head only on its own predictor positions; the per-token
         results are gathered over the SP group (same on every rank of it) and read at ``predictors``."""
         group = self.ulysses_group
@@ -206,11 +213,15 @@ class DataParallelPPOActor(BasePPOActor):
 
         log_probs = gathered(logprobs_from_logits(logits, local_labels[keep[:count]]))
         entropy = gathered(self._entropy(logits)) if calculate_entropy else None
+        if sum_pi_squared is not None:
+            sum_pi_squared.append(gathered(self._sum_pi_squared(logits)))
         return log_probs, entropy
 
-    def compute_log_prob(self, data: DataProto, calculate_entropy: bool = False
-                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def compute_log_prob(self, data: DataProto, calculate_entropy: bool = False,
+                         calculate_sum_pi_squared: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs (bs, R) of ``responses`` under the current weights, without grad; entropies when asked.
+        With ``calculate_sum_pi_squared``, also ``self.last_sum_pi_squared``: (bs, R) sum_v pi_v^2 at the same
+        temperature (the optimal token baseline's input; zero on padding).
 
         meta_info: ``temperature``, ``micro_batch_size``, ``use_dynamic_bsz``, ``max_token_len``.
         """
@@ -225,15 +236,18 @@ class DataParallelPPOActor(BasePPOActor):
                                                     "meta_info micro_batch_size / max_token_len")
         device = module_device(self.actor_module)
         log_probs, entropys = [], []
+        sums = [] if calculate_sum_pi_squared else None
         with torch.no_grad(), forwards_context(self.actor_module, len(micro_batches)):
             for micro_batch in micro_batches:
-                log_prob, entropy = self._forward_micro_batch(micro_batch.to(device), temperature, calculate_entropy)
+                log_prob, entropy = self._forward_micro_batch(micro_batch.to(device), temperature, calculate_entropy,
+                                                              sums)
                 log_probs.append(log_prob)
                 if entropy is not None:
                     entropys.append(entropy)
         out_device = batch.device if batch.device is not None else batch["responses"].device
         log_probs_out = restore_order(log_probs, indices).to(out_device)
         entropys_out = restore_order(entropys, indices).to(out_device) if calculate_entropy else None
+        self.last_sum_pi_squared = restore_order(sums, indices).to(out_device) if sums is not None else None
         return log_probs_out, entropys_out
 
     # -- update --------------------------------------------------------------------------------------------------

@@ -5,6 +5,9 @@
 - ``entropy_checkpointing``: when the entropy is part of the loss (``entropy_coeff`` != 0), its float32 softmax over
   the vocabulary is not kept for backward but recomputed there (``torch.utils.checkpoint``): one (tokens x vocab)
   float32 tensor less per micro-batch, one more softmax pass in backward. Without grad it changes nothing.
+- ``sum_pi_squared_checkpointing`` (with ``calculate_sum_pi_squared``): the same trade for sum_v pi_v^2, the optimal
+  token baseline's input (verl.algos.otb); it is computed in the no-grad log-prob pass, so like entropy
+  checkpointing there it changes nothing but is honoured wherever a gradient flows through it.
 - ``use_torch_compile``: the entropy function goes through ``torch.compile(dynamic=True)``, as upstream's actor
   does: one fused kernel instead of a softmax, a logsumexp and a product over the (tokens x vocab) logits. The
   entropies and their gradient are those of the eager function up to float32 rounding (the fused reductions add
@@ -22,7 +25,7 @@ from torch.utils.checkpoint import checkpoint
 
 from verl.utils.torch_functional import entropy_from_logits, entropy_from_logits_with_chunking
 
-__all__ = ["entropy_function"]
+__all__ = ["entropy_function", "sum_pi_squared_function"]
 
 
 def entropy_function(config: Any) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -37,5 +40,20 @@ def entropy_function(config: Any) -> Callable[[torch.Tensor], torch.Tensor]:
         if torch.is_grad_enabled() and logits.requires_grad:
             return checkpoint(base, logits, use_reentrant=False)
         return base(logits)
+
+    return recomputed_in_backward
+
+
+def sum_pi_squared_function(config: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    """(…, V) logits -> float32 (…) sum_v softmax_v^2, checkpointed under grad with sum_pi_squared_checkpointing."""
+    from verl.algos.otb import sum_pi_squared_from_logits
+
+    if not getattr(config, "sum_pi_squared_checkpointing", False):
+        return sum_pi_squared_from_logits
+
+    def recomputed_in_backward(logits: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and logits.requires_grad:
+            return checkpoint(sum_pi_squared_from_logits, logits, use_reentrant=False)
+        return sum_pi_squared_from_logits(logits)
 
     return recomputed_in_backward

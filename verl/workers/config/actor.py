@@ -77,6 +77,9 @@ class FSDPActorConfig(ActorConfig):
     ulysses_sequence_parallel_size: int = at_least(1, 1)  # Ulysses: verl.utils.ulysses
     entropy_from_logits_with_chunking: bool = False  # verl.workers.actor.entropy
     entropy_checkpointing: bool = False
+    # the log-prob pass also returns sum_v pi_v^2 per token (algorithm.adv_estimator=optimal_token_baseline)
+    calculate_sum_pi_squared: bool = False
+    sum_pi_squared_checkpointing: bool = False
     use_remove_padding: bool = True  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
     optim: FSDPOptimizerConfig = field(default_factory=FSDPOptimizerConfig)
     fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)

@@ -22,6 +22,8 @@ ADV_ESTIMATORS = (
     "gpg",
     "grpo_vectorized",
     "rloo_vectorized",
+    "optimal_token_baseline",
+    "tir_optimal_token_baseline",
 )
 
 # Estimators whose baseline is the other responses to the same prompt: with one response per prompt
