@@ -166,8 +166,10 @@ def _unscored_sources(column: Any, has_scorer: Callable[[str], bool]) -> dict[st
     return unknown
 
 
-def prompt_lengths(prompts: Sequence[Any], tokenizer: Any, prompt_key: str) -> tuple[list[int], list[int]]:
-    """(token count of each prompt rendered as RLHFDataset renders it, -1 for a malformed one; malformed rows)."""
+def prompt_lengths(prompts: Sequence[Any], tokenizer: Any, prompt_key: str,
+                   template_kwargs: dict[str, Any] | None = None) -> tuple[list[int], list[int]]:
+    """(token count of each prompt rendered as RLHFDataset renders it, -1 for a malformed one; malformed rows).
+    ``template_kwargs``: data.apply_chat_template_kwargs."""
     from verl.data.prompt_text import as_messages, chat_text
 
     lengths = [-1] * len(prompts)
@@ -181,7 +183,7 @@ def prompt_lengths(prompts: Sequence[Any], tokenizer: Any, prompt_key: str) -> t
                 malformed.append(row)
                 continue
             rows.append(row)
-            texts.append(chat_text(tokenizer, messages))
+            texts.append(chat_text(tokenizer, messages, template_kwargs))
         if texts:
             for row, ids in zip(rows, tokenizer(texts, add_special_tokens=False)["input_ids"]):
                 lengths[row] = len(ids)
@@ -213,7 +215,8 @@ def _vision_lengths(key: str, table: Any, data: Any, processor: Any, prompt_key:
     for row, (prompt, entries) in enumerate(zip(prompts, images)):
         try:
             lengths[row] = vision_prompt_length(processor, as_messages(prompt, row, prompt_key),
-                                                {data.image_key: entries}, data.image_key, row)
+                                                {data.image_key: entries}, data.image_key, row,
+                                                dict(getattr(data, "apply_chat_template_kwargs", None) or {}))
         except ImageError as err:
             unreadable.append(row)
             reasons[row] = str(err).split(": ", 1)[-1]
@@ -279,7 +282,8 @@ def check_split(key: str, files: Sequence[str], data: Any, tokenizer: Any, needs
 
     vision = _vision_lengths(key, table, data, processor, needs.prompt_key, report, rows_text) if media else None
     if vision is None:
-        lengths, malformed = prompt_lengths(table.column(needs.prompt_key).to_pylist(), tokenizer, needs.prompt_key)
+        lengths, malformed = prompt_lengths(table.column(needs.prompt_key).to_pylist(), tokenizer, needs.prompt_key,
+                                            dict(getattr(data, "apply_chat_template_kwargs", None) or {}))
     else:
         lengths, malformed = vision, []
     if malformed:

@@ -23,10 +23,12 @@ def as_messages(prompt: Any, row: int, prompt_key: str) -> list[dict[str, Any]]:
     )
 
 
-def chat_text(tokenizer: Any, messages: list[dict[str, Any]]) -> str:
+def chat_text(tokenizer: Any, messages: list[dict[str, Any]], template_kwargs: dict[str, Any] | None = None) -> str:
+    """``template_kwargs``: data.apply_chat_template_kwargs, extra variables for the template (e.g.
+    ``enable_thinking``)."""
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(
             "the tokenizer has no chat_template, so chat prompts cannot be rendered; use an instruct model's "
             "tokenizer (or set tokenizer.chat_template)"
         )
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **(template_kwargs or {}))

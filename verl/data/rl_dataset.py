@@ -34,16 +34,18 @@ def _as_file_list(data_files: str | list[str] | ListConfig) -> list[str]:
     return [str(path) for path in data_files]
 
 
-def _prompt_lengths(prompts: list[Any], rows: list[int], tokenizer: Any, prompt_key: str) -> dict[str, list[int]]:
+def _prompt_lengths(prompts: list[Any], rows: list[int], tokenizer: Any, prompt_key: str,
+                    template_kwargs: dict[str, Any] | None = None) -> dict[str, list[int]]:
     """Templated prompt lengths of one batch of rows (a module function: `datasets` ships it to worker processes)."""
-    texts = [_chat_text(tokenizer, _as_messages(prompt, row, prompt_key)) for prompt, row in zip(prompts, rows)]
+    texts = [_chat_text(tokenizer, _as_messages(prompt, row, prompt_key), template_kwargs)
+             for prompt, row in zip(prompts, rows)]
     return {"_prompt_length": [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]}
 
 
 class RLHFDataset(Dataset):
     """`config` is the typed `data` section (DataConfig); read here: prompt_key, max_prompt_length, truncation,
     filter_overlong_prompts (+ _workers), return_raw_input_ids, return_raw_chat, return_full_prompt, shuffle and
-    seed (for max_samples).
+    seed (for max_samples), apply_chat_template_kwargs (extra template variables, e.g. enable_thinking).
 
     Items: input_ids / attention_mask / position_ids (left-padded), raw_prompt_ids (the templated prompt's ids),
     index, every other column; raw_input_ids (the prompt's ids without the chat template, for a reward model
@@ -75,6 +77,7 @@ class RLHFDataset(Dataset):
         self.return_raw_input_ids = config.return_raw_input_ids
         self.return_raw_chat = config.return_raw_chat
         self.return_full_prompt = config.return_full_prompt
+        self.template_kwargs = dict(getattr(config, "apply_chat_template_kwargs", None) or {})
         self.shuffle = config.shuffle
         self.seed = config.seed
         if self.truncation not in TRUNCATION_MODES:
@@ -134,14 +137,15 @@ class RLHFDataset(Dataset):
 
     def _text_lengths(self, frame: Any, workers: int) -> list[int]:
         return frame.select_columns([self.prompt_key]).map(
-            _prompt_lengths, fn_kwargs={"tokenizer": self.tokenizer, "prompt_key": self.prompt_key},
+            _prompt_lengths, fn_kwargs={"tokenizer": self.tokenizer, "prompt_key": self.prompt_key,
+                                        "template_kwargs": self.template_kwargs},
             input_columns=[self.prompt_key], with_indices=True, batched=True,
             batch_size=_LENGTH_BATCH, remove_columns=[self.prompt_key], num_proc=workers if workers > 1 else None,
             desc="filter_overlong_prompts",
         )["_prompt_length"]
 
     def _chat_text(self, messages: list[dict[str, Any]]) -> str:
-        return _chat_text(self.tokenizer, messages)
+        return _chat_text(self.tokenizer, messages, self.template_kwargs)
 
     # ---- items --------------------------------------------------------------------------------------------
 
@@ -182,7 +186,7 @@ class RLHFDataset(Dataset):
             row_dict["raw_prompt"] = messages
         if self.return_full_prompt:
             row_dict["full_prompts"] = self.processor.apply_chat_template(
-                split_placeholders(messages), add_generation_prompt=True, tokenize=False)
+                split_placeholders(messages), add_generation_prompt=True, tokenize=False, **self.template_kwargs)
         return self._with_index(row_dict, item)
 
     @staticmethod

@@ -42,7 +42,7 @@ def _images_of(row: dict[str, Any], image_key: str, row_index: int) -> list[Any]
 
 
 def render_vision_prompt(processor: Any, messages: list[dict[str, Any]], row: dict[str, Any], image_key: str,
-                         row_index: int) -> VisionPrompt:
+                         row_index: int, template_kwargs: dict[str, Any] | None = None) -> VisionPrompt:
     """Render and process one row; raises ImageError / ValueError naming the row for bad images or a
     placeholder count that differs from the number of images."""
     images = _images_of(row, image_key, row_index)
@@ -51,22 +51,24 @@ def render_vision_prompt(processor: Any, messages: list[dict[str, Any]], row: di
     if placeholders != len(images):
         raise ValueError(f"row {row_index}: the prompt has {placeholders} <image> placeholders but column "
                          f"{image_key!r} (data.image_key) holds {len(images)} images; they must match one to one")
-    text = processor.apply_chat_template(parts, add_generation_prompt=True, tokenize=False)
+    text = processor.apply_chat_template(parts, add_generation_prompt=True, tokenize=False, **(template_kwargs or {}))
     inputs = processor(text=[text], images=images or None, return_tensors="pt")
     return VisionPrompt(text=text, images=images, inputs=dict(inputs))
 
 
 def vision_prompt_length(processor: Any, messages: list[dict[str, Any]], row: dict[str, Any], image_key: str,
-                         row_index: int) -> int:
+                         row_index: int, template_kwargs: dict[str, Any] | None = None) -> int:
     """Prompt tokens with every image's vision tokens counted (what must fit data.max_prompt_length)."""
-    return int(render_vision_prompt(processor, messages, row, image_key, row_index).inputs["input_ids"].size(1))
+    prompt = render_vision_prompt(processor, messages, row, image_key, row_index, template_kwargs)
+    return int(prompt.inputs["input_ids"].size(1))
 
 
 def vision_item(processor: Any, tokenizer: Any, messages: list[dict[str, Any]], row: dict[str, Any], config: Any,
                 row_index: int, pad_token_id: int) -> dict[str, Any]:
     """The item fields of a vision row (input_ids, attention_mask, position_ids, raw_prompt_ids, multi_modal_data,
     multi_modal_inputs); ``row`` loses its image column."""
-    prompt = render_vision_prompt(processor, messages, row, config.image_key, row_index)
+    prompt = render_vision_prompt(processor, messages, row, config.image_key, row_index,
+                                  dict(getattr(config, "apply_chat_template_kwargs", None) or {}))
     row.pop(config.image_key, None)
     ids = prompt.inputs.pop("input_ids")[0]
     prompt.inputs.pop("attention_mask", None)

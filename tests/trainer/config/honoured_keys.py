@@ -114,6 +114,7 @@ HONOURED: dict[str, str] = {
     "data.gen_batch_size": f"{_DYN}::test_trainer_generates_gen_batch_size_prompts_per_round_and_trains_on_train_batch_size",
     "data.return_raw_input_ids": f"{_TRAINER_KEYS}::test_return_raw_input_ids",
     "data.return_raw_chat": f"{_DATASET}::test_raw_chat_only_when_asked",
+    "data.apply_chat_template_kwargs": "tests/data/test_chat_template_kwargs.py::test_the_dataset_renders_with_the_kwargs",
     "data.return_full_prompt": f"{_DATA}::test_return_full_prompt_adds_the_templated_text_to_the_trainers_items",
     "data.shuffle": f"{_DATASET}::test_sampler_is_seeded_random_or_sequential",
     "data.seed": f"{_DATASET}::test_sampler_is_seeded_random_or_sequential",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from verl.utils.config_schema import MutableConfig, at_least, choice, list_field, refused
+from verl.utils.config_schema import MutableConfig, at_least, choice, dict_field, list_field, refused
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 
@@ -56,6 +57,9 @@ class DataConfig(MutableConfig):
     video_key: str = "videos"
     # items carry the processor's pixel_values / image_grid_thw (multi_modal_inputs) for the actor's forward
     return_multi_modal_inputs: bool = True
+    # extra variables for the chat template wherever a prompt is rendered (dataset, data check, agent loop), e.g.
+    # {enable_thinking: false} for Qwen3; free-form (the template decides what it reads)
+    apply_chat_template_kwargs: dict[str, Any] = dict_field()
 
     @property
     def resolved_gen_batch_size(self) -> int:

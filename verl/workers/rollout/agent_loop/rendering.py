@@ -31,15 +31,19 @@ def truncate_text(text: str, limit: int, side: str) -> str:
 
 
 class ChatRenderer:
-    def __init__(self, tokenizer: Any, choice: str, key: str) -> None:
+    """``template_kwargs``: data.apply_chat_template_kwargs, extra template variables for every render (as the
+    dataset renders the first prompt with them)."""
+
+    def __init__(self, tokenizer: Any, choice: str, key: str, template_kwargs: dict[str, Any] | None = None) -> None:
         self.tokenizer = tokenizer
         self.template = resolve_chat_template(tokenizer, choice, key)  # None: the tokenizer's own
+        self.template_kwargs = dict(template_kwargs or {})
         self._warned = False
 
     def render(self, messages: list[dict], tools: list[dict] | None, add_generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
                                                   add_generation_prompt=add_generation_prompt,
-                                                  chat_template=self.template)
+                                                  chat_template=self.template, **self.template_kwargs)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
