@@ -207,6 +207,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.rollout.gpu_memory_utilization": f"{_VLLM}::test_cpu_kv_cache_is_the_smaller_of_budget_and_need",
     f"{ARR}.rollout.ignore_eos": f"{_VLLM}::test_log_probs_eos_lists_and_ignore_eos",
     f"{ARR}.rollout.enforce_eager": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
+    f"{ARR}.rollout.skip_tokenizer_init": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.free_cache_engine": f"{_VLLM}::test_cpu_sleep_resets_the_prefix_cache_and_releases_the_one_buffer",
     f"{ARR}.rollout.load_format": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.tensor_model_parallel_size": "tests/workers/rollout/test_vllm_engine.py::"

@@ -137,6 +137,8 @@ def test_engine_kwargs_map_verl_keys(monkeypatch):
     assert kw["logprobs_mode"] == "processed_logprobs" and kw["generation_config"] == "vllm"
     assert kw["kv_cache_memory_bytes"] == 16 * 2**20  # 8 x 33 x 23040 B is below the floor
     assert kw["swap_space"] == 2 and kw["enforce_eager"] is True and kw["tensor_parallel_size"] == 1
+    assert kw["skip_tokenizer_init"] is True  # upstream's default: token ids in and out
+    assert engine_mod.engine_kwargs(cfg(skip_tokenizer_init=False), "/m", SMOL, 0, 1)["skip_tokenizer_init"] is False
     assert engine_mod.engine_kwargs(cfg(load_format="safetensors", dtype="fp32"), "/m", SMOL, 0, 1)["load_format"] \
         == "safetensors"
     with pytest.raises(ValueError, match="max_num_batched_tokens"):

@@ -125,8 +125,11 @@ class RolloutConfig(BaseConfig):
     dtype: str | None = choice(None, ROLLOUT_DTYPES)
     gpu_memory_utilization: float = 0.5
     ignore_eos: bool = False
-    enforce_eager: bool = True
+    enforce_eager: bool = True  # vllm: no CUDA graphs; hf on a GPU: false decodes with CUDA graphs (hf_static.py)
     free_cache_engine: bool = True
+    # vllm: start the engine without its tokenizer (requests and answers are token ids; EOS ids come from the
+    # trainer). false loads it too, which changes no token; hf generates on token ids and has none to load
+    skip_tokenizer_init: bool = True
     load_format: str = "dummy_dtensor"
     tensor_model_parallel_size: int = at_least(1, 1)
     max_num_batched_tokens: int = at_least(8192, 1)

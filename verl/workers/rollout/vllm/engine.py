@@ -142,7 +142,7 @@ def engine_kwargs(config: RolloutConfig, model_path: str, hf_config, seed: int, 
         seed=seed,
         distributed_executor_backend="uni",
         # requests arrive as token ids and leave as token ids; EOS ids come from the trainer's meta_info
-        skip_tokenizer_init=True,
+        skip_tokenizer_init=config.skip_tokenizer_init,
     )
     if get_device_name() == "cpu":
         engine_dtype = getattr(torch, kwargs["dtype"]) if kwargs["dtype"] != "auto" else torch.bfloat16
