@@ -58,3 +58,18 @@ def test_without_class_path_shuffle_decides():
     seeded = OmegaConf.create({"shuffle": True, "seed": 3})
     assert list(create_rl_sampler(seeded, list(range(8)))) == list(create_rl_sampler(seeded, list(range(8))))
 
+
+
+def test_the_command_line_keys_reach_the_sampler_and_are_checked_before_ray(tmp_path):
+    from verl.trainer.config import ConfigError, validate_config
+    from verl.trainer.config.validate import load_config
+
+    keys = [f"data.sampler.class_path=pkg://{__name__}", "data.sampler.class_name=ReverseCurriculum",
+            "data.dataloader_num_workers=0"]
+    cfg = validate_config(load_config(keys), check_files=False)
+    sampler = create_rl_sampler(cfg.data, list(range(5)))  # the typed section, as the launcher passes it
+    assert isinstance(sampler, ReverseCurriculum) and list(sampler) == [4, 3, 2, 1, 0]
+    with pytest.raises(ConfigError, match="data.sampler.class_name is not"):
+        validate_config(load_config(keys[:1]), check_files=True)
+    with pytest.raises(ConfigError, match="data.sampler.class_path: sampler class file not found"):
+        validate_config(load_config([f"data.sampler.class_path={tmp_path / 'nope.py'}", keys[1]]), check_files=True)

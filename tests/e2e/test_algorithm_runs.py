@@ -242,3 +242,25 @@ def test_optimal_token_baseline_runs_on_the_log_prob_pass_sum_pi_squared(tmp_pat
         spsq = step["spsq"][step["mask"]]
         assert bool(((spsq > 0) & (spsq <= 1 + 1e-6)).all())  # a probability mass squared and summed
         assert step["advantages"][step["mask"]].abs().sum() > 0
+
+
+def test_a_curriculum_sampler_orders_training_and_sees_every_batch(tmp_path: Path) -> None:
+    """data.sampler.class_path / class_name from the command line: the sampler decides the training order and its
+    update() gets each trained batch."""
+    from tests.data.test_curriculum_sampler import ReverseCurriculum
+
+    seen = {}
+
+    def body(trainer) -> None:
+        trainer.fit()
+        sampler = trainer.train_dataloader.sampler
+        seen.update(kind=type(sampler).__name__, batches=[b.non_tensor_batch["index"].tolist() for b in sampler.seen],
+                    size=len(trainer.train_dataloader.dataset))
+
+    _run(tmp_path, "grpo", ["data.sampler.class_path=pkg://tests.data.test_curriculum_sampler",
+                            "data.sampler.class_name=ReverseCurriculum", "data.dataloader_num_workers=0"], body)
+    assert seen["kind"] == ReverseCurriculum.__name__ and len(seen["batches"]) == 2
+    # the dataset's rows from the last one backwards, 4 prompts per step, each repeated for rollout.n=2
+    first = sorted(set(seen["batches"][0]))
+    assert len(first) == 4 and all(len(b) == 8 for b in seen["batches"])
+    assert sorted(set(seen["batches"][1])) < first  # the second step's rows come before the first step's

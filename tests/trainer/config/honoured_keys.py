@@ -115,6 +115,8 @@ HONOURED: dict[str, str] = {
     "data.return_raw_input_ids": f"{_TRAINER_KEYS}::test_return_raw_input_ids",
     "data.return_raw_chat": f"{_DATASET}::test_raw_chat_only_when_asked",
     "data.apply_chat_template_kwargs": "tests/data/test_chat_template_kwargs.py::test_the_dataset_renders_with_the_kwargs",
+    "data.sampler.class_path": "tests/data/test_curriculum_sampler.py::test_the_command_line_keys_reach_the_sampler_and_are_checked_before_ray",
+    "data.sampler.class_name": "tests/data/test_curriculum_sampler.py::test_the_command_line_keys_reach_the_sampler_and_are_checked_before_ray",
     "data.return_full_prompt": f"{_DATA}::test_return_full_prompt_adds_the_templated_text_to_the_trainers_items",
     "data.shuffle": f"{_DATASET}::test_sampler_is_seeded_random_or_sequential",
     "data.seed": f"{_DATASET}::test_sampler_is_seeded_random_or_sequential",

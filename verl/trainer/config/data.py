@@ -11,6 +11,17 @@ TRUNCATION_MODES = ("error", "left", "right", "middle")
 
 
 @dataclass
+class SamplerConfig(MutableConfig):
+    """`data.sampler`: the training order from a user's sampler class (verl.data.rl_loading.create_rl_sampler).
+    ``class_path``: ``pkg://module`` or a python file; ``class_name``: a subclass of
+    verl.experimental.dataset.sampler.AbstractSampler. A curriculum sampler (AbstractCurriculumSampler) is shown
+    every trained batch through ``update(batch)``."""
+
+    class_path: str | None = None
+    class_name: str | None = None
+
+
+@dataclass
 class CustomClsConfig(MutableConfig):
     """A user dataset class: `path` is a python file, `name` the class in it."""
 
@@ -51,6 +62,7 @@ class DataConfig(MutableConfig):
     train_max_samples: int = -1
     val_max_samples: int = -1
     custom_cls: CustomClsConfig = field(default_factory=CustomClsConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
     # vision-language rows (docs/vlm.md): the column of {"bytes"|"path"} image entries, one per <image> placeholder
     image_key: str = "images"
     # the video column: a file that has it is refused (videos are not built)

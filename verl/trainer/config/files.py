@@ -69,6 +69,13 @@ def check_files(cfg: PPOTrainerConfig) -> list[str]:
     problems += _local_path("data.tokenizer", cfg.data.tokenizer, "tokenizer", only_if_local_looking=True)
     problems += _local_path("custom_reward_function.path", cfg.custom_reward_function.path, "reward function file")
     problems += _local_path("data.custom_cls.path", cfg.data.custom_cls.path, "dataset class file")
+    sampler = cfg.data.sampler
+    if bool(sampler.class_path) != bool(sampler.class_name):
+        given, missing = ("class_path", "class_name") if sampler.class_path else ("class_name", "class_path")
+        problems.append(f"data.sampler.{given} is set but data.sampler.{missing} is not: a sampler needs both "
+                        "(class_path: pkg://module or a python file; class_name: the class in it).")
+    if sampler.class_path and not str(sampler.class_path).startswith("pkg://"):
+        problems += _local_path("data.sampler.class_path", sampler.class_path, "sampler class file")
     rollout = cfg.actor_rollout_ref.rollout
     for key, path, what in (("multi_turn.tool_config_path", rollout.multi_turn.tool_config_path, "tool config"),
                             ("multi_turn.interaction_config_path", rollout.multi_turn.interaction_config_path,
