@@ -221,6 +221,10 @@ def test_estimators_accept_the_trainers_full_keyword_set():
         gamma=1.0,
         lam=1.0,
         reward_baselines=torch.zeros(4),
+        # the log-prob pass's outputs (compute_advantage hands them over when the batch has them)
+        old_log_probs=torch.full_like(rewards, -0.5),
+        sum_pi_squared=torch.full_like(rewards, 0.5),
+        rollout_is_weights=None,
     )
     for name in ca.AdvantageEstimator:
         adv, ret = ca.get_adv_estimator_fn(name)(**kwargs)

@@ -68,6 +68,9 @@ def estimator_kwargs(rewards, mask, values, index):
         reward_baselines=values[:, 0].clone(),
         config=AlgoConfig(gamma=0.9, lam=0.95),
         norm_adv_by_std_in_grpo=True,
+        # the log-prob pass's outputs (optimal_token_baseline): a probability and a sum of squares >= its square
+        old_log_probs=-(values.abs() + 0.1),
+        sum_pi_squared=torch.exp(-2 * (values.abs() + 0.1)) + 0.1,
     )
 
 

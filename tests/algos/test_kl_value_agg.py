@@ -187,6 +187,7 @@ def test_custom_registration_and_unknown_names():
 def test_enum_values():
     assert [e.value for e in ca.AdvantageEstimator] == [
         "gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo", "opo",
-        "grpo_passk", "gpg", "grpo_vectorized", "rloo_vectorized",
+        "grpo_passk", "gpg", "grpo_vectorized", "rloo_vectorized", "optimal_token_baseline",
+        "tir_optimal_token_baseline",
     ]  # fmt: skip
     assert ca.AdvantageEstimator.GRPO == "grpo"

@@ -12,7 +12,8 @@ PPO's "on-policy" samples are in fact off-policy. With ``rho_t = pi_old(y_t) / p
   by its weight (as constants).
 - RS (``rollout_rs``): a token, or a whole sequence, whose ratio lies outside [lower, upper] is removed from
   training by zeroing its ``response_mask`` entries. ``token``: each rho_t; ``sequence``: prod_t rho_t;
-  ``geometric``: (prod_t rho_t)^(1/T) = exp(mean_t log rho_t), which does not grow with the length.
+  ``geometric``: (prod_t rho_t)^(1/T) = exp(mean_t log rho_t), which does not grow with the length. Upstream's
+  divergence options (``token_k1`` ... ``seq_max_k3``, comma separated to combine) are in verl.algos.rollout_rs.
 - Veto (``rollout_token_veto_threshold``): a sequence holding any token with rho_t below the threshold is
   rejected whole (a token the trainer finds catastrophically unlikely).
 
@@ -31,6 +32,7 @@ from typing import Any
 
 import torch
 
+from verl.algos.rollout_rs import divergence_rejection_mask, is_divergence_spec
 from verl.protocol import DataProto
 
 __all__ = [
@@ -73,9 +75,10 @@ def settings_dict(settings: Any) -> dict[str, Any]:
     return {key: getattr(settings, key) for key in SETTING_KEYS if hasattr(settings, key)}
 
 
-def rs_bounds(upper: float | None, lower: float | None, is_threshold: float) -> tuple[float, float]:
-    """(lower, upper) of rejection sampling: a null upper follows rollout_is_threshold, a null lower is 1/upper."""
-    upper = is_threshold if upper is None else upper
+def rs_bounds(upper: float | str | None, lower: float | None, is_threshold: float) -> tuple[float, float]:
+    """(lower, upper) of rejection sampling: a null upper follows rollout_is_threshold, a null lower is 1/upper.
+    ``upper`` may come as a numeric string (the config key also takes the divergence options' "0.6_1.6" form)."""
+    upper = is_threshold if upper is None else float(upper)
     lower = 1.0 / upper if lower is None else lower
     if not 0 < lower < upper:
         raise ValueError(f"rejection sampling needs 0 < lower < upper, got lower={lower}, upper={upper}")
@@ -265,7 +268,7 @@ def compute_rollout_correction_and_rejection_mask(
     rollout_is: str | None = None,
     rollout_is_threshold: float = 2.0,
     rollout_rs: str | None = None,
-    rollout_rs_threshold: float | None = None,
+    rollout_rs_threshold: float | str | None = None,
     rollout_rs_threshold_lower: float | None = None,
     rollout_token_veto_threshold: float | None = None,
     rollout_is_batch_normalize: bool = False,
@@ -288,7 +291,15 @@ def compute_rollout_correction_and_rejection_mask(
                                                  rollout_is_batch_normalize)
         metrics.update(is_metrics)
     mask = response_mask
-    if rollout_rs is not None or rollout_token_veto_threshold is not None:
+    if is_divergence_spec(rollout_rs):  # token_k1, seq_max_k2, ... (verl.algos.rollout_rs), then the veto alone
+        mask, rs_metrics = divergence_rejection_mask(log_ratio, response_mask, rollout_rs, rollout_rs_threshold)
+        metrics.update(rs_metrics)
+        if rollout_token_veto_threshold is not None:
+            lower, upper = rs_bounds(None, None, rollout_is_threshold)  # unused without a level: the veto only
+            mask, veto_metrics = compute_rejection_mask(log_ratio, mask, None, lower, upper,
+                                                        rollout_token_veto_threshold)
+            metrics.update(veto_metrics)
+    elif rollout_rs is not None or rollout_token_veto_threshold is not None:
         lower, upper = rs_bounds(rollout_rs_threshold, rollout_rs_threshold_lower, rollout_is_threshold)
         mask, rs_metrics = compute_rejection_mask(log_ratio, response_mask, rollout_rs, lower, upper,
                                                   rollout_token_veto_threshold)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from verl.base_config import BaseConfig
 from verl.utils.config_schema import at_least, choice
@@ -55,8 +57,12 @@ class RolloutCorrectionConfig(BaseConfig):
     rollout_is: str | None = choice(None, ROLLOUT_IS_LEVELS)
     rollout_is_threshold: float = 2.0  # truncation C of the IS weights; also the RS upper bound when that is null
     rollout_is_batch_normalize: bool = False
-    rollout_rs: str | None = choice(None, ROLLOUT_RS_LEVELS)
-    rollout_rs_threshold: float | None = None  # null: rollout_is_threshold
+    # token | sequence | geometric (ratio bounds), or upstream's divergence options token_k1 ... seq_max_k3,
+    # comma separated to combine (verl.algos.rollout_rs); checked in rollout_correction_problems
+    rollout_rs: str | None = None
+    # ratio levels: the upper ratio (null: rollout_is_threshold); divergence options: one value or one per
+    # option, comma separated ("0.6_1.6,2.5": lower_upper for *_k1, an upper bound for k2/k3), required
+    rollout_rs_threshold: str | float | None = None
     rollout_rs_threshold_lower: float | None = None  # null: 1 / upper
     rollout_token_veto_threshold: float | None = None  # reject a sequence holding a token with ratio below this
     bypass_mode: bool = False  # old_log_probs := rollout_log_probs, no actor log-prob pass
@@ -69,12 +75,54 @@ class RolloutCorrectionConfig(BaseConfig):
                 or self.rollout_token_veto_threshold is not None or self.bypass_mode)
 
 
+def _plain_number(value: Any) -> float | None:
+    """A float from a number or a plain numeric string ("2.5", "1e-3"); None for anything else. Python's float()
+    would also read "0.5_2" as 0.52 (digit grouping), which here is a k1 bound pair, never a number."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", value.strip()):
+        return float(value)
+    return None
+
+
+def _divergence_problems(rc: RolloutCorrectionConfig, problems: list[str]) -> bool:
+    """Check rollout_rs's value; True when it names divergence options (their thresholds checked here too)."""
+    from verl.algos.rollout_rs import is_divergence_spec, parse_rs_options, parse_rs_thresholds
+
+    spec = rc.rollout_rs
+    if spec is None:
+        return False
+    if not is_divergence_spec(spec):
+        if spec not in ROLLOUT_RS_LEVELS:
+            problems.append(f"{RC}.rollout_rs={spec!r}: use one of {', '.join(ROLLOUT_RS_LEVELS)}, or upstream's "
+                            "divergence options token_k1/k2/k3, seq_sum_k1/k2/k3, seq_mean_k1/k2/k3, seq_max_k2/k3 "
+                            "(comma separated to combine).")
+        return False
+    try:
+        parse_rs_thresholds(parse_rs_options(spec), rc.rollout_rs_threshold)
+    except (ValueError, TypeError) as err:
+        problems.append(f"{RC}: {err}.")
+    if rc.rollout_rs_threshold_lower is not None:
+        problems.append(f"{RC}.rollout_rs_threshold_lower is for the ratio levels; with rollout_rs={spec} give "
+                        "k1 bounds as lower_upper in rollout_rs_threshold (e.g. '0.6_1.6').")
+    return True
+
+
 def rollout_correction_problems(rc: RolloutCorrectionConfig, calculate_log_probs: bool, loss_mode: str) -> list[str]:
     """The checks that need more than one key; every message names the key and what to do."""
     problems = []
+    divergence = _divergence_problems(rc, problems)
     for key in ("rollout_is_threshold", "rollout_rs_threshold", "rollout_rs_threshold_lower",
                 "rollout_token_veto_threshold"):
         value = getattr(rc, key)
+        if key == "rollout_rs_threshold" and divergence:
+            continue  # checked per option above
+        if isinstance(value, str):  # kept as written (a str-or-float key): a plain number is fine here
+            value = _plain_number(value)
+            if value is None:
+                problems.append(f"{RC}.{key}={getattr(rc, key)!r} must be a number here (lower_upper and lists "
+                                "are for rollout_rs divergence options such as token_k1).")
+                continue
         if value is not None and not value > 0:
             problems.append(f"{RC}.{key} must be > 0 (a ratio pi_train/pi_rollout), got {value}.")
     if problems:
@@ -86,8 +134,13 @@ def rollout_correction_problems(rc: RolloutCorrectionConfig, calculate_log_probs
     if veto is not None and not veto < 1:
         problems.append(f"{RC}.rollout_token_veto_threshold={veto} would veto ordinary tokens: it rejects a sequence "
                         "holding any token with pi_train/pi_rollout below it; use a small value such as 1e-4.")
-    if rc.rollout_rs is not None:
-        upper = rc.rollout_is_threshold if rc.rollout_rs_threshold is None else rc.rollout_rs_threshold
+    if problems:
+        return problems
+    if divergence:
+        pass
+    elif rc.rollout_rs is not None:
+        threshold = _plain_number(rc.rollout_rs_threshold)
+        upper = rc.rollout_is_threshold if threshold is None else threshold
         lower = 1.0 / upper if rc.rollout_rs_threshold_lower is None else rc.rollout_rs_threshold_lower
         if not lower < upper:
             problems.append(f"{RC}: the rejection bounds need lower < upper, got lower={lower:g} "
@@ -97,7 +150,7 @@ def rollout_correction_problems(rc: RolloutCorrectionConfig, calculate_log_probs
         for key in ("rollout_rs_threshold", "rollout_rs_threshold_lower"):
             if getattr(rc, key) is not None:
                 problems.append(f"{RC}.{key} is set but {RC}.rollout_rs is null, so nothing would use it: set "
-                                "rollout_rs=token|sequence|geometric, or remove it.")
+                                "rollout_rs=token|sequence|geometric (or token_k1, seq_max_k2, ...), or remove it.")
     if rc.rollout_is is None and rc.rollout_is_batch_normalize:
         problems.append(f"{RC}.rollout_is_batch_normalize=true normalises IS weights, but rollout_is is null: set "
                         "rollout_is=token|sequence, or remove it.")
