@@ -266,6 +266,12 @@ class _Builder:
         if found is cls or (isinstance(found, type) and dataclasses.is_dataclass(found) and issubclass(found, cls)):
             return found
         expected = f"{cls.__module__}.{cls.__qualname__}"
+        # A class kept only so upstream's configs load (e.g. McoreActorConfig) says why it cannot run here.
+        refusal = getattr(found, "_target_refusal", None)
+        if isinstance(refusal, Refusal):
+            self.problems.append(f"{key}={target!r} is refused: {refusal.why}. {refusal.todo} "
+                                 f"(this section is built as {expected}).")
+            return cls
         why = "cannot be imported" if found is None else "is not that class or a dataclass subclass of it"
         self.problems.append(f"{key}={target!r} {why}: this section is built as {expected} "
                              f"(set {key}={expected}, or remove it).")

@@ -4,7 +4,7 @@ The yaml's sections name these classes in `_target_`; verl.utils.config.omega_co
 pre-Ray check (verl.trainer.config.validate_config) build them, checking every key with its full dotted name.
 """
 
-from verl.workers.config.actor import ActorConfig, FSDPActorConfig, PolicyLossConfig, RefConfig
+from verl.workers.config.actor import ActorConfig, FSDPActorConfig, McoreActorConfig, PolicyLossConfig, RefConfig
 from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
 from verl.workers.config.critic import CriticConfig, FSDPCriticConfig, FSDPCriticModelCfg
 from verl.workers.config.engine import CheckpointConfig, FSDPEngineConfig, MixedPrecisionConfig, WrapPolicyConfig
@@ -32,6 +32,7 @@ __all__ = [
     "FSDPEngineConfig",
     "FSDPOptimizerConfig",
     "HFModelConfig",
+    "McoreActorConfig",
     "MixedPrecisionConfig",
     "MultiTurnConfig",
     "OptimizerConfig",

@@ -1,13 +1,16 @@
-"""The actor's and the reference policy's sections: upstream's ActorConfig / FSDPActorConfig, PolicyLossConfig, and
-RefConfig (`actor_rollout_ref.ref`, ours: upstream keeps that section untyped)."""
+"""The actor's and the reference policy's sections: upstream's ActorConfig / FSDPActorConfig (and McoreActorConfig,
+readable but refused for training), PolicyLossConfig, and RefConfig (`actor_rollout_ref.ref`, ours: upstream keeps
+that section untyped)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from verl.base_config import BaseConfig
-from verl.utils.config_schema import at_least, choice
-from verl.workers.config.engine import CheckpointConfig, FSDPEngineConfig, train_strategy
+from verl.utils.config_schema import Refusal, at_least, choice, dict_field
+from verl.workers.config.engine import MEGATRON_REFUSAL, CheckpointConfig, FSDPEngineConfig, train_strategy
 from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
 from verl.workers.config.registries import KL_PENALTIES, LOSS_AGG_MODES, POLICY_LOSSES, policy_loss_registered
 
@@ -68,6 +71,46 @@ class ActorConfig(BaseConfig):
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     optim: OptimizerConfig = field(default_factory=OptimizerConfig)
 
+    def validate(self, n_gpus: int, train_batch_size: int, model_config: dict | None = None) -> None:
+        """Upstream's run-time check of the batch sizes against the job: raises ValueError naming the sizes.
+
+        As upstream, only the deprecated global `ppo_micro_batch_size` is compared with n_gpus: a per-GPU size
+        gives every rank at least one sample by construction."""
+        if self.use_dynamic_bsz:
+            return  # micro-batches are cut by token count, so no fixed size has to divide anything
+        if train_batch_size < self.ppo_mini_batch_size:
+            raise ValueError(f"train_batch_size ({train_batch_size}) must be >= actor.ppo_mini_batch_size "
+                             f"({self.ppo_mini_batch_size}): one PPO step needs at least one full mini-batch.")
+        micro = self.ppo_micro_batch_size
+        if micro is None:
+            return
+        if self.ppo_mini_batch_size % micro != 0:
+            raise ValueError(f"ppo_mini_batch_size ({self.ppo_mini_batch_size}) must be divisible by "
+                             f"ppo_micro_batch_size ({micro}).")
+        # a Ulysses group shares one micro-batch, so fewer samples than ranks can still keep every rank busy
+        sp_size = getattr(self, "ulysses_sequence_parallel_size", 1)
+        if micro * sp_size < n_gpus:
+            raise ValueError(f"ppo_micro_batch_size ({micro}) * ulysses_sequence_parallel_size ({sp_size}) must be "
+                             f">= n_gpus ({n_gpus}), or some ranks get no sample.")
+
+
+@dataclass
+class McoreActorConfig(ActorConfig):
+    """Upstream's Megatron-LM actor section, so configs and code that name it still load and read back.
+
+    Training with it is refused: the trainer builds `actor_rollout_ref.actor` as FSDPActorConfig, and a `_target_`
+    naming this class stops the run before Ray starts with the `_target_refusal` below. `megatron` (upstream's
+    McoreEngineConfig) is kept as the plain mapping it was given, since no engine here reads it."""
+
+    _target_refusal: ClassVar[Refusal] = MEGATRON_REFUSAL
+
+    strategy: str = choice("megatron", ("megatron",))
+    data_loader_seed: int | None = None
+    load_weight: bool = True
+    megatron: dict[str, Any] = dict_field()
+    profile: dict[str, Any] = dict_field()
+    use_rollout_log_probs: bool = False
+
 
 @dataclass
 class FSDPActorConfig(ActorConfig):
@@ -83,6 +126,15 @@ class FSDPActorConfig(ActorConfig):
     use_remove_padding: bool = True  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
     optim: FSDPOptimizerConfig = field(default_factory=FSDPOptimizerConfig)
     fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
+
+    def validate(self, n_gpus: int, train_batch_size: int, model_config: Mapping | None = None) -> None:
+        """ActorConfig.validate, plus upstream's Ulysses rule: sequence parallelism splits the packed (unpadded)
+        sequence, so with ulysses_sequence_parallel_size > 1 the model must run with use_remove_padding."""
+        super().validate(n_gpus, train_batch_size, model_config)
+        if self.strategy in ("fsdp", "fsdp2") and self.ulysses_sequence_parallel_size > 1:
+            if model_config and not model_config.get("use_remove_padding", False):
+                raise ValueError("When using sequence parallelism for actor/ref policy, you must enable "
+                                 "`use_remove_padding` (actor_rollout_ref.model.use_remove_padding=true).")
 
 
 @dataclass
