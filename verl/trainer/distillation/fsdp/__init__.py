@@ -1,0 +1,1 @@
+"""Distillation helpers for FSDP-trained models (upstream's `verl.trainer.distillation.fsdp`)."""
