@@ -17,7 +17,9 @@ This module imports no torch, so a spawned worker starts quickly.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
+import inspect
 import os
 import pickle
 import signal
@@ -29,6 +31,7 @@ import traceback
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -72,6 +75,25 @@ def _portable_error(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__name__}: {exc}\n(unpicklable exception; worker traceback:)\n{text}")
 
 
+def call_to_completion(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """fn(**kwargs), with an `async def` scorer's coroutine run to its result: a coroutine cannot be pickled back
+    to the driver, and upstream's managers await async compute_score functions."""
+    result = fn(**kwargs)
+    if not inspect.isawaitable(result):
+        return result
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_awaited(result))
+    # Called from inside a running event loop (this thread cannot block on it): run it on a loop of its own.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, _awaited(result)).result()
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable  # asyncio.run takes coroutines only; this also accepts futures and awaitable objects
+
+
 def _worker_main(fd: int, parent_pid: int) -> None:
     """Entry point of a scoring process: the first message is the cloudpickled function, then kwargs per call."""
     _die_with_parent()
@@ -96,7 +118,7 @@ def _worker_main(fd: int, parent_pid: int) -> None:
         if kwargs is None or os.getppid() != parent_pid:
             return
         try:
-            reply: tuple[str, Any] = ("ok", fn(**kwargs))
+            reply: tuple[str, Any] = ("ok", call_to_completion(fn, kwargs))
         except BaseException as exc:
             reply = ("error", _portable_error(exc))
         try:

@@ -7,18 +7,37 @@ case with what the sandbox answered.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+import urllib.parse
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from verl.sandbox.client import SandboxHTTPError, SandboxUnavailable, run_code
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 10
 MAX_CASE_THREADS = 16
 # Upstream's retry policy for a gateway timeout (HTTP 504) in front of a busy SandboxFusion: 3 tries, 1 s then 2 s.
 API_MAX_TRIES = 3
 API_FIRST_RETRY_DELAY = 1.0
+
+
+class SandboxCallError(str):
+    """call_sandbox_api's error message (a plain str to callers, as upstream's). When the service could not be
+    reached at all, `unreachable` holds that exception, so check_correctness can raise it as the setup error it is
+    instead of scoring every case -1."""
+
+    unreachable: Exception | None = None
+
+    @classmethod
+    def of(cls, message: str, unreachable: Exception | None = None) -> SandboxCallError:
+        error = cls(message)
+        error.unreachable = unreachable
+        return error
 
 
 def call_sandbox_api(
@@ -32,9 +51,14 @@ def call_sandbox_api(
 ) -> tuple[dict[str, Any] | None, str | None]:
     """One /run_code request: (the sandbox's response JSON, None), or (None, what went wrong).
 
-    As upstream, failures are returned, not raised: an unreachable service, an HTTP error, or a 504 gateway
-    timeout that persists after ``API_MAX_TRIES`` tries (1 s, then 2 s apart).
+    As upstream, failures are returned, not raised: an unreachable service or a malformed URL, an HTTP error, or
+    a 504 gateway timeout that persists after ``API_MAX_TRIES`` tries (1 s, then 2 s apart).
     """
+    if urllib.parse.urlsplit(str(sandbox_fusion_url)).scheme not in ("http", "https"):
+        # urllib would raise "unknown url type" for it; no request can be sent, so no retry either
+        bad_url = ValueError(f"sandbox_fusion_url={sandbox_fusion_url!r} is not an http(s) URL of the sandbox's "
+                             "/run_code endpoint (e.g. http://localhost:8080/run_code)")
+        return None, SandboxCallError.of(f"API request failed: {bad_url}", unreachable=bad_url)
     delay = API_FIRST_RETRY_DELAY
     for attempt in range(1, API_MAX_TRIES + 1):
         try:
@@ -45,9 +69,9 @@ def call_sandbox_api(
             return response, None
         except SandboxHTTPError as err:
             if err.status != 504 or attempt == API_MAX_TRIES:
-                return None, f"API request failed after {attempt} attempt(s): {err}"
+                return None, SandboxCallError.of(f"API request failed after {attempt} attempt(s): {err}")
         except SandboxUnavailable as err:
-            return None, f"API request failed: {err}"
+            return None, SandboxCallError.of(f"API request failed: {err}", unreachable=err)
         time.sleep(delay)
         delay *= 2
     return None, "API request failed"  # unreachable: the loop returns on its last try
@@ -99,21 +123,21 @@ def _run_case(
     semaphore: threading.Semaphore | None,
 ) -> tuple[bool | int, dict[str, Any]]:
     meta: dict[str, Any] = {"case_index": index, "input": str(stdin), "expected_output": str(expected)}
-    try:
-        if semaphore is not None:
-            with semaphore:
-                response = run_code(
-                    url, code, language=language, run_timeout=timeout, compile_timeout=timeout,
-                    memory_limit_mb=memory_limit_mb, stdin=str(stdin),
-                )  # fmt: skip
-        else:
-            response = run_code(
-                url, code, language=language, run_timeout=timeout, compile_timeout=timeout,
-                memory_limit_mb=memory_limit_mb, stdin=str(stdin),
-            )  # fmt: skip
-    except SandboxHTTPError as err:
+    # Looked up on the module at call time, by keyword, as upstream calls it: tests (upstream's too) patch
+    # `...sandbox_fusion.utils.call_sandbox_api` to stand in for the service.
+    request = dict(sandbox_fusion_url=url, code=code, stdin=str(stdin), compile_timeout=timeout, run_timeout=timeout,
+                   memory_limit_mb=memory_limit_mb, language=language)
+    if semaphore is not None:
+        with semaphore:
+            response, error = call_sandbox_api(**request)
+    else:
+        response, error = call_sandbox_api(**request)
+    if response is None:
+        unreachable = getattr(error, "unreachable", None)
+        if unreachable is not None:
+            raise unreachable
         # The service answered, but not with a result: this case counts as failed, and says why.
-        meta.update(status="api_error", api_request_error=str(err))
+        meta.update(status="api_error", api_request_error=error)
         return -1, meta
     result, status = _classify(response, str(expected))
     run_result = response.get("run_result") or {}
@@ -131,7 +155,7 @@ def _run_case(
 
 def check_correctness(
     sandbox_fusion_url: str,
-    in_outs: dict[str, list],
+    in_outs: dict[str, list] | None,
     generation: str,
     timeout: float = DEFAULT_TIMEOUT,
     memory_limit_mb: int = 1024,
@@ -140,13 +164,20 @@ def check_correctness(
 ) -> tuple[list[bool | int], list[dict[str, Any]]]:
     """Run `generation` once per test case, concurrently; results and metadata in the order of the inputs.
 
-    SandboxUnavailable (the service cannot be reached) propagates: that is a setup error, not a wrong answer.
+    As upstream, bad test data is a score, not an exception: `in_outs` without "inputs"/"outputs" gives
+    ([-1], [{"error": "Invalid input/output data"}]); unequal counts give -1 per input with "Input/output count
+    mismatch". An unreachable service (SandboxUnavailable) or an unusable URL (ValueError) propagates: that is a
+    setup error, not a wrong answer.
     """
+    if not in_outs or not isinstance(in_outs, Mapping) or "inputs" not in in_outs or "outputs" not in in_outs:
+        logger.warning("check_correctness: in_outs must be {'inputs': [...], 'outputs': [...]}, got %r", in_outs)
+        return [-1], [{"error": "Invalid input/output data"}]
     inputs, outputs = in_outs["inputs"], in_outs["outputs"]
     if len(inputs) != len(outputs):
-        raise ValueError(
-            f"test cases have {len(inputs)} inputs but {len(outputs)} outputs; each input needs its expected output"
-        )
+        logger.warning("check_correctness: %d inputs but %d outputs; each input needs its expected output",
+                       len(inputs), len(outputs))
+        return [-1] * len(inputs), [{"error": "Input/output count mismatch", "case_index": i}
+                                    for i in range(len(inputs))]
     if not inputs:
         return [], []
     with ThreadPoolExecutor(max_workers=min(MAX_CASE_THREADS, len(inputs))) as pool:

@@ -36,8 +36,12 @@ class NaiveRewardManager(AbstractRewardManager):
         timeout: float | None = DEFAULT_TIMEOUT,
         on_timeout: str = "zero",
         num_processes: int | None = None,
+        return_dict: bool = False,
         **kwargs: Any,
     ) -> None:
+        # return_dict is the manager's own switch (what a bare `manager(data)` returns), taken here so it never
+        # reaches compute_score with the other keyword arguments
+        self.return_dict = bool(return_dict)
         self.tokenizer = tokenizer
         self.num_examine = num_examine
         self.compute_score = compute_score or default_compute_score
@@ -73,7 +77,9 @@ class NaiveRewardManager(AbstractRewardManager):
         labels = [sample_label(i, source, self.compute_score) for i, source in enumerate(texts.data_sources)]
         return self.scorer.run(self._calls(texts), labels)
 
-    def __call__(self, data: DataProto, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:
+    def __call__(self, data: DataProto, return_dict: bool | None = None) -> torch.Tensor | dict[str, Any]:
+        if return_dict is None:
+            return_dict = self.return_dict
         precomputed = precomputed_scores(data, return_dict)
         if precomputed is not None:
             return precomputed

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from verl.rewards.score_pool import ScorePool
+from verl.rewards.score_pool import ScorePool, call_to_completion
 from verl.workers.reward_manager.scoring import ExtraInfoCollector, RewardScoreError, describe_fn
 
 DEFAULT_TIMEOUT = 300.0  # upstream's prime manager limit per sample
@@ -101,7 +101,7 @@ class TimedScorer:
 
     def _call_here(self, kwargs: dict[str, Any], label: str) -> Any:
         try:
-            return self.fn(**kwargs)
+            return call_to_completion(self.fn, kwargs)
         except Exception as exc:
             raise RewardScoreError(f"{label} raised {type(exc).__name__}: {exc}") from exc
 
