@@ -125,7 +125,8 @@ def _actor(path: str, param_dtype: str, actor_overrides: dict, checkpointing: bo
     fields = {"ppo_mini_batch_size": 1, "ppo_micro_batch_size_per_gpu": 8, "use_dynamic_bsz": False,
               "ppo_max_token_len_per_gpu": 16384, "ppo_epochs": 1, "shuffle": False, "grad_clip": 1.0,
               "clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0,
-              "loss_agg_mode": "token-mean", "entropy_coeff": 0.0, "use_kl_loss": False, **actor_overrides}
+              "loss_agg_mode": "token-mean", "entropy_coeff": 0.0, "use_kl_loss": False, "use_remove_padding": True,
+              **actor_overrides}
     cfg = FSDPActorConfig(**fields, optim=FSDPOptimizerConfig(lr=1e-7, weight_decay=0.0))
     optimizer = build_optimizer(module, cfg.optim, "actor.optim")
     return DataParallelPPOActor(cfg, module, optimizer), module, optimizer

@@ -149,7 +149,8 @@ class GenerationConfig(MutableConfig):
         model = HFModelConfig(path=model_path, custom_chat_template=self.model.custom_chat_template,
                             external_lib=self.model.external_lib, override_config=dict(self.model.override_config),
                             trust_remote_code=self.model.trust_remote_code)
-        actor = FSDPActorConfig(strategy=self.actor.strategy, fsdp_config=self.actor.fsdp_config.to_engine())
+        actor = FSDPActorConfig(strategy=self.actor.strategy, fsdp_config=self.actor.fsdp_config.to_engine(),
+                                use_remove_padding=True)
         return ActorRolloutRefConfig(model=model, actor=actor, rollout=self.rollout.to_rollout())
 
 

@@ -123,7 +123,8 @@ class FSDPActorConfig(ActorConfig):
     # the log-prob pass also returns sum_v pi_v^2 per token (algorithm.adv_estimator=optimal_token_baseline)
     calculate_sum_pi_squared: bool = False
     sum_pi_squared_checkpointing: bool = False
-    use_remove_padding: bool = True  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
+    # upstream's dataclass default; the yaml sets it from actor_rollout_ref.model.use_remove_padding (true)
+    use_remove_padding: bool = False
     optim: FSDPOptimizerConfig = field(default_factory=FSDPOptimizerConfig)
     fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
 

@@ -20,6 +20,8 @@ class ActorRolloutRefConfig(BaseConfig):
         "Set actor_rollout_ref.hybrid_engine=true.",
     )
     model: HFModelConfig = field(default_factory=HFModelConfig)
-    actor: FSDPActorConfig = field(default_factory=FSDPActorConfig)
+    # as the yaml: the section follows model.use_remove_padding (true), while FSDPActorConfig() alone keeps
+    # upstream's dataclass default (false)
+    actor: FSDPActorConfig = field(default_factory=lambda: FSDPActorConfig(use_remove_padding=True))
     ref: RefConfig = field(default_factory=RefConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
