@@ -165,3 +165,36 @@ def test_unclosed_budget_stops_before_a_turn_that_does_not_fit(tmp_path, tokeniz
     assert runs[-1][0] == 1  # ends on the model's own turn: no tool turn that leaves no room to answer
     assert out.batch["attention_mask"][0, -60:].sum() <= 60
     assert json.dumps(runs)  # decodable
+
+
+def test_the_trainers_template_kwargs_reach_the_tool_loops_renders(tmp_path):
+    """data.apply_chat_template_kwargs travel with the generation batch (the rollout worker has no data section):
+    the tool loop renders its prompt with them, as the dataset rendered the first one."""
+    import copy
+
+    from tests.data.test_chat_template_kwargs import THINKING_TEMPLATE
+    from verl.workers.rollout.agent_loop.base import with_template_kwargs
+
+    tok = copy.deepcopy(build_tiny_tokenizer())
+    tok.chat_template = THINKING_TEMPLATE
+    seen = []
+
+    def script(conversation: str) -> str:
+        seen.append(conversation)
+        return "The answer is 156."
+
+    config = _config(tmp_path, **{"rollout.multi_turn.chat_template": "model"})
+    backend = ScriptedBackend(tok, script)
+    manager = AgentLoopManager(config, tok, lambda meta: backend)
+    messages = [{"role": "user", "content": "What is 12*13?"}]
+    ids = torch.tensor([tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))])
+    mask = torch.ones_like(ids)
+    meta = with_template_kwargs({"eos_token_id": tok.eos_token_id, "pad_token_id": 0},
+                                type("Data", (), {"apply_chat_template_kwargs": {"enable_thinking": False}})())
+    batch = DataProto.from_dict({"input_ids": ids, "attention_mask": mask, "position_ids": mask.cumsum(-1) - 1},
+                                non_tensors={"raw_prompt": np.array([None], dtype=object),
+                                             "agent_name": np.array(["tool_agent"], dtype=object)},
+                                meta_info=meta)
+    batch.non_tensor_batch["raw_prompt"][0] = messages
+    manager.generate_sequences(batch, {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": 0})
+    assert seen and seen[0].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")

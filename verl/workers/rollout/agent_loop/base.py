@@ -48,9 +48,21 @@ class AgentLoopOutput:
             raise ValueError(f"{where}: prompt_ids is empty")
 
 
+# the generation batch's meta_info key carrying data.apply_chat_template_kwargs to the rollout workers, which
+# hold no data section of their own
+TEMPLATE_KWARGS_META_KEY = "apply_chat_template_kwargs"
+
+
+def with_template_kwargs(meta: dict[str, Any], data: Any) -> dict[str, Any]:
+    """``meta`` plus the data section's apply_chat_template_kwargs (when any), for the agent loop's renders."""
+    kwargs = dict(getattr(data, "apply_chat_template_kwargs", None) or {})
+    return {**meta, TEMPLATE_KWARGS_META_KEY: kwargs} if kwargs else meta
+
+
 class TrainerConfigView:
     """What upstream hands a loop as ``trainer_config``: ``.config.actor_rollout_ref`` is the typed
-    ActorRolloutRefConfig (the rollout worker holds no other section)."""
+    ActorRolloutRefConfig; ``.config.data`` holds only ``apply_chat_template_kwargs``, which the trainer sends with
+    each generation batch (the rollout worker holds no other section)."""
 
     def __init__(self, actor_rollout_ref: Any) -> None:
         self.config = _Sections(actor_rollout_ref)
@@ -59,6 +71,12 @@ class TrainerConfigView:
 class _Sections:
     def __init__(self, actor_rollout_ref: Any) -> None:
         self.actor_rollout_ref = actor_rollout_ref
+        self.data = _DataView()
+
+
+class _DataView:
+    def __init__(self) -> None:
+        self.apply_chat_template_kwargs: dict[str, Any] = {}
 
 
 class AgentLoopBase(ABC):

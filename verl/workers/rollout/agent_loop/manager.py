@@ -22,7 +22,7 @@ from verl.workers.reward_loop import META_KEY, RewardLoopSession, attach_loop_sc
 
 # the built-in loops, imported for their @register side effect
 from verl.workers.rollout.agent_loop import single_turn_agent_loop, tool_agent_loop  # noqa: F401
-from verl.workers.rollout.agent_loop.base import AgentLoopOutput, TrainerConfigView
+from verl.workers.rollout.agent_loop.base import TEMPLATE_KWARGS_META_KEY, AgentLoopOutput, TrainerConfigView
 from verl.workers.rollout.agent_loop.lockstep import EngineGroup, LockstepEngineLoop, MirroredEngineLoop
 from verl.workers.rollout.agent_loop.outputs import outputs_to_batch
 from verl.workers.rollout.agent_loop.registry import load_agent_loop_config, resolve_agent_loop
@@ -100,6 +100,9 @@ class AgentLoopManager:
         """Every row through its agent loop (the ``agent_name`` column, else ``agent.default_agent_loop``). With
         the trainer's reward-loop spec in ``meta_info`` (reward_model.use_reward_loop), each row is scored as soon
         as its trajectory ends, and the batch comes back with its scores (``rm_scores`` and the extra info)."""
+        template_kwargs = prompts.meta_info.get(TEMPLATE_KWARGS_META_KEY)
+        if template_kwargs is not None:  # before any loop class initialises its renderer (tool_agent_loop.py)
+            self.trainer_config.config.data.apply_chat_template_kwargs = dict(template_kwargs)
         spec = prompts.meta_info.pop(META_KEY, None)
         if spec is None:
             return self._generate(prompts, sampling_params, None)

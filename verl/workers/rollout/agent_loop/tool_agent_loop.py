@@ -41,6 +41,7 @@ class ToolAgentLoop(AgentLoopBase):
         multi_turn = config.config.actor_rollout_ref.rollout.multi_turn
         cls.tools, cls.tool_schemas = load_tools(multi_turn.tool_config_path)
         cls.interactions = load_interactions(multi_turn.interaction_config_path)
+        # data.apply_chat_template_kwargs, sent by the trainer with the batch (agent_loop.base.with_template_kwargs)
         data = getattr(config.config, "data", None)
         cls.renderer = ChatRenderer(tokenizer, multi_turn.chat_template,
                                     "actor_rollout_ref.rollout.multi_turn.chat_template",
