@@ -210,6 +210,9 @@ HONOURED: dict[str, str] = {
     f"{ARR}.rollout.ignore_eos": f"{_VLLM}::test_log_probs_eos_lists_and_ignore_eos",
     f"{ARR}.rollout.enforce_eager": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.skip_tokenizer_init": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
+    f"{ARR}.rollout.trace.backend": "tests/utils/test_rollout_trace.py::test_agent_loop_trajectories_become_mlflow_traces",
+    f"{ARR}.rollout.trace.max_samples_per_step_per_worker": "tests/utils/test_rollout_trace.py::test_agent_loop_trajectories_become_mlflow_traces",
+    f"{ARR}.rollout.trace.token2text": "tests/utils/test_rollout_trace.py::test_token2text_adds_the_decoded_text",
     f"{ARR}.rollout.free_cache_engine": f"{_VLLM}::test_cpu_sleep_resets_the_prefix_cache_and_releases_the_one_buffer",
     f"{ARR}.rollout.load_format": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.tensor_model_parallel_size": "tests/workers/rollout/test_vllm_engine.py::"

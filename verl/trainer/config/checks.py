@@ -60,6 +60,26 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_ulysses(cfg)
     problems += check_attn_implementation(cfg)
     problems += check_rollout_skip(cfg)
+    problems += check_rollout_trace(cfg)
+    return problems
+
+
+def check_rollout_trace(cfg: PPOTrainerConfig) -> list[str]:
+    """rollout.trace: the spans come from the agent loop, and weave must be installed to be chosen."""
+    import importlib.util
+
+    rollout = cfg.actor_rollout_ref.rollout
+    backend = rollout.trace.backend
+    if backend is None:
+        return []
+    problems = []
+    if rollout.mode != "async":
+        problems.append(f"actor_rollout_ref.rollout.trace.backend={backend} traces the agent loop's trajectories; "
+                        "set actor_rollout_ref.rollout.mode=async (the agent loop), or trace.backend=null.")
+    if importlib.util.find_spec(backend) is None:
+        problems.append(f"actor_rollout_ref.rollout.trace.backend={backend} needs the {backend} package, which is not "
+                        f"installed: `pip install {backend}`, or use trace.backend=mlflow (installed with the "
+                        "tracking extra).")
     return problems
 
 

@@ -50,7 +50,7 @@ from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seql
 from verl.utils.timer import marked_timer
 from verl.workers.reward_loop import META_KEY as REWARD_LOOP_META
 from verl.workers.reward_loop import RewardLoopManager
-from verl.workers.rollout.agent_loop.base import with_template_kwargs
+from verl.workers.rollout.agent_loop.base import with_template_kwargs, with_trace_names
 from verl.workers.rollout.metrics import rollout_probs_diff_metrics
 
 
@@ -390,7 +390,7 @@ class RayPPOTrainer:
     def _gen_meta(self, do_sample: bool) -> dict[str, Any]:
         meta = {"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id,
                 "do_sample": do_sample, "global_steps": self.global_steps}
-        return with_template_kwargs(meta, self.config.data)
+        return with_trace_names(with_template_kwargs(meta, self.config.data), self.config)
 
     def _add_remax_baseline(self, batch: DataProto) -> None:
         """ReMax: the reward of the greedy response to the same prompt is each sample's baseline."""

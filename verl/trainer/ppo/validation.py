@@ -14,7 +14,7 @@ from verl.trainer.ppo.agent_rollout import pop_agent_metrics, pop_generation_inp
 from verl.trainer.ppo.generations import Generations, decode_generations, dump_generations
 from verl.trainer.ppo.metric_utils import process_validation_metrics
 from verl.trainer.ppo.reward import compute_reward
-from verl.workers.rollout.agent_loop.base import with_template_kwargs
+from verl.workers.rollout.agent_loop.base import with_template_kwargs, with_trace_names
 
 
 class Validator:
@@ -43,9 +43,10 @@ class Validator:
         for batch_dict in self.dataloader:
             batch = DataProto.from_single_dict(batch_dict).repeat(val_kwargs.n, interleave=True)
             gen = pop_generation_input(batch, self.config.actor_rollout_ref.rollout.mode)
-            gen.meta_info.update(with_template_kwargs(
+            gen.meta_info.update(with_trace_names(with_template_kwargs(
                 {"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id,
-                 "do_sample": val_kwargs.do_sample, "validate": True, "global_steps": step}, self.config.data))
+                 "do_sample": val_kwargs.do_sample, "validate": True, "global_steps": step}, self.config.data),
+                self.config))
             batch = batch.union(self.wg.generate_sequences(gen))
             agent.append((len(batch), pop_agent_metrics(batch)))
             reward_tensor, reward_extra = compute_reward(batch, self.reward_fn)

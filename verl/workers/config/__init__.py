@@ -17,6 +17,7 @@ from verl.workers.config.rollout import (
     RolloutConfig,
     SamplingConfig,
     SkipConfig,
+    TraceConfig,
 )
 
 __all__ = [
@@ -41,5 +42,6 @@ __all__ = [
     "RolloutConfig",
     "SamplingConfig",
     "SkipConfig",
+    "TraceConfig",
     "WrapPolicyConfig",
 ]

@@ -84,6 +84,18 @@ SKIP_POST_DUMP_ACTIONS = ("repeat", "repeat_last", "rollout", "rollout_with_dump
 
 
 @dataclass
+class TraceConfig(BaseConfig):
+    """Rollout tracing (verl.utils.rollout_trace): every agent-loop trajectory is a trace, its loop run, engine
+    requests and tool calls spans in it. ``backend``: mlflow (the tracker's store: ``$MLFLOW_TRACKING_URI``, else
+    ``./mlruns``) or weave (where installed); null: off. ``token2text``: outputs also carry their decoded text.
+    ``max_samples_per_step_per_worker``: trajectories traced per generation call and rollout rank (null: all)."""
+
+    backend: str | None = choice(None, ("weave", "mlflow"))
+    token2text: bool = False
+    max_samples_per_step_per_worker: int | None = at_least(None, 0)
+
+
+@dataclass
 class SkipConfig(BaseConfig):
     """Rollout skip (upstream's ``verl.utils.rollout_skip``): the trainer dumps the generations of the first
     ``dump_step`` generation rounds under ``dump_dir`` and, in this or a later run with the same experiment, project,
@@ -162,3 +174,4 @@ class RolloutConfig(BaseConfig):
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
     skip: SkipConfig = field(default_factory=SkipConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)

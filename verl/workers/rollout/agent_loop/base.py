@@ -59,6 +59,19 @@ def with_template_kwargs(meta: dict[str, Any], data: Any) -> dict[str, Any]:
     return {**meta, TEMPLATE_KWARGS_META_KEY: kwargs} if kwargs else meta
 
 
+# the generation batch's meta_info key carrying the trainer's project / experiment names for rollout traces
+TRACE_META_KEY = "rollout_trace"
+
+
+def with_trace_names(meta: dict[str, Any], config: Any) -> dict[str, Any]:
+    """``meta`` plus trainer.project_name / experiment_name when rollout.trace is on (the traces' experiment)."""
+    trace = getattr(config.actor_rollout_ref.rollout, "trace", None)
+    if trace is None or trace.backend is None:
+        return meta
+    names = {"project_name": config.trainer.project_name, "experiment_name": config.trainer.experiment_name}
+    return {**meta, TRACE_META_KEY: names}
+
+
 class TrainerConfigView:
     """What upstream hands a loop as ``trainer_config``: ``.config.actor_rollout_ref`` is the typed
     ActorRolloutRefConfig; ``.config.data`` holds only ``apply_chat_template_kwargs``, which the trainer sends with

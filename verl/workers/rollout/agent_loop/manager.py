@@ -10,6 +10,7 @@ sampling does not depend on timing: server.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import Any
@@ -18,11 +19,17 @@ import numpy as np
 import torch.distributed as dist
 
 from verl.protocol import DataProto
+from verl.utils.rollout_trace import RolloutTraceConfig, get_trajectory_info, rollout_trace_attr
 from verl.workers.reward_loop import META_KEY, RewardLoopSession, attach_loop_scores
 
 # the built-in loops, imported for their @register side effect
 from verl.workers.rollout.agent_loop import single_turn_agent_loop, tool_agent_loop  # noqa: F401
-from verl.workers.rollout.agent_loop.base import TEMPLATE_KWARGS_META_KEY, AgentLoopOutput, TrainerConfigView
+from verl.workers.rollout.agent_loop.base import (
+    TEMPLATE_KWARGS_META_KEY,
+    TRACE_META_KEY,
+    AgentLoopOutput,
+    TrainerConfigView,
+)
 from verl.workers.rollout.agent_loop.lockstep import EngineGroup, LockstepEngineLoop, MirroredEngineLoop
 from verl.workers.rollout.agent_loop.outputs import outputs_to_batch
 from verl.workers.rollout.agent_loop.registry import load_agent_loop_config, resolve_agent_loop
@@ -55,7 +62,8 @@ class AgentLoopWorker:
         CURRENT_ROW.set(index)  # this task's requests enter the engine in row order (server.py)
         try:
             loop = self.manager.new_loop(name, self.server)
-            output = await loop.run(dict(sampling_params), **kwargs)
+            with self.manager.trace_attrs(index):
+                output = await loop.run(dict(sampling_params), **kwargs)
             if not isinstance(output, AgentLoopOutput):
                 raise TypeError(f"agent loop {name!r} returned {type(output).__name__}, not an AgentLoopOutput")
             outputs[index] = output
@@ -100,6 +108,7 @@ class AgentLoopManager:
         """Every row through its agent loop (the ``agent_name`` column, else ``agent.default_agent_loop``). With
         the trainer's reward-loop spec in ``meta_info`` (reward_model.use_reward_loop), each row is scored as soon
         as its trajectory ends, and the batch comes back with its scores (``rm_scores`` and the extra info)."""
+        self._start_traces(prompts)
         template_kwargs = prompts.meta_info.get(TEMPLATE_KWARGS_META_KEY)
         if template_kwargs is not None:  # before any loop class initialises its renderer (tool_agent_loop.py)
             self.trainer_config.config.data.apply_chat_template_kwargs = dict(template_kwargs)
@@ -113,6 +122,30 @@ class AgentLoopManager:
         finally:
             self.sample_done = None
             session.close()
+
+    def _start_traces(self, prompts: DataProto) -> None:
+        """rollout.trace: one trace per trajectory, the first ``max_samples_per_step_per_worker`` rows of the call."""
+        trace = self.rollout_config.trace
+        self._trace_info: list[dict[str, Any]] | None = None
+        if trace.backend is None:
+            return
+        names = prompts.meta_info.get(TRACE_META_KEY) or {"project_name": "verl", "experiment_name": "rollout"}
+        RolloutTraceConfig.init(names["project_name"], names["experiment_name"], trace.backend, trace.token2text)
+        index = prompts.non_tensor_batch.get("index")
+        index = list(index) if index is not None else list(range(len(prompts)))
+        info = get_trajectory_info(prompts.meta_info.get("global_steps", 0), index,
+                                   bool(prompts.meta_info.get("validate", False)))
+        limit = trace.max_samples_per_step_per_worker
+        self._trace_info = [{**row, "trace": limit is None or i < limit} for i, row in enumerate(info)]
+
+    def trace_attrs(self, index: int):
+        """The trajectory's trace context (a no-op without rollout.trace)."""
+        info = getattr(self, "_trace_info", None)
+        if info is None:
+            return contextlib.nullcontext()
+        row = info[index]
+        return rollout_trace_attr(sample_index=row["sample_index"], step=row["step"], rollout_n=row["rollout_n"],
+                                  validate=row["validate"], trace=row["trace"], name="agent_loop")
 
     def _scoring_row(self, prompts: DataProto, index: int, output: AgentLoopOutput) -> DataProto:
         """The row as the trainer's reward manager would see it after generation: the trajectory's tensors and

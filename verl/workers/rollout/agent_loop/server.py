@@ -34,6 +34,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl.utils.rollout_trace import rollout_trace_op
 from verl.workers.rollout.seeding import CallSeeds, derive_seed
 
 __all__ = ["TokenOutput", "AsyncLLMServerManager", "EngineLoop", "EngineRequest"]
@@ -211,6 +212,7 @@ class AsyncLLMServerManager:
         self.prompt_length = prompt_length
         self.response_length = response_length
 
+    @rollout_trace_op
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
                        image_data: Any = None, **kwargs: Any) -> TokenOutput:
         import asyncio

@@ -7,6 +7,7 @@ import time
 import uuid
 from typing import Any
 
+from verl.utils.rollout_trace import rollout_trace_op
 from verl.workers.rollout.agent_loop.base import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 from verl.workers.rollout.agent_loop.registry import register
 
@@ -15,6 +16,7 @@ __all__ = ["SingleTurnAgentLoop"]
 
 @register("single_turn_agent")
 class SingleTurnAgentLoop(AgentLoopBase):
+    @rollout_trace_op
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         # raw_prompt_ids: the prompt exactly as the sync rollout tokenizes and sends it (left padding removed)
         prompt_ids = list(kwargs["raw_prompt_ids"])

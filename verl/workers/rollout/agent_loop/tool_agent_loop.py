@@ -16,6 +16,7 @@ import time
 import uuid
 from typing import Any
 
+from verl.utils.rollout_trace import rollout_trace_op
 from verl.workers.rollout.agent_loop.base import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 from verl.workers.rollout.agent_loop.registry import register
 from verl.workers.rollout.agent_loop.rendering import ChatRenderer, truncate_text
@@ -49,6 +50,7 @@ class ToolAgentLoop(AgentLoopBase):
         cls.parser = HermesToolParser()
         cls.multi_turn = multi_turn
 
+    @rollout_trace_op
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         messages = _messages(kwargs)
         extra_info = kwargs.get("extra_info") or {}
@@ -116,6 +118,7 @@ class ToolAgentLoop(AgentLoopBase):
                 return  # no room left for the model to answer: end with its last own turn
             state.add(delta, 0, None)
 
+    @rollout_trace_op
     async def _call_tools(self, state: _Trajectory, calls: list[FunctionCall], errors: list[str],
                           tools_kwargs: dict) -> list[dict]:
         """One tool message per call (and per unreadable block), in the order written."""
