@@ -165,11 +165,17 @@ def test_the_agent_loop_backend_seeds_by_row_and_turn_and_forwards_the_seed():
 def test_the_trainer_sends_the_step_with_every_generate_call():
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
+    from verl.trainer.config import PPOTrainerConfig
+
     trainer = object.__new__(RayPPOTrainer)
     trainer.tokenizer = SimpleNamespace(eos_token_id=2, pad_token_id=0)
     trainer.global_steps = 7
+    trainer.config = PPOTrainerConfig()
     assert trainer._gen_meta(do_sample=True)["global_steps"] == 7
     assert trainer._gen_meta(do_sample=False)["global_steps"] == 7  # ReMax's greedy baseline
+    assert "apply_chat_template_kwargs" not in trainer._gen_meta(do_sample=True)  # none set: nothing sent
+    trainer.config.data.apply_chat_template_kwargs = {"enable_thinking": False}
+    assert trainer._gen_meta(do_sample=True)["apply_chat_template_kwargs"] == {"enable_thinking": False}
 
 
 def test_validation_sends_its_step():

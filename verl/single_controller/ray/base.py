@@ -225,10 +225,32 @@ class RayWorkerGroup(WorkerGroup):
                 i = position[ref]
                 try:
                     results[i] = ray.get(ref)
-                except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as err:
-                    site = self._call_site(ranks[i], plain)
-                    raise translate_error(err, site) from None
+                except ray.exceptions.RayTaskError as err:
+                    death = self._dead_peer(err, pending, position, ranks, plain)
+                    raise (death or translate_error(err, self._call_site(ranks[i], plain))) from None
+                except ray.exceptions.RayActorError as err:
+                    raise translate_error(err, self._call_site(ranks[i], plain)) from None
         return results
+
+    def _dead_peer(self, err: Exception, pending: list[Any], position: dict[Any, int], ranks: list[int],
+                   method_name: str) -> Exception | None:
+        """When a rank fails inside a collective (its peer's connection reset or closed), the usual cause is a peer
+        that died, whose own death reaches Ray a moment later: wait for the other ranks a bounded while, and name
+        the dead one if there is one (its error, not the survivor's symptom, is what the user must see)."""
+        text = str(err)
+        if not any(mark in text for mark in _COLLECTIVE_FAILURES):
+            return None
+        end = time.monotonic() + _PEER_DEATH_GRACE_S
+        while pending and time.monotonic() < end:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, end - time.monotonic()))
+            for ref in ready:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError as death:
+                    return translate_error(death, self._call_site(ranks[position[ref]], method_name))
+                except ray.exceptions.RayTaskError:
+                    continue
+        return None
 
     def _plain_method_name(self, method_name: str) -> str:
         """A colocated group's role view calls `<role>_<method>` remotely; deadlines and stages use `<method>`."""
@@ -271,6 +293,10 @@ class RayWorkerGroup(WorkerGroup):
             self.resource_pool.release_group_slot()
             self._owns_pool_slot = False
 
+
+# what a rank's error says when a collective lost its peer (gloo, NCCL), and how long to wait for that peer's death
+_COLLECTIVE_FAILURES = ("Connection reset by peer", "Connection closed by peer", "gloo", "NCCL", "ProcessGroup")
+_PEER_DEATH_GRACE_S = 30.0
 
 # Set per rank by the group; a user's worker_env cannot override them.
 _GROUP_ENV = frozenset({"WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "RAY_LOCAL_WORLD_SIZE", "MASTER_ADDR",
