@@ -99,7 +99,7 @@ def test_a_worker_killed_mid_step_surfaces_naming_its_rank_and_method(tmp_path, 
     assert isinstance(err, WorkerGroupError) and not isinstance(err, WorkerDeadlineError), repr(err)
     msg = str(err)
     assert "worker process died: rank 1 of 2" in msg and "method update_actor" in msg
-    assert after < 15
+    assert after < 300  # far below the 1800 s call deadline a missed death would wait for (not a speed check)
     _assert_step_1_checkpoint_intact(err, run_dir)
 
 
