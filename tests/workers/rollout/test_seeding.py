@@ -163,9 +163,8 @@ def test_the_agent_loop_backend_seeds_by_row_and_turn_and_forwards_the_seed():
 
 
 def test_the_trainer_sends_the_step_with_every_generate_call():
-    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-
     from verl.trainer.config import PPOTrainerConfig
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     trainer = object.__new__(RayPPOTrainer)
     trainer.tokenizer = SimpleNamespace(eos_token_id=2, pad_token_id=0)
