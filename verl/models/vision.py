@@ -1,10 +1,12 @@
-"""Vision-language model parts: which submodule is the vision tower, and freezing it (actor.freeze_vision_tower)."""
+"""Vision-language model parts: which submodule is the vision tower, freezing it (actor.freeze_vision_tower), and
+running it on every rank of a sharded model (enable_blank_image_forward)."""
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["vision_tower", "freeze_vision_tower", "is_vision_language_config"]
+__all__ = ["vision_tower", "freeze_vision_tower", "is_vision_language_config", "enable_blank_image_forward",
+           "vision_token_ids", "suppress_vision_tokens", "SUPPRESSED_LOGIT"]
 
 
 def is_vision_language_config(config) -> bool:
@@ -35,3 +37,98 @@ def freeze_vision_tower(model: torch.nn.Module) -> int:
         parameter.requires_grad_(False)
         count += parameter.numel()
     return count
+
+
+def _parent_of_tower(model: torch.nn.Module, tower: torch.nn.Module) -> torch.nn.Module | None:
+    """The module that owns ``tower`` as its ``visual`` (Qwen2VLModel and kin): the one whose forward runs it."""
+    for module in model.modules():
+        if getattr(module, "visual", None) is tower:
+            return module
+    return None
+
+
+def _tensors_of(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value] if value.is_floating_point() else []
+    if isinstance(value, dict):  # ModelOutput is a dict
+        return [t for v in value.values() for t in _tensors_of(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors_of(v)]
+    return []
+
+
+def _tower_on_blank_image(tower: torch.nn.Module) -> torch.Tensor:
+    """The tower's outputs on one blank image of (1, 2·merge, 2·merge) patches, folded to a scalar: every output
+    (the merged features, deepstack features where a family has them) so every vision parameter takes part."""
+    cfg = tower.config
+    merge = int(getattr(cfg, "spatial_merge_size", 2))
+    patch = int(getattr(cfg, "patch_size", 14))
+    temporal = int(getattr(cfg, "temporal_patch_size", 2))
+    channels = int(getattr(cfg, "in_channels", getattr(cfg, "in_chans", 3)))
+    side = 2 * merge
+    device = next(tower.parameters()).device
+    pixels = torch.zeros(side * side, channels * temporal * patch * patch, device=device)
+    grid = torch.tensor([[1, side, side]], device=device)
+    outputs = _tensors_of(tower(pixels, grid_thw=grid))
+    return sum(t.float().mean() for t in outputs)
+
+
+def enable_blank_image_forward(model: torch.nn.Module) -> bool:
+    """Make every prefill forward of ``model`` run its vision tower, on a blank image when it has no images.
+
+    Why: FSDP shards each vision block as its own unit, so the tower's forward (and backward) are collectives. A
+    rank whose micro-batch or generate batch holds no image would skip them while its peers, whose batches do,
+    wait in them. The blank image's output enters the hidden states times zero, so results are unchanged and the
+    tower's gradients on such a rank are zeros, reduced with its peers' like any other. Decode steps (a KV cache
+    already filled) never see images, on any rank, so they skip it. Upstream verl does the same for mixed
+    text/image batches. Returns False for a model without a vision tower."""
+    tower = vision_tower(model)
+    owner = _parent_of_tower(model, tower) if tower is not None else None
+    if owner is None:
+        return False
+    pending: list[torch.Tensor] = []
+
+    def before(module, args, kwargs):
+        if kwargs.get("pixel_values") is not None or kwargs.get("pixel_values_videos") is not None:
+            return
+        cache = kwargs.get("past_key_values")
+        if cache is not None and hasattr(cache, "get_seq_length") and cache.get_seq_length() > 0:
+            return
+        pending.append(_tower_on_blank_image(tower))  # before the language model: the same collective order
+
+    def after(module, args, kwargs, output):
+        if not pending:
+            return output
+        blank = pending.pop()
+        if isinstance(output, tuple):
+            return (output[0] + 0.0 * blank.to(output[0].dtype), *output[1:])
+        output.last_hidden_state = output.last_hidden_state + 0.0 * blank.to(output.last_hidden_state.dtype)
+        return output
+
+    owner.register_forward_pre_hook(before, with_kwargs=True)
+    owner.register_forward_hook(after, with_kwargs=True)
+    return True
+
+
+# A response never holds a vision token: the model did not see an image there, and a sampled <|image_pad|> would
+# give the actor's forward one more image token than the batch has image features ("Image features and image tokens
+# do not match", a known upstream crash). So the rollout cannot sample them and the actor's log-probs use the same
+# distribution. Finite, not -inf: the entropy's p·log p stays 0 and log-prob differences stay finite.
+SUPPRESSED_LOGIT = -1.0e4
+
+
+def vision_token_ids(config) -> list[int]:
+    """The vision placeholder / delimiter token ids of a VLM config (image and video pads, vision start and end);
+    empty for a text model."""
+    if not is_vision_language_config(config):
+        return []
+    names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+    return sorted({int(v) for v in (getattr(config, n, None) for n in names) if v is not None and int(v) >= 0})
+
+
+def suppress_vision_tokens(logits: torch.Tensor, token_ids: list[int]) -> torch.Tensor:
+    """``logits`` (..., V) with the vision tokens' entries set to SUPPRESSED_LOGIT (out of place, autograd-safe)."""
+    if not token_ids:
+        return logits
+    ids = torch.tensor(token_ids, device=logits.device)
+    return logits.index_fill(-1, ids, SUPPRESSED_LOGIT)

@@ -104,6 +104,10 @@ def apply_fsdp2(module: torch.nn.Module, fsdp_config: FSDPEngineConfig, mesh: De
 
             kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
     layer_reshard = fsdp_config.reshard_after_forward
+    if mesh.size() > 1:
+        from verl.models.vision import enable_blank_image_forward
+
+        enable_blank_image_forward(module)  # the vision blocks below become collectives: every rank must run them
     layers = decoder_layers(module)
     for layer in layers:
         fully_shard(layer, reshard_after_forward=layer_reshard, **kwargs)

@@ -11,6 +11,7 @@ import torch
 from tests.helpers.tiny_vlm import collated_vlm_prompts, tiny_vlm
 from tests.workers.actor.test_dp_actor import actor_config
 from verl.data.vision import response_position_ids
+from verl.models.vision import suppress_vision_tokens, vision_token_ids
 from verl.protocol import DataProto
 from verl.utils.torch_functional import get_response_mask
 from verl.workers.actor import DataParallelPPOActor
@@ -39,7 +40,8 @@ def vlm_batch(tmp_path, family, prompt_images=(1, 2, 0, 1), response_lengths=(5,
 
 
 def hf_log_probs(model, data, image_token_id):
-    """Plain HF: one row at a time, no padding, the model computing its own rope positions."""
+    """Plain HF: one row at a time, no padding, the model computing its own rope positions (and the vision
+    tokens left out of the response distribution, as the rollout samples it)."""
     out = torch.zeros(data.batch["responses"].shape)
     for row in range(len(data)):
         mask = data.batch["attention_mask"][row].bool()
@@ -48,6 +50,7 @@ def hf_log_probs(model, data, image_token_id):
         kwargs = {k: inputs[k] for k in ("pixel_values", "image_grid_thw") if k in inputs}
         model.model.rope_deltas = None
         logits = model(input_ids=ids, mm_token_type_ids=(ids == image_token_id).int(), **kwargs).logits[0] / 0.8
+        logits = suppress_vision_tokens(logits, vision_token_ids(model.config))  # never in a response
         n = int(data.batch["response_mask"][row].sum())
         logp = torch.log_softmax(logits[-n - 1: -1], -1)  # the row ends with its n real response tokens
         out[row, :n] = logp.gather(-1, data.batch["responses"][row, :n, None]).squeeze(-1)

@@ -13,6 +13,7 @@ from tests.helpers.tiny_vlm import collated_vlm_prompts, tiny_vlm
 from tests.workers.actor.test_dp_actor import actor_config
 from tests.workers.rollout.test_hf_rollout import rollout_config
 from verl.data.vision import response_position_ids
+from verl.models.vision import suppress_vision_tokens, vision_token_ids
 from verl.protocol import DataProto
 from verl.workers.actor import DataParallelPPOActor
 from verl.workers.rollout import HFRollout
@@ -86,7 +87,28 @@ def test_greedy_tokens_are_the_argmax_of_a_forward_with_images(tmp_path):
                        image_grid_thw=torch.cat([r["image_grid_thw"] for r in inputs if "image_grid_thw" in r]),
                        ).logits[:, b["prompts"].size(1) - 1: -1]
     mask = b["response_mask"].bool()
+    logits = suppress_vision_tokens(logits, vision_token_ids(model.config))  # a response never holds one
     assert torch.equal(logits.argmax(-1)[mask], b["responses"][mask])
+
+
+def test_a_response_never_samples_a_vision_token(tmp_path):
+    """A model that would rather write <|image_pad|> (its logit raised by 50) writes other tokens, and the recorded
+    log-probs are those the actor recomputes (both leave the vision tokens out): an <|image_pad|> in a response
+    would stop the actor's forward ("Image features and image tokens do not match")."""
+    batch, tokenizer, _ = collated_vlm_prompts(tmp_path, "qwen2_vl")
+    model = tiny_vlm("qwen2_vl")
+    image_pad = model.config.image_token_id
+    model.lm_head.register_forward_hook(lambda module, args, out: out.index_add(
+        -1, torch.tensor([image_pad]), torch.full((*out.shape[:-1], 1), 50.0)))
+    prompts = gen_batch(batch, tokenizer, do_sample=True, temperature=TEMPERATURE)
+    torch.manual_seed(0)
+    out = HFRollout(model, rollout_config(response_length=RESPONSE, temperature=TEMPERATURE,
+                                          calculate_log_probs=True), micro_batch_size=4).generate_sequences(prompts)
+    b = out.batch
+    mask = b["response_mask"].bool()
+    assert not set(b["responses"][mask].tolist()) & set(vision_token_ids(model.config))
+    recomputed, _ = DataParallelPPOActor(actor_config(), model).compute_log_prob(with_images(out, prompts))
+    torch.testing.assert_close(recomputed[mask], b["rollout_log_probs"][mask], rtol=1e-4, atol=1e-4)
 
 
 def test_images_for_a_text_model_are_refused(tmp_path):

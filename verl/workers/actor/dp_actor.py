@@ -37,6 +37,7 @@ from verl.models.packing import (
     shard_for_sequence_parallel,
 )
 from verl.models.varlen_attention import enable_varlen_attention, packed_forward
+from verl.models.vision import suppress_vision_tokens, vision_token_ids
 from verl.protocol import DataProto
 from verl.utils.torch_functional import logprobs_from_logits
 from verl.utils.ulysses import gather_outputs_and_unpad, resolve_ulysses_group, ulysses_sequence_parallel
@@ -55,12 +56,11 @@ from verl.workers.micro_batching import (
 )
 from verl.workers.nonfinite_grads import NonFiniteGradStreak
 from verl.workers.update_loop import ppo_update
+from verl.workers.vision_rows import hf_position_ids, select_with_rows, vision_kwargs
 
 __all__ = ["DataParallelPPOActor", "NonFiniteLossError", "accepts_logits_to_keep"]
 
 _FORWARD_KEYS = ["responses", "input_ids", "attention_mask", "position_ids"]
-# a VLM batch's row numbers, so each micro-batch finds its rows' images (multi_modal_inputs, a non-tensor column)
-_MM_ROW = "multi_modal_row"
 
 
 class DataParallelPPOActor(BasePPOActor):
@@ -91,30 +91,17 @@ class DataParallelPPOActor(BasePPOActor):
         if self.use_remove_padding:
             enable_varlen_attention(actor_module, sequence_parallel=self.ulysses_group is not None)
         self._multi_modal_inputs = None  # the batch's per-row pixel_values / image_grid_thw, during one call
+        # a VLM's responses never hold vision tokens: the rollout cannot sample them (verl.models.vision)
+        self._vision_token_ids = vision_token_ids(getattr(actor_module, "config", None))
 
     def _select(self, data: DataProto, keys: list[str]) -> DataProto:
         """``data`` restricted to ``keys``, plus row numbers when it carries images for the forward."""
-        selected = data.select(batch_keys=keys)
-        self._multi_modal_inputs = data.non_tensor_batch.get("multi_modal_inputs")
-        if self._multi_modal_inputs is not None:
-            if self.ulysses_group is not None:
-                raise NotImplementedError("ulysses_sequence_parallel_size > 1 with images is not built; set it to 1")
-            selected.batch[_MM_ROW] = torch.arange(len(data), device=selected.batch.device)
+        selected, self._multi_modal_inputs = select_with_rows(data, keys, self.ulysses_group is not None,
+                                                              "actor_rollout_ref.actor")
         return selected
 
     def _vision_kwargs(self, micro_batch: TensorDict) -> dict:
-        """pixel_values / image_grid_thw of the micro-batch's rows, concatenated in row order (the order of their
-        image tokens in the batch), and position ids in HF's (axes, bs, L) layout."""
-        if _MM_ROW not in micro_batch.keys():
-            return {}
-        rows = [self._multi_modal_inputs[int(i)] for i in micro_batch[_MM_ROW].tolist()]
-        device = micro_batch["input_ids"].device
-        kwargs = {}
-        for key in ("pixel_values", "image_grid_thw"):
-            parts = [row[key] for row in rows if row and row.get(key) is not None]
-            if parts:
-                kwargs[key] = torch.cat([torch.as_tensor(p) for p in parts]).to(device)
-        return kwargs
+        return vision_kwargs(micro_batch, self._multi_modal_inputs)
 
     # -- state that shapes the next update (saved with the checkpoint's extra state) -------------------------------
 
@@ -138,14 +125,12 @@ class DataParallelPPOActor(BasePPOActor):
         kwargs = self._vision_kwargs(micro_batch)
         if self._logits_to_keep:
             kwargs["logits_to_keep"] = response_length + 1
-        position_ids = micro_batch["position_ids"]
-        if position_ids.dim() == 3:  # (bs, axes, L) -> HF's (axes, bs, L)
-            position_ids = position_ids.transpose(0, 1)
         output = self.actor_module(input_ids=micro_batch["input_ids"], attention_mask=micro_batch["attention_mask"],
-                                   position_ids=position_ids, use_cache=False, **kwargs)
+                                   position_ids=hf_position_ids(micro_batch["position_ids"]), use_cache=False, **kwargs)
         logits = output.logits[:, -response_length - 1 : -1, :]
         if temperature != 1.0:
             logits = logits / temperature
+        logits = suppress_vision_tokens(logits, self._vision_token_ids)
         log_probs = logprobs_from_logits(logits, responses)
         entropy = self._entropy(logits) if calculate_entropy else None
         if sum_pi_squared is not None:
@@ -178,6 +163,7 @@ class DataParallelPPOActor(BasePPOActor):
             logits = logits[: predictors.numel()]
         if temperature != 1.0:
             logits = logits / temperature
+        logits = suppress_vision_tokens(logits, self._vision_token_ids)
         log_probs = scatter_to_padded(logprobs_from_logits(logits, responses[targets]), targets)
         entropy = scatter_to_padded(self._entropy(logits), targets) if calculate_entropy else None
         if sum_pi_squared is not None:
@@ -204,6 +190,7 @@ class DataParallelPPOActor(BasePPOActor):
                                **shard.inputs).squeeze(0)[:count]
         if temperature != 1.0:
             logits = logits / temperature
+        logits = suppress_vision_tokens(logits, self._vision_token_ids)
         mask = mine[None]
 
         def gathered(local: torch.Tensor) -> torch.Tensor:

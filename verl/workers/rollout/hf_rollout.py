@@ -21,6 +21,7 @@ from tensordict import TensorDict
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from verl.data.vision import response_position_ids
+from verl.models.vision import suppress_vision_tokens, vision_token_ids
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask, get_response_mask
 from verl.workers.config import RolloutConfig
@@ -63,6 +64,17 @@ class _SampledLogProbs(LogitsProcessor):
         return torch.stack(self.columns, dim=1)
 
 
+class _NoVisionTokens(LogitsProcessor):
+    """A VLM's response never samples a vision token (verl.models.vision.SUPPRESSED_LOGIT says why); runs before
+    ``_SampledLogProbs``, so the recorded log-probs are of the distribution the actor recomputes."""
+
+    def __init__(self, token_ids: list[int]) -> None:
+        self.token_ids = token_ids
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        return suppress_vision_tokens(scores, self.token_ids)
+
+
 class HFRollout(BaseRollout):
     """``config`` is the ``actor_rollout_ref.rollout`` section (a RolloutConfig): temperature, top_k (-1 = off), top_p,
     do_sample, response_length, val_kwargs {temperature, top_k, top_p, do_sample}, calculate_log_probs (also return ``rollout_log_probs``: log_softmax(logits / T)
@@ -100,6 +112,11 @@ class HFRollout(BaseRollout):
         micro_batch_size = self.micro_batch_size or batch_size
         outputs = [self._generate_micro_batch(chunk) for chunk in prompts.split(max(1, micro_batch_size))]
         return DataProto.concat(outputs)
+
+    def _processors(self, recorder: _SampledLogProbs | None) -> LogitsProcessorList:
+        vision_ids = vision_token_ids(getattr(self.module, "config", None))
+        return LogitsProcessorList(([_NoVisionTokens(vision_ids)] if vision_ids else [])
+                                   + ([recorder] if recorder is not None else []))
 
     def _generation_config(self, meta: dict) -> GenerationConfig:
         """Sampling settings: val_kwargs when meta_info['validate']; greedy when do_sample is off or T == 0."""
@@ -141,7 +158,7 @@ class HFRollout(BaseRollout):
         prompt_length = idx.size(1)
         temperature = generation_config.temperature if generation_config.do_sample else 1.0
         recorder = _SampledLogProbs(prompt_length, temperature) if self.config.calculate_log_probs else None
-        processors = LogitsProcessorList([recorder] if recorder is not None else [])
+        processors = self._processors(recorder)
         vision = self._vision_inputs(prompts, idx, device)
         decoder = None if vision else self._static_decoder(device)
         sequences = None
@@ -151,7 +168,7 @@ class HFRollout(BaseRollout):
             except Exception as err:  # noqa: BLE001 - any compile/capture failure: say why, decode eagerly
                 self._turn_off_static_cache(f"generate failed: {err!r}")
                 recorder = _SampledLogProbs(prompt_length, temperature) if recorder is not None else None
-                processors = LogitsProcessorList([recorder] if recorder is not None else [])
+                processors = self._processors(recorder)
         if sequences is None:
             was_training = self.module.training
             self.module.eval()

@@ -1,0 +1,50 @@
+"""Images through micro-batching: a VLM batch's per-row ``multi_modal_inputs`` (pixel_values / image_grid_thw, a
+non-tensor column of dicts) cannot be split and shuffled with the tensors, so each row's number goes in the
+TensorDict instead and every micro-batch looks its rows' images up by it. Shared by the actor and the critic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from verl.protocol import DataProto
+
+__all__ = ["MM_ROW", "select_with_rows", "vision_kwargs", "hf_position_ids"]
+
+MM_ROW = "multi_modal_row"
+
+
+def select_with_rows(data: DataProto, keys: list[str], sequence_parallel: bool, role: str,
+                     ) -> tuple[DataProto, np.ndarray | None]:
+    """``data`` restricted to ``keys`` (plus the row numbers when it carries images), and its image column."""
+    selected = data.select(batch_keys=keys)
+    column = data.non_tensor_batch.get("multi_modal_inputs")
+    if column is not None:
+        if sequence_parallel:
+            raise NotImplementedError(f"{role}.ulysses_sequence_parallel_size > 1 with images is not built; set it "
+                                      "to 1")
+        selected.batch[MM_ROW] = torch.arange(len(data), device=selected.batch.device)
+    return selected, column
+
+
+def vision_kwargs(micro_batch: TensorDict, column: Any) -> dict[str, torch.Tensor]:
+    """pixel_values / image_grid_thw of the micro-batch's rows, concatenated in row order (the order of their image
+    tokens in the batch); nothing for a text batch or a micro-batch whose rows hold no image."""
+    if column is None or MM_ROW not in micro_batch.keys():
+        return {}
+    rows = [column[int(i)] for i in micro_batch[MM_ROW].tolist()]
+    device = micro_batch["input_ids"].device
+    kwargs = {}
+    for key in ("pixel_values", "image_grid_thw"):
+        parts = [row[key] for row in rows if row and row.get(key) is not None]
+        if parts:
+            kwargs[key] = torch.cat([torch.as_tensor(p) for p in parts]).to(device)
+    return kwargs
+
+
+def hf_position_ids(position_ids: torch.Tensor) -> torch.Tensor:
+    """Our batches keep a VLM's position ids as (bs, axes, L) so they split by row; HF's Qwen-VL takes (axes, bs, L)."""
+    return position_ids.transpose(0, 1) if position_ids.dim() == 3 else position_ids
