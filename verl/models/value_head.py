@@ -52,6 +52,12 @@ def build_value_model(config: PretrainedConfig, score_init_std: float = DEFAULT_
                       **from_config_kwargs) -> PreTrainedModel:
     """A randomly initialised critic from a model config (tests, or training a critic from scratch)."""
     config = _value_config(config)
+    if getattr(config, "vision_config", None) is not None:  # a VLM: its trunk under a score head
+        from verl.models.vision_value_model import VisionLanguageValueModel
+
+        model = VisionLanguageValueModel._from_config(config, **from_config_kwargs)
+        init_value_head_(model, score_init_std)
+        return model
     try:
         model = AutoModelForTokenClassification.from_config(config, **from_config_kwargs)
     except ValueError as err:
@@ -85,7 +91,14 @@ def load_value_model(model_path: str | os.PathLike, score_init_std: float = DEFA
     if hf_config is None:
         hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
     config = _value_config(hf_config)
-    model, missing = _load_token_classifier(model_path, config, trust_remote_code, **from_pretrained_kwargs)
+    if getattr(config, "vision_config", None) is not None:  # Qwen2-VL & co have no token-classification class
+        from verl.models.vision_value_model import load_vision_value_model
+
+        model, has_head = load_vision_value_model(str(model_path), config, trust_remote_code=trust_remote_code,
+                                                  **from_pretrained_kwargs)
+        missing = set() if has_head else {"score.weight"}
+    else:
+        model, missing = _load_token_classifier(model_path, config, trust_remote_code, **from_pretrained_kwargs)
     if any(k.startswith("score.") for k in missing):
         logger.info("critic from %s: new value head (score) initialised with std %s", model_path, score_init_std)
         init_value_head_(model, score_init_std)

@@ -36,6 +36,7 @@ from verl.workers.micro_batching import (
 )
 from verl.workers.nonfinite_grads import NonFiniteGradStreak
 from verl.workers.update_loop import ppo_update
+from verl.workers.vision_rows import hf_position_ids, select_with_rows, vision_kwargs
 
 __all__ = ["DataParallelPPOCritic"]
 
@@ -62,6 +63,11 @@ class DataParallelPPOCritic(BasePPOCritic):
                              "critic.model.use_remove_padding=true")
         if self.use_remove_padding:
             enable_varlen_attention(critic_module, sequence_parallel=self.ulysses_group is not None)
+        self._multi_modal_inputs = None  # a VLM batch's per-row pixel_values / image_grid_thw, during one call
+
+    def _select(self, data: DataProto, keys: list[str]) -> DataProto:
+        selected, self._multi_modal_inputs = select_with_rows(data, keys, self.ulysses_group is not None, "critic")
+        return selected
 
     def step_state(self) -> dict[str, int]:
         """What shapes the next update beyond weights and optimizer: the update count seeds the shuffle."""
@@ -76,7 +82,8 @@ class DataParallelPPOCritic(BasePPOCritic):
         if self.use_remove_padding:
             return self._forward_packed(micro_batch, response_length)
         output = self.critic_module(input_ids=micro_batch["input_ids"], attention_mask=micro_batch["attention_mask"],
-                                    position_ids=micro_batch["position_ids"], use_cache=False)
+                                    position_ids=hf_position_ids(micro_batch["position_ids"]), use_cache=False,
+                                    **vision_kwargs(micro_batch, self._multi_modal_inputs))
         return values_from_output(output)[:, -response_length - 1 : -1]
 
     def _forward_packed(self, micro_batch: TensorDict, response_length: int) -> torch.Tensor:
@@ -90,7 +97,8 @@ class DataParallelPPOCritic(BasePPOCritic):
                              "a left-padded prompt and a right-padded response")
         if self.ulysses_group is None:
             with packed_forward():
-                output = self.critic_module(use_cache=False, **packed.model_inputs())
+                output = self.critic_module(use_cache=False, **packed.model_inputs(),
+                                            **vision_kwargs(micro_batch, self._multi_modal_inputs))
             return scatter_to_padded(values_from_output(output)[0, predictors], targets)
         # Ulysses: values of this rank's T/sp tokens, gathered over the SP group (verl.utils.ulysses)
         group = self.ulysses_group
@@ -118,7 +126,7 @@ class DataParallelPPOCritic(BasePPOCritic):
         use_dynamic_bsz = bool(meta.get("use_dynamic_bsz", self.config.use_dynamic_bsz))
         max_token_len = meta.get("max_token_len", self.config.forward_max_token_len_per_gpu)
         keys = _FORWARD_KEYS + (["response_mask"] if "response_mask" in data.batch.keys() else [])
-        batch = data.select(batch_keys=keys).batch
+        batch = self._select(data, keys).batch
         micro_batches, indices = make_micro_batches(
             batch, micro_batch_size, use_dynamic_bsz, max_token_len,
             "critic.forward_micro_batch_size_per_gpu / critic.forward_max_token_len_per_gpu")
@@ -157,6 +165,6 @@ class DataParallelPPOCritic(BasePPOCritic):
         seed = self._update_calls
         self._update_calls += 1
         return ppo_update(self.config, "critic", self.critic_module, self.critic_optimizer,
-                          data.select(batch_keys=_FORWARD_KEYS + ["response_mask", "values", "returns"]), micro_loss,
+                          self._select(data, _FORWARD_KEYS + ["response_mask", "values", "returns"]), micro_loss,
                           seed, self._nonfinite_streak)
 
