@@ -1,5 +1,5 @@
 """A whole GRPO run with images: the bundled visual_count task (PIL-drawn shapes, examples/data_preprocess/
-visual_count.py) on a tiny random Qwen2-VL, one worker, the HF rollout, through main_ppo's builder and Ray, in
+visual_count.py) on a tiny random Qwen2-VL, the HF rollout, one worker and two (with LoRA), through main_ppo's builder and Ray, in
 both rollout modes (the agent loop, the default, and sync). A random model almost never writes the boxed count,
 so this checks the wiring: the rows' images reach generation and the actor, two steps finish and log scores.
 Also: what still does not run with images is refused before Ray, naming its key."""
@@ -25,17 +25,25 @@ def _visual_count_data(out: Path) -> Path:
     return out
 
 
-def _overrides(tmp_path: Path, *extra: str) -> list[str]:
+def _overrides(tmp_path: Path, *extra: str, n_workers: int = 1) -> list[str]:
     model_dir = Path(save_tiny_vlm_dir(tmp_path / "model", "qwen2_vl"))
     data_dir = _visual_count_data(tmp_path / "data")
-    return tiny_run_overrides(model_dir, data_dir, tmp_path / "run", adv_estimator="grpo", n_workers=1) + [
+    return tiny_run_overrides(model_dir, data_dir, tmp_path / "run", adv_estimator="grpo", n_workers=n_workers) + [
         "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.actor.freeze_vision_tower=false",
         "trainer.device=cpu", *extra]
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
-def test_grpo_on_images_runs_two_steps_and_logs_scores(tmp_path: Path, mode: str) -> None:
-    rows = fit_run(_overrides(tmp_path, f"actor_rollout_ref.rollout.mode={mode}"))
+# upstream's geo3k LoRA recipe: the language model's linears adapted, the vision tower left as loaded
+LORA = ("actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8",
+        "actor_rollout_ref.model.target_modules=all-linear", "actor_rollout_ref.model.exclude_modules=.*visual.*")
+
+
+@pytest.mark.parametrize(("mode", "n_workers", "extra"), [
+    ("async", 1, ()), ("sync", 1, ()), ("async", 2, LORA),
+    pytest.param("async", 1, ("algorithm.adv_estimator=gae",), marks=pytest.mark.slow),  # the critic sees images
+], ids=["async", "sync", "async-2workers-lora", "async-gae"])
+def test_grpo_on_images_runs_two_steps_and_logs_scores(tmp_path: Path, mode: str, n_workers: int, extra) -> None:
+    rows = fit_run(_overrides(tmp_path, f"actor_rollout_ref.rollout.mode={mode}", *extra, n_workers=n_workers))
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
         assert "critic/score/mean" in row and 0.0 <= row["critic/score/mean"] <= 1.0
@@ -49,10 +57,11 @@ def test_settings_that_ignore_images_are_refused_before_ray(tmp_path: Path) -> N
     from verl.trainer.config.validate import load_config
     from verl.trainer.ppo.launcher import build_trainer
 
-    overrides = _overrides(tmp_path, "algorithm.adv_estimator=gae", "trainer.n_gpus_per_node=2")
+    overrides = _overrides(tmp_path, "reward_model.enable=true", f"reward_model.model.path={tmp_path / 'model'}",
+                           "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", n_workers=2)
     with pytest.raises(NotImplementedError) as err:
         build_trainer(validate_config(load_config(overrides)))
     message = str(err.value)
-    assert "algorithm.adv_estimator=gae" in message and "trainer.n_gpus_per_node" in message
+    assert "reward_model.enable=true" in message and "ulysses_sequence_parallel_size" in message
     assert "column 'images', data.image_key" in message
     assert not ray.is_initialized()
