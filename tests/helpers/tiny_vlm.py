@@ -59,7 +59,18 @@ def tiny_vlm_config(family: str = "qwen2_5_vl", tokenizer=None):
                 bos_token_id=tokenizer.bos_token_id)
     vision = dict(depth=1, hidden_size=16, num_heads=2, in_chans=3, patch_size=PATCH, spatial_merge_size=MERGE,
                   temporal_patch_size=TEMPORAL)
-    if family == "qwen2_5_vl":
+    if family == "qwen3_vl":
+        from transformers import Qwen3VLConfig
+
+        # Qwen3-VL: interleaved mrope over head_dim/2 = 4 pairs, a learned position table, deepstack features
+        text.update(head_dim=8, rope_parameters={"rope_type": "default", "mrope_section": [2, 1, 1],
+                                                 "mrope_interleaved": True, "rope_theta": 10000.0})
+        text.pop("rope_scaling")
+        text.pop("tie_word_embeddings")
+        vision.update(hidden_size=16, intermediate_size=32, out_hidden_size=32, num_position_embeddings=16,
+                      deepstack_visual_indexes=[0])
+        cls = Qwen3VLConfig
+    elif family == "qwen2_5_vl":
         vision.update(intermediate_size=32, out_hidden_size=32, fullatt_block_indexes=[0], window_size=16)
         cls = Qwen2_5_VLConfig
     else:
@@ -75,10 +86,15 @@ def tiny_vlm_config(family: str = "qwen2_5_vl", tokenizer=None):
 
 
 def tiny_vlm(family: str = "qwen2_5_vl", seed: int = 0):
-    from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2VLForConditionalGeneration
+    from transformers import (
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2VLForConditionalGeneration,
+        Qwen3VLForConditionalGeneration,
+    )
 
     torch.manual_seed(seed)
-    cls = Qwen2_5_VLForConditionalGeneration if family == "qwen2_5_vl" else Qwen2VLForConditionalGeneration
+    cls = {"qwen2_5_vl": Qwen2_5_VLForConditionalGeneration, "qwen3_vl": Qwen3VLForConditionalGeneration}.get(
+        family, Qwen2VLForConditionalGeneration)
     return cls(tiny_vlm_config(family)).float().eval()
 
 
@@ -89,7 +105,8 @@ def save_tiny_vlm_dir(folder, family: str = "qwen2_5_vl", seed: int = 0) -> str:
     tiny_vlm(family, seed).save_pretrained(folder)
     tokenizer = vl_tokenizer()
     tokenizer.save_pretrained(folder)
-    processor_cls = "Qwen2_5_VLProcessor" if family == "qwen2_5_vl" else "Qwen2VLProcessor"
+    processor_cls = {"qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen3_vl": "Qwen3VLProcessor"}.get(family,
+                                                                                          "Qwen2VLProcessor")
     config = image_processor().to_dict()
     config["processor_class"] = processor_cls
     config["image_processor_type"] = "Qwen2VLImageProcessor"

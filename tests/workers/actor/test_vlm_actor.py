@@ -57,7 +57,7 @@ def hf_log_probs(model, data, image_token_id):
     return out
 
 
-@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen2_vl"])
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen2_vl", "qwen3_vl"])
 def test_log_probs_with_images_equal_plain_hf_padded_and_packed(tmp_path, family):
     data = vlm_batch(tmp_path, family)
     assert data.batch["position_ids"].shape[1] == 4

@@ -1,4 +1,4 @@
-"""A tiny Qwen2.5-VL sharded over 2 gloo ranks (FSDP2 wraps each vision block) where rank 0's rows hold images and
+"""A tiny Qwen2.5-VL / Qwen3-VL sharded over 2 gloo ranks (FSDP2 wraps each vision block) where rank 0's rows hold images and
 rank 1's hold none: the rollout's generate, the actor's log-probs (padded and packed) and an update all finish
 (rank 1 runs the vision tower on a blank image, so the vision blocks' collectives match), the log-probs equal one
 unsharded process's, and the update moves the vision tower the same on both ranks."""
@@ -17,7 +17,6 @@ from tests.workers.actor.test_vlm_actor import vlm_batch
 from tests.workers.rollout.test_hf_rollout import rollout_config
 from tests.workers.rollout.test_hf_rollout_vlm import gen_batch
 
-FAMILY = "qwen2_5_vl"
 IMAGES = (1, 2, 0, 0)  # rank 0 gets rows 0-1 (images), rank 1 rows 2-3 (text only)
 
 
@@ -29,7 +28,7 @@ class _FsdpCfg:  # the FSDPEngineConfig fields apply_fsdp2 reads
         param_dtype, reduce_dtype = "fp32", "fp32"
 
 
-def _rank(rank: int, port: int, data, prompts, results) -> None:
+def _rank(rank: int, port: int, family: str, data, prompts, results) -> None:
     import torch.distributed as dist
 
     from verl.workers.actor import DataParallelPPOActor
@@ -40,7 +39,7 @@ def _rank(rank: int, port: int, data, prompts, results) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
-        module = apply_fsdp2(tiny_vlm(FAMILY).train(), _FsdpCfg(), create_device_mesh(2))
+        module = apply_fsdp2(tiny_vlm(family).train(), _FsdpCfg(), create_device_mesh(2))
         mine = slice(2 * rank, 2 * rank + 2)
         rollout = HFRollout(module, rollout_config(response_length=3, temperature=1.0), micro_batch_size=2)
         with unsharded(module):  # as the worker's FSDP->HF sharding manager holds it for generation
@@ -65,16 +64,17 @@ def _rank(rank: int, port: int, data, prompts, results) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_ranks_without_images_join_the_vision_towers_collectives(tmp_path):
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])  # Qwen3-VL: deepstack features too
+def test_ranks_without_images_join_the_vision_towers_collectives(tmp_path, family):
     from tests.helpers.ranks import free_port, run_ranks
     from verl.workers.actor import DataParallelPPOActor
 
-    data = vlm_batch(tmp_path / "actor", FAMILY, prompt_images=IMAGES, response_lengths=(5, 2, 4, 1))
-    batch, tokenizer, _ = collated_vlm_prompts(tmp_path / "rollout", FAMILY, IMAGES)
+    data = vlm_batch(tmp_path / "actor", family, prompt_images=IMAGES, response_lengths=(5, 2, 4, 1))
+    batch, tokenizer, _ = collated_vlm_prompts(tmp_path / "rollout", family, IMAGES)
     prompts = gen_batch(batch, tokenizer, do_sample=False)
-    expected, _ = DataParallelPPOActor(actor_config(), copy.deepcopy(tiny_vlm(FAMILY))).compute_log_prob(data)
+    expected, _ = DataParallelPPOActor(actor_config(), copy.deepcopy(tiny_vlm(family))).compute_log_prob(data)
 
-    results = run_ranks(_rank, free_port(), data, prompts, nprocs=2, timeout_s=280)
+    results = run_ranks(_rank, free_port(), family, data, prompts, nprocs=2, timeout_s=280)
     mask = data.batch["response_mask"].bool()
     for rank in (0, 1):
         assert tuple(results[rank]["generated"]) == (2, 3)

@@ -34,7 +34,7 @@ def plain_values(model, data, image_token_id):
     return out
 
 
-@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen2_vl"])
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen2_vl", "qwen3_vl"])
 def test_vlm_critic_loads_from_the_actor_folder_and_values_see_the_images(tmp_path, family):
     folder = save_tiny_vlm_dir(tmp_path / "model", family)
     critic = load_value_model(folder, score_init_std=0.5).float()

@@ -38,7 +38,7 @@ def with_images(out: DataProto, prompts: DataProto) -> DataProto:
     return out
 
 
-@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen2_vl"])
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen2_vl", "qwen3_vl"])
 def test_sampled_log_probs_equal_the_actors_recomputation(tmp_path, family):
     batch, tokenizer, _ = collated_vlm_prompts(tmp_path, family)
     prompts = gen_batch(batch, tokenizer, do_sample=True, temperature=TEMPERATURE)
