@@ -8,6 +8,11 @@ so the mask boundaries are exact. Items have the same keys and loss-mask convent
 
 Optional columns: `data.multiturn.tools_key` (tool schemas passed to the template) and
 `data.multiturn.enable_thinking_key` (a per-row `enable_thinking` flag for templates that take one).
+
+Image-text conversations (upstream's `processor` argument): with a vision-language model folder's processor and
+a `data.image_key` column, the messages' `<image>` placeholders take the row's images in order; the conversation
+is rendered with the processor's chat template and each piece's images expanded into their vision tokens (never
+trained). Items add (4, L) mrope `position_ids` and `pixel_values` / `image_grid_thw` (verl/data/sft_vision.py).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from torch.utils.data import Dataset
 from verl.data.chat_templates import named_template
 from verl.data.parquet_files import read_parquet_files
 from verl.data.sft_dataset import (
+    ImageRows,
     _as_file_list,
     fit_to_length,
     is_chat,
@@ -37,7 +43,8 @@ class ChatTemplateNotIncrementalError(ValueError):
 
 
 def split_conversation(tokenizer: Any, messages: Sequence[dict], row: int, **chat_kwargs: Any) -> list[tuple[str, bool]]:
-    """(text, trained) pieces whose concatenation is the rendered conversation; trained = assistant output."""
+    """(text, trained) pieces whose concatenation is the rendered conversation; trained = assistant output.
+    ``tokenizer`` renders the messages: a tokenizer, or a multi-modal processor for messages with image parts."""
     pieces: list[tuple[str, bool]] = []
     rendered = ""
 
@@ -64,9 +71,11 @@ def split_conversation(tokenizer: Any, messages: Sequence[dict], row: int, **cha
 class MultiTurnSFTDataset(Dataset):
     """`config` is the typed `data` section (SFTDataConfig). Keys: multiturn.messages_key, multiturn.tools_key,
     multiturn.enable_thinking_key, max_length, truncation (error | left | right), chat_template,
-    apply_chat_template_kwargs."""
+    apply_chat_template_kwargs, image_key, video_key. ``processor``: the model folder's multi-modal processor (None
+    for a text-only model), as upstream's argument."""
 
-    def __init__(self, parquet_files: str | Sequence[str], tokenizer: Any, config: Any, max_samples: int = -1) -> None:
+    def __init__(self, parquet_files: str | Sequence[str], tokenizer: Any, config: Any, processor: Any = None,
+                 max_samples: int = -1) -> None:
         self.parquet_files = _as_file_list(parquet_files)
         self.tokenizer = tokenizer
         multiturn = config.multiturn
@@ -86,6 +95,9 @@ class MultiTurnSFTDataset(Dataset):
         self.messages = frame[self.messages_key]
         self.tools = frame[self.tools_key] if self.tools_key in frame.column_names else None
         self.thinking = frame[self.enable_thinking_key] if self.enable_thinking_key in frame.column_names else None
+        self.images = ImageRows.build(frame, self.parquet_files, config, processor, self.pad_token_id)
+        if self.images is not None:
+            self.images.check([self.conversation(i) for i in range(len(self.messages))])
 
     def __len__(self) -> int:
         return len(self.messages)
@@ -109,6 +121,10 @@ class MultiTurnSFTDataset(Dataset):
         return messages
 
     def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        if self.images is not None:
+            messages = self.images.encoder.typed_messages(self.conversation(item))
+            return self.images.item(split_conversation(self.images.processor, messages, item,
+                                                       **self._chat_kwargs(item)), item)
         ids: list[int] = []
         trained: list[int] = []
         for text, is_trained in split_conversation(self.tokenizer, self.conversation(item), item,

@@ -6,8 +6,13 @@ Every item is right-padded to `data.max_length` and holds `input_ids`, `attentio
 `input_ids[:, 1:]` under `loss_mask[:, :-1]`. Only response tokens are trained; the prompt (rendered with the
 chat template, generation header included) never is.
 
-The helpers at the bottom (`fit_to_length`, `pad_right`, `prediction_mask`) are shared with the multi-turn
-dataset, so both datasets cut, pad and align masks identically.
+With a processor (a vision-language model folder's, `verl.models.processor.load_processor`) and a
+`data.image_key` column, the prompt's `<image>` placeholders are rendered with the processor's chat template and
+expanded into the images' vision tokens; items then carry (4, L) mrope `position_ids` and the row's `pixel_values`
+/ `image_grid_thw` (verl/data/sft_vision.py).
+
+The helpers at the bottom (`fit_to_length`, `pad_right`, `prediction_mask`, `ImageRows`) are shared with the
+multi-turn dataset, so both datasets cut, pad and align masks identically.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from torch.utils.data import Dataset
 
 from verl.data.chat_templates import named_template
 from verl.data.parquet_files import read_parquet_files
+from verl.data.sft_vision import VisionSFTEncoder, check_placeholder_count, row_images, uses_images
 from verl.utils.torch_functional import compute_position_id_with_mask
 
 
@@ -72,10 +78,12 @@ class SFTDataset(Dataset):
     The prompt column may hold a string (sent as one user message through the chat template), chat messages,
     or a dict (then `prompt_dict_keys` names the nested field); the response column a string or a dict
     (`response_dict_keys`). The response is followed by the tokenizer's EOS token, which is trained too, so the
-    model learns to stop.
+    model learns to stop. With `processor` and a `data.image_key` column, the prompt's `<image>` placeholders take
+    the row's images (see the module docstring).
     """
 
-    def __init__(self, parquet_files: str | Sequence[str], tokenizer: Any, config: Any, max_samples: int = -1) -> None:
+    def __init__(self, parquet_files: str | Sequence[str], tokenizer: Any, config: Any, max_samples: int = -1,
+                 processor: Any = None) -> None:
         self.parquet_files = _as_file_list(parquet_files)
         self.tokenizer = tokenizer
         self.prompt_key = config.prompt_key
@@ -101,19 +109,28 @@ class SFTDataset(Dataset):
             frame = frame.select(range(max_samples))
         self.prompts = frame[self.prompt_key]
         self.responses = frame[self.response_key]
+        self.images = ImageRows.build(frame, self.parquet_files, config, processor, self.pad_token_id)
+        if self.images is not None:
+            self.images.check([self._prompt(i) for i in range(len(self.prompts))])
 
     def __len__(self) -> int:
         return len(self.prompts)
 
-    def prompt_text(self, item: int) -> str:
-        """The prompt as the model sees it at generation time: chat-templated with the assistant header."""
+    def _prompt(self, item: int) -> list[dict]:
         prompt = _dig(self.prompts[item], self.prompt_dict_keys, self.prompt_key, "prompt_dict_keys", item)
         if isinstance(prompt, str):
             prompt = [{"role": "user", "content": prompt}]
         if not is_chat(prompt):
             raise ValueError(f"row {item}: the prompt (data.prompt_key={self.prompt_key!r}) must be a string or chat "
                              f"messages, got {prompt!r:.200}")
-        return render_chat(self.tokenizer, prompt, add_generation_prompt=True, **self.chat_kwargs)
+        return [dict(m) for m in prompt]
+
+    def prompt_text(self, item: int) -> str:
+        """The prompt as the model sees it at generation time: chat-templated with the assistant header."""
+        if self.images is not None:
+            return render_chat(self.images.processor, self.images.encoder.typed_messages(self._prompt(item)),
+                               add_generation_prompt=True, **self.chat_kwargs)
+        return render_chat(self.tokenizer, self._prompt(item), add_generation_prompt=True, **self.chat_kwargs)
 
     def response_text(self, item: int) -> str:
         response = _dig(self.responses[item], self.response_dict_keys, self.response_key, "response_dict_keys", item)
@@ -123,6 +140,8 @@ class SFTDataset(Dataset):
         return response + self.tokenizer.eos_token
 
     def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        if self.images is not None:
+            return self.images.item([(self.prompt_text(item), False), (self.response_text(item), True)], item)
         prompt_ids = self.tokenizer.encode(self.prompt_text(item), add_special_tokens=False)
         response_ids = self.tokenizer.encode(self.response_text(item), add_special_tokens=False)
         ids = list(prompt_ids) + list(response_ids)
@@ -167,4 +186,42 @@ def pad_right(ids: list[int], trained: list[int], max_length: int, pad_token_id:
     }
 
 
-__all__ = ["SFTDataset", "fit_to_length", "pad_right", "prediction_mask"]
+class ImageRows:
+    """The image column of an SFT dataset whose model folder has a processor: checks every row up front (a bad
+    image or a placeholder count that differs from the row's images stops the run before training, naming the row
+    and the column) and builds the rows' items through VisionSFTEncoder."""
+
+    def __init__(self, column: Sequence[Any], image_key: str, processor: Any, encoder: VisionSFTEncoder) -> None:
+        self.column = column
+        self.image_key = image_key
+        self.processor = processor
+        self.encoder = encoder
+
+    @classmethod
+    def build(cls, frame: Any, files: Sequence[str], config: Any, processor: Any,
+              pad_token_id: int) -> ImageRows | None:
+        """None when the files have no image column (a text dataset, whatever the model)."""
+        if not uses_images(frame.column_names, files, config, processor):
+            return None
+        if config.chat_template:  # the processor renders image rows, so it takes the override too
+            processor.chat_template = named_template(config.chat_template)
+        encoder = VisionSFTEncoder(processor, config.max_length, config.truncation, pad_token_id)
+        return cls(frame[config.image_key], config.image_key, processor, encoder)
+
+    def images(self, row: int) -> list[Any]:
+        return row_images(self.column[row], self.image_key, row)
+
+    def check(self, conversations: Sequence[Sequence[dict]]) -> None:
+        for row, messages in enumerate(conversations):
+            check_placeholder_count(messages, self.images(row), self.image_key, row)
+
+    def item(self, pieces: Sequence[tuple[str, bool]], row: int) -> dict[str, torch.Tensor]:
+        encoder = self.encoder
+        ids, trained, inputs = encoder.encode(pieces, self.images(row), row)
+        item = pad_right(ids, trained, encoder.max_length, encoder.pad_token_id)
+        item["position_ids"] = encoder.position_ids(item["input_ids"], item["attention_mask"], inputs)
+        item.update(inputs)
+        return item
+
+
+__all__ = ["SFTDataset", "ImageRows", "fit_to_length", "pad_right", "prediction_mask"]

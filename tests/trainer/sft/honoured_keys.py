@@ -18,6 +18,7 @@ _DL = "tests/trainer/test_worker_deadline_keys.py::"
 _FSDP2 = "tests/workers/actor/test_fsdp2_two_ranks.py::test_actor_and_rollout_under_fsdp2_on_two_ranks"
 _MIXED = "tests/workers/actor/test_memory_knobs.py::test_bf16_mixed_precision_is_close_to_fp32"
 _VLLM = "tests/workers/rollout/test_vllm_parts.py::"
+_VLM = "tests/trainer/sft/test_sft_vlm.py::"
 
 HONOURED_SFT = {
     "data.train_batch_size": _SFT + "test_resume_continues_exactly_where_it_stopped",
@@ -65,6 +66,8 @@ HONOURED_SFT = {
     "data.val_max_samples": _SK + "test_max_samples_limit_the_datasets_and_the_epoch",
     "data.custom_cls.path": _DS + "test_custom_dataset_class",
     "data.custom_cls.name": _DS + "test_custom_dataset_class",
+    "data.image_key": _VLM + "test_image_key_names_the_column_and_videos_and_text_models_are_refused",
+    "data.video_key": _VLM + "test_image_key_names_the_column_and_videos_and_text_models_are_refused",
     # SFTFSDPConfig.to_engine hands mixed_precision to apply_fsdp2 (test_fsdp_keys_reach_the_shared_fsdp_config)
     "model.fsdp_config.mixed_precision.param_dtype": _MIXED,
     "model.fsdp_config.mixed_precision.reduce_dtype": _MIXED,

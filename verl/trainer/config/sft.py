@@ -63,6 +63,9 @@ class SFTDataConfig(MutableConfig):
     prompt_dict_keys: list[str] | None = None
     response_dict_keys: list[str] | None = None
     multiturn: SFTMultiTurnConfig = field(default_factory=SFTMultiTurnConfig)
+    # image-text rows (upstream's MultiTurnSFTDataset keys): the images column, for a vision-language model folder
+    image_key: str = "images"
+    video_key: str = "videos"  # a column of this name is refused: videos are not built
     max_length: int = at_least(1024, 2)
     truncation: str = choice("error", SFT_TRUNCATION_MODES)
     # Upstream's false is a per-rank token mean; here the loss is always the global token mean (upstream's true).

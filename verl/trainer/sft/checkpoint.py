@@ -2,6 +2,7 @@
 
     global_step_N/
       config.json, generation_config.json, model.safetensors, tokenizer files   <- main_ppo loads this folder
+      preprocessor_config.json, chat_template.json, ...                          <- vision-language models
       lora_adapter/adapter_config.json, adapter_model.safetensors               <- LoRA runs (peft format)
       trainer_state.pt   global step, epoch, data position, LR schedule, optimizer (full, unsharded)
 
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
 STATE_FILE = "trainer_state.pt"
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
+# a vision-language model folder's processor files: without them main_ppo / load_processor would see a text model
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json",
+                   "chat_template.json", "chat_template.jinja")
 
 
 def _rank() -> int:
@@ -99,6 +103,16 @@ def gather_full_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
+def _copy_processor_files(source: str | None, folder: str) -> None:
+    if source is None:
+        return
+    for name in PROCESSOR_FILES:
+        path, target = os.path.join(source, name), os.path.join(folder, name)
+        # a chat template the tokenizer just saved is the run's (data.chat_template may have replaced it): keep it
+        if os.path.isfile(path) and not os.path.exists(target):
+            shutil.copy2(path, target)
+
+
 def _write_hf_folder(folder: str, hf_model: torch.nn.Module, state: dict[str, torch.Tensor], tokenizer) -> None:
     # the training copy runs with use_cache off (gradient checkpointing); a saved model is for inference
     config = hf_model.config
@@ -120,12 +134,16 @@ def _write_adapter(folder: str, module: torch.nn.Module, state: dict[str, torch.
 
 
 class SFTCheckpointer:
-    """Saves and restores the SFT trainer's checkpoints; every rank calls save/load (they are collective)."""
+    """Saves and restores the SFT trainer's checkpoints; every rank calls save/load (they are collective).
+    ``processor_dir``: the model folder whose processor files (PROCESSOR_FILES) every checkpoint copies, for a
+    vision-language model."""
 
     def __init__(self, root: str, tokenizer, save_contents=("model", "optimizer", "extra"),
-                 load_contents=("model", "optimizer", "extra"), max_ckpt_to_keep: int | None = None) -> None:
+                 load_contents=("model", "optimizer", "extra"), max_ckpt_to_keep: int | None = None,
+                 processor_dir: str | None = None) -> None:
         self.root = os.path.abspath(os.path.expanduser(root))
         self.tokenizer = tokenizer
+        self.processor_dir = processor_dir
         self.save_contents = set(save_contents)
         self.load_contents = set(load_contents)
         self.max_ckpt_to_keep = max_ckpt_to_keep
@@ -145,6 +163,7 @@ class SFTCheckpointer:
             os.makedirs(tmp)
             hf_state = merge_lora_weights(full, lora_scaling) if lora_scaling is not None else full
             _write_hf_folder(tmp, hf_model, hf_state, self.tokenizer)
+            _copy_processor_files(self.processor_dir, tmp)
             if lora_scaling is not None:
                 _write_adapter(tmp, module, full)
             state: dict[str, Any] = {"global_step": step}

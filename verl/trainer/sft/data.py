@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 import sys
 import warnings
@@ -13,6 +14,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from verl.data.multiturn_sft_dataset import MultiTurnSFTDataset
 from verl.data.sft_dataset import SFTDataset
+from verl.data.sft_vision import collate_sft_batch
 from verl.trainer.config.sft import SFTDataConfig
 
 
@@ -32,19 +34,32 @@ def _custom_class(path: str, name: str) -> type:
     return cls
 
 
-def create_sft_dataset(data_paths, data_config: SFTDataConfig, tokenizer: Any, max_samples: int = -1) -> Dataset:
-    """data.custom_cls when set, else MultiTurnSFTDataset with data.multiturn.enable, else SFTDataset."""
+def _takes_processor(cls: type) -> bool:
+    try:
+        return "processor" in inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def create_sft_dataset(data_paths, data_config: SFTDataConfig, tokenizer: Any, processor: Any = None,
+                       max_samples: int = -1) -> Dataset:
+    """data.custom_cls when set, else MultiTurnSFTDataset with data.multiturn.enable, else SFTDataset (upstream's
+    signature). ``processor``: the model folder's multi-modal processor (None for a text-only model); the datasets
+    use it for a data.image_key column, and a custom class gets it when its constructor takes ``processor``."""
     custom = data_config.custom_cls
     if custom.path:
         cls = _custom_class(custom.path, custom.name or "")
+        if processor is not None and _takes_processor(cls):
+            return cls(data_paths, tokenizer, data_config, processor=processor)
         return cls(data_paths, tokenizer, data_config)
     cls = MultiTurnSFTDataset if data_config.multiturn.enable else SFTDataset
-    return cls(data_paths, tokenizer, data_config, max_samples=max_samples)
+    return cls(data_paths, tokenizer, data_config, max_samples=max_samples, processor=processor)
 
 
 def build_dataloader(dataset: Dataset, batch_size: int, rank: int, world_size: int, seed: int, shuffle: bool,
                      drop_last: bool) -> tuple[StatefulDataLoader, DistributedSampler]:
-    """Each rank reads its own slice of every global batch; the order is the seed's, the same on resume.
+    """Each rank reads its own slice of every global batch; the order is the seed's, the same on resume. Batches
+    are collated by verl.data.sft_vision.collate_sft_batch (image rows keep their pixel values per row).
 
     DistributedSampler gives rank r the samples r, r + W, r + 2W, ... of the epoch's permutation, so global batch
     k (the k-th local batch of every rank) is samples [k * B, (k + 1) * B) of it whatever the number of ranks W.
@@ -53,5 +68,6 @@ def build_dataloader(dataset: Dataset, batch_size: int, rank: int, world_size: i
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed,
                                  drop_last=drop_last)
-    loader = StatefulDataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=0, drop_last=drop_last)
+    loader = StatefulDataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=0, drop_last=drop_last,
+                                collate_fn=collate_sft_batch)
     return loader, sampler

@@ -10,6 +10,10 @@ Two layouts give the same numbers:
   from the position ids, so samples do not see each other, and no compute is spent on padding.
 - Ulysses (`ulysses_sequence_parallel_size` > 1, packed only): each rank of an SP group runs its slice of the
   packed row and returns its slice's share of the sum and count.
+
+Image-text batches (verl/data/sft_vision.py) have (bs, 4, L) position ids (text positions, then the three mrope
+rows), given to HF as (4, bs, L) padded or (4, 1, T) packed — HF's Qwen-VL reads row 0 to find the packed samples —
+and their rows' `pixel_values` / `image_grid_thw` concatenated in row order, the order of their image tokens.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from verl.data.sft_vision import MULTI_MODAL_INPUTS, vision_forward_kwargs
+from verl.models.lora import hf_module
 from verl.models.packing import (
     PackedSequences,
     accepts_logits_to_keep,
@@ -25,12 +31,13 @@ from verl.models.packing import (
     shard_for_sequence_parallel,
 )
 from verl.models.varlen_attention import packed_forward
+from verl.models.vision import is_vision_language_config
 from verl.utils.ulysses import ulysses_sequence_parallel
 
 __all__ = ["trained_positions", "count_trained_tokens", "accepts_logits_to_keep", "padded_nll_sum", "pack",
            "packed_nll_sum", "sequence_parallel_nll_sum", "sft_nll_sum"]
 
-BatchDict = dict[str, torch.Tensor]
+BatchDict = dict[str, torch.Tensor]  # an image batch also holds its per-row MULTI_MODAL_INPUTS list
 
 
 def trained_positions(batch: BatchDict) -> torch.Tensor:
@@ -63,8 +70,12 @@ def _masked_nll_sum(module: torch.nn.Module, input_ids: torch.Tensor, mask: torc
 
 
 def padded_nll_sum(module: torch.nn.Module, batch: BatchDict) -> tuple[torch.Tensor, torch.Tensor]:
+    position_ids = batch["position_ids"]
+    if position_ids.dim() == 3:  # a VLM's (bs, 4, L) -> HF's (4, bs, L)
+        position_ids = position_ids.transpose(0, 1)
     return _masked_nll_sum(module, batch["input_ids"], trained_positions(batch),
-                           attention_mask=batch["attention_mask"], position_ids=batch["position_ids"])
+                           attention_mask=batch["attention_mask"], position_ids=position_ids,
+                           **vision_forward_kwargs(batch))
 
 
 def _pack_with_loss_mask(batch: BatchDict) -> tuple[PackedSequences, torch.Tensor]:
@@ -73,7 +84,11 @@ def _pack_with_loss_mask(batch: BatchDict) -> tuple[PackedSequences, torch.Tenso
     if not torch.equal(attention_mask, torch.arange(attention_mask.size(1), device=lengths.device) < lengths[:, None]):
         raise ValueError("use_remove_padding=true needs right-padded samples (real tokens first, then padding); "
                          "the SFT datasets produce that — check a custom data.custom_cls dataset")
-    packed = pack_sequences(batch["input_ids"], attention_mask)
+    # text-only batches: the packed positions restart per sample (cumsum of the mask, as the datasets make them);
+    # image batches: their (bs, 4, L) mrope positions, packed to (4, 1, T)
+    positions = batch.get("position_ids")
+    positions = positions if positions is not None and positions.dim() == 3 else None
+    packed = pack_sequences(batch["input_ids"], attention_mask, positions)
     loss_mask = batch["loss_mask"][attention_mask].clone()
     loss_mask[packed.cu_seqlens[1:].long() - 1] = 0
     return packed, loss_mask
@@ -88,8 +103,14 @@ def pack(batch: BatchDict) -> BatchDict:
 
 def packed_nll_sum(module: torch.nn.Module, batch: BatchDict) -> tuple[torch.Tensor, torch.Tensor]:
     packed = pack(batch)
+    position_ids = packed["position_ids"]
+    if position_ids.dim() == 2 and is_vision_language_config(getattr(hf_module(module), "config", None)):
+        # text rows on a Qwen-VL model (a text file, a custom dataset): HF finds the packed samples only in the
+        # text row of (4, 1, T) positions; with (1, T) the samples would attend to each other. A text token's three
+        # mrope positions are its text position.
+        position_ids = position_ids[None].expand(4, -1, -1)
     return _masked_nll_sum(module, packed["input_ids"], packed["loss_mask"][:, :-1].bool(),
-                           position_ids=packed["position_ids"], attention_mask=None)
+                           position_ids=position_ids, attention_mask=None, **vision_forward_kwargs(batch))
 
 
 def sequence_parallel_nll_sum(module: torch.nn.Module, batch: BatchDict,
@@ -101,6 +122,9 @@ def sequence_parallel_nll_sum(module: torch.nn.Module, batch: BatchDict,
     the first token of the next slice. Summed over the group's ranks these are the whole row's sum and count, and
     the sum of the ranks' gradients is the whole row's gradient: no gather of per-token losses is needed.
     """
+    if batch.get(MULTI_MODAL_INPUTS):
+        raise NotImplementedError("ulysses_sequence_parallel_size > 1 with images (data.image_key) is not built; "
+                                  "set ulysses_sequence_parallel_size=1")
     packed, loss_mask = _pack_with_loss_mask(batch)
     shard = shard_for_sequence_parallel(packed, group)
     trained = torch.nonzero(loss_mask[:-1]).flatten()

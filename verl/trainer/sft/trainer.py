@@ -46,7 +46,9 @@ class FSDPSFTTrainer:
     """Upstream's constructor: (config, device_mesh, ulysses_device_mesh, tokenizer, train_dataset, val_dataset)."""
 
     def __init__(self, config: SFTTrainerConfig, device_mesh, ulysses_device_mesh=None, tokenizer=None,
-                 train_dataset=None, val_dataset=None) -> None:
+                 train_dataset=None, val_dataset=None, processor=None) -> None:
+        """``processor``: the model folder's multi-modal processor (image-text SFT); its files go into every
+        checkpoint so the saved folder loads as the same vision-language model."""
         self.config = config
         self.device_mesh = device_mesh
         self.tokenizer = tokenizer
@@ -65,7 +67,8 @@ class FSDPSFTTrainer:
         self.checkpointer = SFTCheckpointer(config.trainer.default_local_dir, tokenizer,
                                             save_contents=checkpoint.save_contents,
                                             load_contents=checkpoint.load_contents,
-                                            max_ckpt_to_keep=config.trainer.max_ckpt_to_keep)
+                                            max_ckpt_to_keep=config.trainer.max_ckpt_to_keep,
+                                            processor_dir=base_model_path(config) if processor is not None else None)
         self.global_step, self.epoch, self.steps_in_epoch = 0, 0, 0
         self._pending_loader_state: dict | None = None
         self.last_checkpoint: str | None = None
@@ -142,9 +145,21 @@ class FSDPSFTTrainer:
 
     # -- steps ----------------------------------------------------------------------------------------------------
 
-    def _micro_batches(self, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        size = next(iter(batch.values())).size(0)
-        return [{k: v[i : i + self.micro_batch_size].to(self.device) for k, v in batch.items()}
+    def _micro_batches(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
+        """Slices of micro_batch_size rows on this rank's device; a per-row list (an image batch's
+        multi_modal_inputs) is sliced with its rows."""
+        size = batch["input_ids"].size(0)
+
+        def moved(value: Any) -> Any:
+            if isinstance(value, torch.Tensor):
+                return value.to(self.device)
+            if isinstance(value, dict):
+                return {k: moved(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [moved(v) for v in value]
+            return value
+
+        return [{k: moved(v[i : i + self.micro_batch_size]) for k, v in batch.items()}
                 for i in range(0, size, self.micro_batch_size)]
 
     def training_step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -289,9 +304,21 @@ def _tracker(config: SFTTrainerConfig, report_dir: str):
                     default_backend=backends, config=config.to_dict(), log_dir=report_dir)
 
 
+def refuse_unbuilt_image_features(config: SFTTrainerConfig, train_dataset) -> None:
+    """Image rows with a feature not built for them stop the run before the model loads, naming the key."""
+    if getattr(train_dataset, "images", None) is None:
+        return
+    if config.ulysses_sequence_parallel_size > 1:
+        raise NotImplementedError(
+            f"ulysses_sequence_parallel_size={config.ulysses_sequence_parallel_size} with images (data.image_key="
+            f"{config.data.image_key!r}) is not built: the vision tokens of a packed row would be split over ranks. "
+            "Set ulysses_sequence_parallel_size=1.")
+
+
 def create_trainer(config: SFTTrainerConfig) -> FSDPSFTTrainer:
     """Join (or make) the process group, load tokenizer and data, and build the trainer for this rank."""
     from verl.models.loader import load_tokenizer
+    from verl.models.processor import load_processor
     from verl.trainer.resolved_defaults import log_defaults, resolve_sft_defaults
 
     set_device_preference(config.trainer.device)
@@ -305,11 +332,16 @@ def create_trainer(config: SFTTrainerConfig) -> FSDPSFTTrainer:
     ulysses_mesh = create_ulysses_device_mesh(world, sp) if sp > 1 else None
     tokenizer = load_tokenizer(base_model_path(config), "model.partial_pretrain",
                                trust_remote_code=config.model.trust_remote_code)
+    # upstream's hf_processor: None for a text-only folder; a vision-language folder's renders image rows
+    processor = load_processor(base_model_path(config), tokenizer, "model.partial_pretrain",
+                               trust_remote_code=config.model.trust_remote_code)
     data = config.data
-    train_dataset = create_sft_dataset(data.train_files, data, tokenizer, data.train_max_samples)
-    val_dataset = create_sft_dataset(data.val_files, data, tokenizer, data.val_max_samples) \
+    train_dataset = create_sft_dataset(data.train_files, data, tokenizer, processor,
+                                       max_samples=data.train_max_samples)
+    val_dataset = create_sft_dataset(data.val_files, data, tokenizer, processor, max_samples=data.val_max_samples) \
         if data.val_files else None
-    return FSDPSFTTrainer(config, mesh, ulysses_mesh, tokenizer, train_dataset, val_dataset)
+    refuse_unbuilt_image_features(config, train_dataset)
+    return FSDPSFTTrainer(config, mesh, ulysses_mesh, tokenizer, train_dataset, val_dataset, processor=processor)
 
 
 def run_sft(config: SFTTrainerConfig) -> dict[str, Any]:
