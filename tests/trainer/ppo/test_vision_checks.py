@@ -17,9 +17,9 @@ def _problems(*overrides: str) -> str:
 def test_the_built_path_passes():
     assert _problems() == ""
     assert _problems("actor_rollout_ref.rollout.mode=sync") == ""
-    # built since: the critic, LoRA on the language model, more than one worker
+    # built since: the critic, LoRA on the language model, more than one worker, the tool / interaction loop
     assert _problems("algorithm.adv_estimator=gae", "actor_rollout_ref.model.lora_rank=8",
-                     "trainer.n_gpus_per_node=2") == ""
+                     "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.multi_turn.enable=true") == ""
 
 
 def test_each_unbuilt_setting_is_named_by_its_key():
@@ -30,3 +30,5 @@ def test_each_unbuilt_setting_is_named_by_its_key():
     }
     for override, key in cases.items():
         assert key in _problems(override), override
+    assert "critic.ulysses_sequence_parallel_size > 1" in _problems("algorithm.adv_estimator=gae",
+                                                                    "critic.ulysses_sequence_parallel_size=2")

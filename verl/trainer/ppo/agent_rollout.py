@@ -12,6 +12,8 @@ __all__ = ["pop_generation_input", "pop_agent_metrics", "AGENT_COLUMNS", "MEDIA_
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
 # a vision-language row's images, which the sync rollout generates with (they stay in the batch for the actor)
 MEDIA_KEYS = ("multi_modal_inputs", "multi_modal_data")
+# what the agent loop returns per trajectory (verl/workers/rollout/agent_loop/vision.py) in place of the row's
+TRAJECTORY_MEDIA_KEY = "multi_modal_inputs"
 # per-trajectory counters the agent loop returns for metrics only; dropped from the batch once read
 AGENT_COLUMNS = ("__num_turns__", "__tool_calls__", "__tool_errors__", "__tokenization_mismatch__", "__rm_scored__")
 
@@ -20,11 +22,17 @@ def pop_generation_input(batch: DataProto, mode: str) -> DataProto:
     """The prompts' tensors, moved out of ``batch``. An agent loop reads the row's other fields too (raw_prompt,
     extra_info, agent_name, tools_kwargs, ...), so in async mode they are copied along (and stay in ``batch``
     for the reward). In sync mode only the rows' images go along (``multi_modal_inputs`` / ``multi_modal_data``,
-    also kept in ``batch`` for the actor's forward)."""
+    also kept in ``batch`` for the actor's forward).
+
+    In async mode ``multi_modal_inputs`` is moved, not copied: the agent loop returns each trajectory's own (the
+    row's images plus any a tool returned, in token order), and that is the one the actor must train on when the
+    rollout output is merged back (``batch.union(output)``)."""
     gen = batch.pop(batch_keys=GEN_KEYS)
     columns = batch.non_tensor_batch
     keys = list(columns) if mode == "async" else [k for k in MEDIA_KEYS if k in columns]
     gen.non_tensor_batch = {k: columns[k].copy() for k in keys}
+    if mode == "async":
+        columns.pop(TRAJECTORY_MEDIA_KEY, None)
     return gen
 
 

@@ -1,7 +1,8 @@
 """What a run with images in its data needs, checked before Ray (the rows' images are known once the datasets load).
 
-Built for images: the HF rollout (sync and the single-turn agent loop), the actor and the reference, on any number
-of workers (verl.models.vision.enable_blank_image_forward keeps the sharded vision blocks' collectives matched).
+Built for images: the HF rollout (sync, and the single-turn and tool / interaction agent loops), the actor, the
+reference and the critic, LoRA, on any number of workers (verl.models.vision.enable_blank_image_forward keeps the
+sharded vision blocks' collectives matched).
 Every other part would ignore the images (train or score blind) or is not verified with them, so it is refused
 here with its key, rather than accepted and ignored.
 """
@@ -23,9 +24,6 @@ def vision_run_problems(config: Any) -> list[str]:
     if not config.data.return_multi_modal_inputs:
         problems.append("data.return_multi_modal_inputs=false: the rollout and the actor take the rows' pixel_values "
                         "/ image_grid_thw from it (recomputing them in the agent loop is not built); set it to true")
-    if arr.rollout.mode == "async" and arr.rollout.multi_turn.enable:
-        problems.append("actor_rollout_ref.rollout.multi_turn.enable=true: the tool / interaction agent loop does not "
-                        "send images yet (only single_turn_agent does); set it to false")
     if config.reward_model.enable:
         problems.append("reward_model.enable=true: the reward-model worker does not take images; use a rule or "
                         "custom_reward_function")
@@ -33,4 +31,6 @@ def vision_run_problems(config: Any) -> list[str]:
         if getattr(arr, role).ulysses_sequence_parallel_size > 1:
             problems.append(f"actor_rollout_ref.{role}.ulysses_sequence_parallel_size > 1: Ulysses with images is not "
                             "built; set it to 1")
+    if config.use_critic and config.critic.ulysses_sequence_parallel_size > 1:
+        problems.append("critic.ulysses_sequence_parallel_size > 1: Ulysses with images is not built; set it to 1")
     return problems

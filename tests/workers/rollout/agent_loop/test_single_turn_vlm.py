@@ -103,7 +103,7 @@ def test_a_loop_that_drops_the_rows_images_is_refused(tmp_path):
     prompts = _async_batch(batch, tokenizer, do_sample=False, validate=True)
     prompts.non_tensor_batch["agent_name"] = prompts.non_tensor_batch["data_source"].copy()
     prompts.non_tensor_batch["agent_name"][:] = "test_blind_agent"
-    with pytest.raises(NotImplementedError, match="carries 0 images but its row has 1"):
+    with pytest.raises(ValueError, match="carries 0 images but its row has 1"):
         _generate(tiny_vlm("qwen2_5_vl"), _config(), processor, prompts)
 
 

@@ -35,6 +35,8 @@ class AgentLoopOutput:
     reward_score: float | None = None  # set: used instead of calling the reward function for this sample
     metrics: AgentLoopMetrics | dict[str, Any] = field(default_factory=AgentLoopMetrics)
     extra_fields: dict[str, Any] = field(default_factory=dict)  # per-sample values, kept as non-tensor columns
+    # {"image": [...]}: the row's images first, then any a tool returned, in the order of their image tokens; the
+    # manager turns them into the row's multi_modal_inputs for the actor (vision.py)
     multi_modal_data: dict[str, Any] | None = None
 
     def check(self, where: str) -> None:

@@ -34,7 +34,7 @@ from verl.workers.rollout.agent_loop.lockstep import EngineGroup, LockstepEngine
 from verl.workers.rollout.agent_loop.outputs import outputs_to_batch
 from verl.workers.rollout.agent_loop.registry import load_agent_loop_config, resolve_agent_loop
 from verl.workers.rollout.agent_loop.server import CURRENT_ROW, AsyncLLMServerManager, EngineLoop
-from verl.workers.rollout.agent_loop.vision import vision_positions
+from verl.workers.rollout.agent_loop.vision import vision_batch
 from verl.workers.rollout.seeding import CallSeeds, SamplingSeeds
 
 __all__ = ["AgentLoopManager", "AgentLoopWorker"]
@@ -195,7 +195,8 @@ class AgentLoopManager:
             try:
                 result = outputs_to_batch(outputs, self.rollout_config.prompt_length,
                                           self.rollout_config.response_length, int(prompts.meta_info["pad_token_id"]))
-                vision_positions(result, outputs, prompts, self.processor)  # a VLM batch's (bs, 4, L) positions
+                # a VLM batch's (bs, 4, L) positions and each trajectory's multi_modal_inputs
+                vision_batch(result, outputs, prompts, self.processor)
                 if session is not None:
                     wait = time.perf_counter()
                     result = attach_loop_scores(result, session.finish(len(rows)))

@@ -6,6 +6,12 @@ sees the same ids at the next turn that the trainer later scores. Nothing the mo
 
 Everything that can go wrong with a call (unreadable block, unknown tool, too many calls, the tool raising or
 timing out) is answered to the model as an error text and counted, never raised.
+
+Images (a vision-language model's folder, through its processor): the row's images (``multi_modal_data["image"]``)
+go with every engine request as ``image_data``; a tool may return images (``ToolResponse.image``), which enter the
+tool turn as the model's image tokens (expanded to each image's grid, as the dataset expands a prompt's) and join
+the trajectory's images, so the next request carries all of them. The trajectory returns them in
+``AgentLoopOutput.multi_modal_data``; the manager turns them into the batch's ``multi_modal_inputs`` (vision.py).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from verl.workers.rollout.agent_loop.base import AgentLoopBase, AgentLoopMetrics
 from verl.workers.rollout.agent_loop.registry import register
 from verl.workers.rollout.agent_loop.rendering import ChatRenderer, truncate_text
 from verl.workers.rollout.agent_loop.tool_parser import FunctionCall, HermesToolParser
+from verl.workers.rollout.agent_loop.vision import VisionChat
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +43,7 @@ class ToolAgentLoop(AgentLoopBase):
     tools: dict[str, Any] = {}
     tool_schemas: list[dict] = []
     interactions: dict[str, Any] = {}
+    vision: VisionChat | None = None  # set by init_class from the model's processor
 
     @classmethod
     def init_class(cls, config, tokenizer, processor=None, **kwargs: Any) -> None:
@@ -49,6 +57,8 @@ class ToolAgentLoop(AgentLoopBase):
                                     dict(getattr(data, "apply_chat_template_kwargs", None) or {}))
         cls.parser = HermesToolParser()
         cls.multi_turn = multi_turn
+        # images need the model's processor; a text model's loop keeps its text-only path
+        cls.vision = VisionChat(processor) if getattr(processor, "image_processor", None) is not None else None
 
     @rollout_trace_op
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
@@ -57,7 +67,8 @@ class ToolAgentLoop(AgentLoopBase):
         tools_kwargs = kwargs.get("tools_kwargs") or extra_info.get("tools_kwargs") or {}
         interaction, interaction_kwargs = self._interaction(kwargs, extra_info)
         state = _Trajectory(uuid.uuid4().hex)
-        prompt_ids = self.renderer.prompt_ids(messages, self.tool_schemas)
+        state.images = list((kwargs.get("multi_modal_data") or {}).get("image") or [])
+        messages, prompt_ids = self._prompt(messages, state.images, kwargs)
         if interaction is not None:
             await interaction.start_interaction(state.request_id, **interaction_kwargs)
         try:
@@ -67,15 +78,31 @@ class ToolAgentLoop(AgentLoopBase):
             await self._release(state, tools_kwargs)
             if interaction is not None:
                 await interaction.finalize_interaction(state.request_id, **interaction_kwargs)
-        sanity = self.renderer.check_tokens(prompt_ids + state.response_ids, messages, self.tool_schemas,
-                                            self.multi_turn.tokenization_sanity_check_mode)
+        ids = prompt_ids + state.response_ids
+        sanity = self.renderer.check_tokens(self.vision.collapse(ids) if self.vision is not None else ids, messages,
+                                            self.tool_schemas, self.multi_turn.tokenization_sanity_check_mode)
         return AgentLoopOutput(
             prompt_ids=prompt_ids, response_ids=state.response_ids, response_mask=state.mask,
             response_logprobs=state.log_probs if state.has_log_probs else None,
             num_turns=len(messages), metrics=AgentLoopMetrics(state.generate_s, state.tool_s),
             extra_fields={"turn_scores": state.turn_scores, "tool_rewards": state.tool_rewards,
                           "__tool_calls__": state.tool_calls, "__tool_errors__": state.tool_errors,
-                          "__tokenization_mismatch__": int(not sanity)})
+                          "__tokenization_mismatch__": int(not sanity)},
+            multi_modal_data={"image": list(state.images)} if state.images else None)
+
+    def _prompt(self, messages: list[dict], images: list, kwargs: dict) -> tuple[list[dict], list[int]]:
+        """(the messages as rendered, the prompt's ids): with a processor, the row's ``<image>`` placeholders become
+        the model's image text and each image token is expanded to the image's grid (the dataset's grid when the
+        row carries its multi_modal_inputs)."""
+        if self.vision is None:
+            if images:
+                raise ValueError("tool_agent: the row carries images (multi_modal_data) but the rollout has no "
+                                 "multi-modal processor; actor_rollout_ref.model.path must be a vision-language model")
+            return messages, self.renderer.prompt_ids(messages, self.tool_schemas)
+        where = f"tool_agent row (index {kwargs.get('index')!r})"
+        messages = self.vision.messages(messages, len(images), where)
+        grid = self.vision.grid(images, kwargs.get("multi_modal_inputs"))
+        return messages, self.vision.expand(self.renderer.prompt_ids(messages, self.tool_schemas), grid, where)
 
     # -- the turn loop ---------------------------------------------------------------------------------------------
 
@@ -88,8 +115,11 @@ class ToolAgentLoop(AgentLoopBase):
             if budget <= 0:
                 return
             start = time.perf_counter()
+            # every request carries all of the trajectory's images so far (the prompt's, then the tools')
+            images = {"image_data": list(state.images)} if state.images else {}
             out = await self.server_manager.generate(state.request_id, prompt_ids=prompt_ids + state.response_ids,
-                                                     sampling_params={**sampling_params, "max_tokens": budget})
+                                                     sampling_params={**sampling_params, "max_tokens": budget},
+                                                     **images)
             state.generate_s += time.perf_counter() - start
             state.add(out.token_ids, 1, out.log_probs)
             assistant_turns += 1
@@ -98,8 +128,9 @@ class ToolAgentLoop(AgentLoopBase):
             messages.append({"role": "assistant", "content": text})
             if out.stop_reason == "length" or (cfg.max_assistant_turns and assistant_turns >= cfg.max_assistant_turns):
                 return
+            new_images: list = []
             if parsed.calls or parsed.errors:
-                new_messages = await self._call_tools(state, parsed.calls, parsed.errors, tools_kwargs)
+                new_messages, new_images = await self._call_tools(state, parsed.calls, parsed.errors, tools_kwargs)
             elif interaction is not None:
                 if cfg.max_user_turns and user_turns >= cfg.max_user_turns:
                     return
@@ -113,15 +144,19 @@ class ToolAgentLoop(AgentLoopBase):
             else:
                 return
             delta = self.renderer.delta_ids(messages, new_messages, self.tool_schemas, out.token_ids)
+            if new_images:
+                delta = self.vision.expand(delta, self.vision.grid(new_images), "tool_agent tool turn")
             messages.extend(new_messages)
             if len(state.response_ids) + len(delta) >= self.response_length:
                 return  # no room left for the model to answer: end with its last own turn
             state.add(delta, 0, None)
+            state.images += new_images
 
     @rollout_trace_op
     async def _call_tools(self, state: _Trajectory, calls: list[FunctionCall], errors: list[str],
-                          tools_kwargs: dict) -> list[dict]:
-        """One tool message per call (and per unreadable block), in the order written."""
+                          tools_kwargs: dict) -> tuple[list[dict], list]:
+        """One tool message per call (and per unreadable block), in the order written, and the images the calls
+        returned, in the order of their messages."""
         limit = self.multi_turn.max_parallel_calls
         texts = [f"Error: {e}" for e in errors]
         over = calls[limit:]
@@ -130,17 +165,24 @@ class ToolAgentLoop(AgentLoopBase):
         results = await asyncio.gather(*[self._call_one(state, call, tools_kwargs) for call in calls[:limit]])
         state.tool_s += time.perf_counter() - start
         state.tool_calls += len(calls) + len(errors)
-        state.tool_errors += len(errors) + len(over) + sum(1 for _, failed in results if failed)
-        texts = [text for text, _ in results] + texts
+        state.tool_errors += len(errors) + len(over) + sum(1 for _, failed, _ in results if failed)
         side = self.multi_turn.tool_response_truncate_side
-        return [{"role": "tool", "content": truncate_text(t, self.multi_turn.max_tool_response_length, side)}
-                for t in texts]
+        answers = [(text, images) for text, _, images in results] + [(text, []) for text in texts]
+        messages, new_images = [], []
+        for text, images in answers:
+            content = truncate_text(text, self.multi_turn.max_tool_response_length, side)
+            if images:
+                content = self.vision.tool_content(content, len(images))
+                new_images += images
+            messages.append({"role": "tool", "content": content})
+        return messages, new_images
 
-    async def _call_one(self, state: _Trajectory, call: FunctionCall, tools_kwargs: dict) -> tuple[str, bool]:
+    async def _call_one(self, state: _Trajectory, call: FunctionCall, tools_kwargs: dict) -> tuple[str, bool, list]:
+        """(the text for the model, whether the call failed, the images the tool returned as RGB PIL images)."""
         tool = self.tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "none"
-            return f"Error: unknown tool {call.name!r}; available tools: {known}", True
+            return f"Error: unknown tool {call.name!r}; available tools: {known}", True, []
         per_tool = tools_kwargs.get(call.name) or {}
         timeout = float((getattr(tool, "config", None) or {}).get("tool_call_timeout", TOOL_CALL_TIMEOUT_S))
         try:
@@ -148,13 +190,27 @@ class ToolAgentLoop(AgentLoopBase):
             response, reward, _ = await asyncio.wait_for(
                 tool.execute(instance_id, call.arguments, **(per_tool.get("execute_kwargs") or {})), timeout)
         except asyncio.TimeoutError:
-            return f"Error: {call.name} did not answer within {timeout:g} s", True
+            return f"Error: {call.name} did not answer within {timeout:g} s", True, []
         except Exception as err:  # noqa: BLE001 - a tool's failure is the model's information, not a crash
             logger.debug("tool %s raised", call.name, exc_info=True)
-            return f"Error: {call.name} failed: {type(err).__name__}: {err}", True
+            return f"Error: {call.name} failed: {type(err).__name__}: {err}", True, []
         state.tool_rewards.append(float(reward or 0.0))
         text = getattr(response, "text", None)
-        return (text if text is not None else ""), False
+        return (text if text is not None else ""), False, self._tool_images(call.name, response)
+
+    def _tool_images(self, name: str, response: Any) -> list:
+        """A tool's ToolResponse.image as RGB PIL images. Unlike the model's mistakes, media the rollout cannot
+        take are the tool's or the setup's, so they stop the run with the tool named."""
+        if getattr(response, "video", None):
+            raise NotImplementedError(f"tool {name!r} returned ToolResponse.video; videos are not built (images only)")
+        images = [image for image in (getattr(response, "image", None) or []) if image is not None]
+        if not images:
+            return []
+        if self.vision is None:
+            raise ValueError(f"tool {name!r} returned ToolResponse.image, but the rollout model has no multi-modal "
+                             "processor; use a vision-language model (Qwen2-VL / Qwen2.5-VL) for tools that return "
+                             "images")
+        return self.vision.load(images, f"tool {name!r} ToolResponse.image")
 
     async def _instance(self, state: _Trajectory, name: str, tool: Any, per_tool: dict) -> str:
         if name not in state.instances:
@@ -197,6 +253,7 @@ class _Trajectory:
         self.tool_rewards: list[float] = []
         self.tool_calls = self.tool_errors = 0
         self.generate_s = self.tool_s = 0.0
+        self.images: list = []  # the row's, then each tool's, in the order of their image tokens
 
     def add(self, ids: list[int], mask_value: int, log_probs: list[float] | None) -> None:
         self.response_ids += ids
