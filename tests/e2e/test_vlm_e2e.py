@@ -38,8 +38,11 @@ LORA = ("actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alp
         "actor_rollout_ref.model.target_modules=all-linear", "actor_rollout_ref.model.exclude_modules=.*visual.*")
 
 
+SAVE = ("trainer.save_freq=2",)
+
+
 @pytest.mark.parametrize(("mode", "n_workers", "extra"), [
-    ("async", 1, ()), ("sync", 1, ()), ("async", 2, LORA),
+    ("async", 1, ()), ("sync", 1, SAVE), ("async", 2, LORA),
     pytest.param("async", 1, ("algorithm.adv_estimator=gae",), marks=pytest.mark.slow),  # the critic sees images
 ], ids=["async", "sync", "async-2workers-lora", "async-gae"])
 def test_grpo_on_images_runs_two_steps_and_logs_scores(tmp_path: Path, mode: str, n_workers: int, extra) -> None:
@@ -48,6 +51,25 @@ def test_grpo_on_images_runs_two_steps_and_logs_scores(tmp_path: Path, mode: str
     for row in rows:
         assert "critic/score/mean" in row and 0.0 <= row["critic/score/mean"] <= 1.0
         assert row["response_length/mean"] > 0
+    if extra == SAVE:
+        _merged_checkpoint_loads_as_the_vlm(tmp_path)
+
+
+def _merged_checkpoint_loads_as_the_vlm(tmp_path: Path) -> None:
+    """The model merger turns the step-2 checkpoint into a folder that loads as a VLM with its processor."""
+    from transformers import AutoModelForImageTextToText
+
+    from verl.model_merger.__main__ import main as merge
+    from verl.models.loader import load_tokenizer
+    from verl.models.processor import load_processor
+
+    target = tmp_path / "merged"
+    merge(["merge", "--backend", "fsdp", "--local_dir", str(tmp_path / "run/global_step_2/actor"),
+           "--target_dir", str(target)])
+    model = AutoModelForImageTextToText.from_pretrained(target)
+    processor = load_processor(str(target), load_tokenizer(str(target), "merged"), "merged")
+    assert type(model).__name__ == "Qwen2VLForConditionalGeneration"
+    assert type(processor).__name__ == "Qwen2VLProcessor" and processor.image_processor.merge_size == 2
 
 
 def test_settings_that_ignore_images_are_refused_before_ray(tmp_path: Path) -> None:

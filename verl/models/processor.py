@@ -55,6 +55,24 @@ def image_only_processor(processor_cls: type, image_processor: Any, tokenizer: A
                 return None
             return super().check_argument_for_proper_class(argument_name, argument)
 
+        def save_pretrained(self, save_directory, **kwargs):
+            """What a checkpoint's HF folder needs to load this processor again (transformers' own save stops at
+            the missing video processor): the image processor's preprocessor_config.json naming the processor class,
+            the tokenizer files and the chat template."""
+            os.makedirs(save_directory, exist_ok=True)
+            self.image_processor.save_pretrained(save_directory)
+            file = os.path.join(save_directory, "preprocessor_config.json")
+            with open(file, encoding="utf-8") as handle:
+                config = json.load(handle)
+            config["processor_class"] = processor_cls.__name__
+            with open(file, "w", encoding="utf-8") as handle:
+                json.dump(config, handle, indent=2)
+            self.tokenizer.save_pretrained(save_directory)
+            if self.chat_template:
+                with open(os.path.join(save_directory, "chat_template.json"), "w", encoding="utf-8") as handle:
+                    json.dump({"chat_template": self.chat_template}, handle)
+            return [file]
+
     ImageOnly.__name__ = ImageOnly.__qualname__ = processor_cls.__name__
     return ImageOnly(image_processor=image_processor, tokenizer=tokenizer, video_processor=None,
                      chat_template=chat_template)

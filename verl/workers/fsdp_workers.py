@@ -330,7 +330,9 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         if getattr(self, "_ckpt_manager", None) is None:
             self._ckpt_manager = FSDPCheckpointManager(
                 self.actor_module, getattr(self, "actor_optimizer", None), getattr(self, "actor_lr_scheduler", None),
-                self.tokenizer, self.config.actor.checkpoint, adapter=adapter_io(self.actor_module),
+                # a VLM's processor (image processor, tokenizer, chat template) so its HF folder loads as one
+                self._rollout_processor() or self.tokenizer, self.config.actor.checkpoint,
+                adapter=adapter_io(self.actor_module),
                 step_state=getattr(self, "actor", None) if self._is_actor else None)
         return self._ckpt_manager
 
