@@ -50,3 +50,19 @@ def test_auto_processor_fails_without_torchvision_so_the_image_only_path_is_need
     folder = save_tiny_vlm_dir(tmp_path)
     with pytest.raises((AttributeError, ImportError)):  # a video processor needs torchvision
         AutoProcessor.from_pretrained(folder)
+
+
+@pytest.mark.parametrize("family,cls", [("qwen2_vl", "Qwen2VLProcessor"), ("qwen3_vl", "Qwen3VLProcessor")])
+def test_the_processor_saves_into_a_folder_it_loads_from_again(tmp_path, family, cls):
+    """What a checkpoint's huggingface folder holds (the actor saves its processor there)."""
+    folder = save_tiny_vlm_dir(tmp_path / "model", family)
+    processor = load_processor(folder, load_tokenizer(folder, "model.path"), "model.path")
+    processor.save_pretrained(tmp_path / "saved")
+    saved = str(tmp_path / "saved")
+    assert processor_class_name(saved) == cls
+    again = load_processor(saved, load_tokenizer(saved, "saved"), "saved")
+    assert type(again).__name__ == cls and again.chat_template == processor.chat_template
+    image = Image.new("RGB", (20, 28), (0, 90, 0))
+    for key in ("pixel_values", "image_grid_thw"):
+        assert torch.equal(again.image_processor(images=[image], return_tensors="pt")[key],
+                           processor.image_processor(images=[image], return_tensors="pt")[key])
