@@ -54,3 +54,44 @@ def test_visual_count_images_hold_the_counted_shapes(tmp_path):
     again, _ = load_script("visual_count").main(["--local_save_dir", str(tmp_path / "again"), "--train_size", "12",
                                                  "--test_size", "4", "--max_count", "4"])
     assert read(again) == rows  # deterministic for a seed
+
+
+def test_geo3k_multiturn_rows_carry_the_tool_and_its_ground_truth(tmp_path):
+    import asyncio
+
+    import yaml
+
+    from tests.examples.test_data_preprocess import SCRIPTS
+    from verl.tools.geo3k_tool import Geo3kTool
+    from verl.tools.schemas import OpenAIFunctionToolSchema
+
+    source = tmp_path / "geometry3k"
+    source.mkdir()
+    for split in ("train", "test"):
+        rows = [{"problem": "<image>Find x.", "answer": "3", "images": [{"bytes": png((1, 2, 3)), "path": None}]}]
+        pq.write_table(pa.Table.from_pylist(rows), source / f"{split}.parquet")
+    train, _ = load_script("geo3k_multiturn_w_tool").main(["--local_dataset_path", str(source),
+                                                           "--local_save_dir", str(tmp_path / "out")])
+    row = read(train)[0]
+    assert row["agent_name"] == "tool_agent" and [m["role"] for m in row["prompt"]] == ["system", "user"]
+    assert "calc_geo3k_reward" in row["prompt"][0]["content"] and row["prompt"][1]["content"].startswith("<image>")
+    kwargs = row["extra_info"]["tools_kwargs"]["calc_geo3k_reward"]
+    assert kwargs["create_kwargs"] == {"ground_truth": "3"} and row["extra_info"]["need_tools_kwargs"]
+
+    config = yaml.safe_load((SCRIPTS.parent / "sglang_multiturn/config/tool_config/geo3k_tool_config.yaml").read_text())
+    entry = config["tools"][0]
+    assert entry["class_name"] == "verl.tools.geo3k_tool.Geo3kTool"
+    tool = Geo3kTool(entry["config"], OpenAIFunctionToolSchema.model_validate(entry["tool_schema"]))
+
+    async def session():
+        instance, _ = await tool.create(**kwargs)
+        wrong = await tool.execute(instance, {"answer": "4"})
+        right = await tool.execute(instance, {"answer": "3"})  # the bare answer, no \boxed{} (use_boxed=False)
+        again = await tool.execute(instance, {"answer": "3"})
+        await tool.release(instance)
+        return wrong, right, again
+
+    wrong, right, again = asyncio.run(session())
+    assert wrong[1] == -0.05 and "reward=0.0" in wrong[0].text  # not above the start (0.0): the penalty
+    assert right[1] == 0.0 and "reward=1.0" in right[0].text
+    assert again[1] == -0.05  # resubmitting does not improve

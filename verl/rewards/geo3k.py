@@ -20,14 +20,19 @@ def format_reward(solution_str: str) -> float:
     return 1.0 if _FORMAT.fullmatch(solution_str) else 0.0
 
 
-def accuracy_reward(solution_str: str, ground_truth: str) -> float:
-    answer = extract_boxed_answer(solution_str)
+def accuracy_reward(solution_str: str, ground_truth: str, use_boxed: bool = True) -> float:
+    """``use_boxed=False``: the whole string is the answer (upstream's Geo3kTool submits a bare answer)."""
+    answer = extract_boxed_answer(solution_str) if use_boxed else solution_str.strip()
     return 1.0 if answer is not None and answers_equivalent(answer, str(ground_truth)) else 0.0
 
 
-def compute_score(solution_str: str, ground_truth: str, format_score: float = FORMAT_WEIGHT) -> float:
-    return (1.0 - format_score) * accuracy_reward(solution_str, ground_truth) + format_score * format_reward(
-        solution_str)
+acc_reward = accuracy_reward  # upstream's name
+
+
+def compute_score(solution_str: str, ground_truth: str, use_boxed: bool = True,
+                  format_score: float = FORMAT_WEIGHT) -> float:
+    return (1.0 - format_score) * accuracy_reward(solution_str, ground_truth, use_boxed) + format_score * \
+        format_reward(solution_str)
 
 
 def count_score(solution_str: str, ground_truth: str) -> float:
