@@ -24,7 +24,7 @@ def test_the_built_path_passes():
 
 def test_each_unbuilt_setting_is_named_by_its_key():
     cases = {
-        "actor_rollout_ref.rollout.name=vllm": "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.name=vllm": "actor_rollout_ref.rollout.name=vllm",  # the default model: text
         "data.return_multi_modal_inputs=false": "data.return_multi_modal_inputs=false",
         "reward_model.enable=true": "reward_model.enable=true",
     }
@@ -32,3 +32,17 @@ def test_each_unbuilt_setting_is_named_by_its_key():
         assert key in _problems(override), override
     assert "critic.ulysses_sequence_parallel_size > 1" in _problems("algorithm.adv_estimator=gae",
                                                                     "critic.ulysses_sequence_parallel_size=2")
+
+
+def test_vllm_serves_the_qwen_vl_architectures_it_is_built_for(tmp_path):
+    from tests.helpers.tiny_vlm import save_tiny_vlm_dir
+
+    for family in ("qwen2_vl", "qwen2_5_vl"):
+        folder = save_tiny_vlm_dir(tmp_path / family, family)
+        assert _problems("actor_rollout_ref.rollout.name=vllm", f"actor_rollout_ref.model.path={folder}") == ""
+        assert "engine_kwargs.vllm.mm_processor_kwargs" in _problems(
+            "actor_rollout_ref.rollout.name=vllm", f"actor_rollout_ref.model.path={folder}",
+            "+actor_rollout_ref.rollout.engine_kwargs.vllm.mm_processor_kwargs.max_pixels=1024")
+    folder = save_tiny_vlm_dir(tmp_path / "qwen3_vl", "qwen3_vl")
+    assert "has no vision path here" in _problems("actor_rollout_ref.rollout.name=vllm",
+                                                  f"actor_rollout_ref.model.path={folder}")

@@ -1,6 +1,7 @@
 """What a run with images in its data needs, checked before Ray (the rows' images are known once the datasets load).
 
-Built for images: the HF rollout (sync, and the single-turn and tool / interaction agent loops), the actor, the
+Built for images: the HF rollout (sync, and the single-turn and tool / interaction agent loops), the vLLM rollout
+(Qwen2-VL / Qwen2.5-VL; sync and the single-turn loop verified), the actor, the
 reference and the critic, LoRA, on any number of workers (verl.models.vision.enable_blank_image_forward keeps the
 sharded vision blocks' collectives matched).
 Every other part would ignore the images (train or score blind) or is not verified with them, so it is refused
@@ -19,8 +20,7 @@ def vision_run_problems(config: Any) -> list[str]:
     arr = config.actor_rollout_ref
     problems = []
     if arr.rollout.name == "vllm":
-        problems.append("actor_rollout_ref.rollout.name=vllm: vLLM's multi-modal input path is not built here; set "
-                        "actor_rollout_ref.rollout.name=hf")
+        problems += _vllm_problems(arr)
     if not config.data.return_multi_modal_inputs:
         problems.append("data.return_multi_modal_inputs=false: the rollout and the actor take the rows' pixel_values "
                         "/ image_grid_thw from it (recomputing them in the agent loop is not built); set it to true")
@@ -33,4 +33,23 @@ def vision_run_problems(config: Any) -> list[str]:
                             "built; set it to 1")
     if config.use_critic and config.critic.ulysses_sequence_parallel_size > 1:
         problems.append("critic.ulysses_sequence_parallel_size > 1: Ulysses with images is not built; set it to 1")
+    return problems
+
+
+def _vllm_problems(arr: Any) -> list[str]:
+    """The vLLM rollout serves the Qwen-VL architectures it is built for, and expands images as the data did."""
+    from transformers import AutoConfig
+
+    from verl.models.loader import resolve_model_path
+    from verl.workers.rollout.vllm.vision import vllm_vision_problem
+
+    problems = []
+    path = resolve_model_path(arr.model.path, "actor_rollout_ref.model.path")
+    problem = vllm_vision_problem(AutoConfig.from_pretrained(path, trust_remote_code=arr.model.trust_remote_code))
+    if problem:
+        problems.append(problem)  # names the key and the architectures built
+    if (arr.rollout.engine_kwargs.get("vllm") or {}).get("mm_processor_kwargs"):
+        problems.append("actor_rollout_ref.rollout.engine_kwargs.vllm.mm_processor_kwargs: the engine must expand "
+                        "images exactly as the data did; set min_pixels / max_pixels in the model folder's "
+                        "preprocessor_config.json instead")
     return problems

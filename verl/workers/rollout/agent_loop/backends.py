@@ -19,12 +19,18 @@ __all__ = ["VLLMBackend", "HFBackend"]
 class VLLMBackend:
     """The in-process vLLM engine of a ``vLLMRollout``: requests join its continuous batch as they arrive. ``meta``:
     the generate call's meta_info; with the request's (row, turn) it gives each sampled request its own seed, so
-    what a trajectory samples does not depend on what it was batched with (verl.workers.rollout.seeding)."""
+    what a trajectory samples does not depend on what it was batched with (verl.workers.rollout.seeding).
+    A request's images (``image_data``, PIL, in the order of its image tokens) go to vLLM's multi-modal prompt; the
+    prompt the engine expands from them must be the request's own (the actor scores that one)."""
 
     def __init__(self, rollout: Any, meta: dict[str, Any] | None = None) -> None:
         rollout._require_weights()
         self.rollout = rollout
         self.engine = rollout.llm.llm_engine
+        # a rollout that says nothing of vision (a stand-in engine) serves a text model
+        self.vision = bool(getattr(rollout, "vision", False))
+        self.image_token_id = getattr(rollout, "image_token_id", None)
+        self.vision_bias = dict(getattr(rollout, "vision_bias", None) or {})
         self.call_seeds = rollout.seeds.next_call(meta)
         self.unordered = 0  # requests submitted without a (row, turn): numbered by arrival
         self.pending: dict[str, EngineRequest] = {}
@@ -37,18 +43,19 @@ class VLLMBackend:
         return self.call_seeds.seed(-1, self.unordered)
 
     def add(self, request: EngineRequest) -> None:
-        if request.image_data:
-            raise NotImplementedError(
-                "agent-loop requests with images (image_data) are not built for the vLLM backend "
-                "(actor_rollout_ref.rollout.name=vllm); use actor_rollout_ref.rollout.name=hf")
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
+        from verl.workers.rollout.vllm.vision import engine_prompt, with_logit_bias
+
+        if request.image_data and not self.vision:
+            raise ValueError(f"agent-loop request {request.request_id} carries images (image_data) but the rollout "
+                             "model is text-only; actor_rollout_ref.model.path must be a vision-language model")
         if request.sampling_params.get("seed") is None:
             # set on the request itself: a tensor-parallel leader forwards these params to its followers (lockstep.py)
             request.sampling_params = seeded(request.sampling_params, self.request_seed(request.order))
-        self.engine.add_request(request.request_id, TokensPrompt(prompt_token_ids=request.prompt_ids),
-                                SamplingParams(**request.sampling_params))
+        prompt = engine_prompt(request.prompt_ids, request.image_data, self.image_token_id)
+        params = with_logit_bias(request.sampling_params, self.vision_bias)  # no vision token in a response
+        self.engine.add_request(request.request_id, prompt, SamplingParams(**params))
         self.pending[request.request_id] = request
 
     def has_work(self) -> bool:
@@ -72,6 +79,8 @@ class VLLMBackend:
                 continue
             request = self.pending.pop(out.request_id)
             self.started.discard(out.request_id)
+            if request.image_data:
+                self._check_expansion(request, out, finished)
             completion = out.outputs[0]
             tokens = list(completion.token_ids)
             log_probs = None
@@ -81,6 +90,20 @@ class VLLMBackend:
             reason = "length" if completion.finish_reason == "length" else "stop"
             finished.append((request, self._output(request, completion, tokens, log_probs, reason)))
         return finished
+
+    @staticmethod
+    def _check_expansion(request: EngineRequest, out: Any, finished: list) -> None:
+        """Raises (the engine loop then fails every trajectory) when vLLM's image expansion is not the request's;
+        the requests already taken out of ``pending`` in this step learn it here, as ``fail_all`` will not see them."""
+        from verl.workers.rollout.vllm.vision import check_expansion
+
+        try:
+            check_expansion(request.prompt_ids, out.prompt_token_ids, f"agent-loop request {request.request_id}")
+        except ValueError as err:
+            for taken in [request] + [done for done, _ in finished]:
+                if not taken.future.done():
+                    taken.future.set_exception(err)
+            raise
 
     def _output(self, request: EngineRequest, completion: Any, tokens: list[int], log_probs: list[float] | None,
                 reason: str) -> TokenOutput:

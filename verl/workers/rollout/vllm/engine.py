@@ -22,11 +22,13 @@ import torch
 
 from verl.utils.device import get_device_name, hardware_compute_dtype, has_fast_bf16
 from verl.workers.config import RolloutConfig
+from verl.workers.rollout.vllm.vision import is_vision_config, prepare_vision_engine, vision_engine_kwargs
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "build_llm",
+    "prepare_engine",
     "engine_kwargs",
     "inner_worker",
     "kv_bytes_per_token",
@@ -152,9 +154,22 @@ def engine_kwargs(config: RolloutConfig, model_path: str, hf_config, seed: int, 
         kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
         # GPU: free_cache_engine sleeps the engine between rollouts (KV cache released, weights offloaded)
         kwargs["enable_sleep_mode"] = config.free_cache_engine
+    if is_vision_config(hf_config):
+        if config.skip_tokenizer_init:
+            logger.info("actor_rollout_ref.rollout.skip_tokenizer_init=true does not apply to a vision-language "
+                        "model: vLLM's image processor needs the tokenizer (requests stay token ids in and out)")
+        kwargs.update(vision_engine_kwargs(hf_config))
     passthrough = vllm_engine_kwargs(config)
     kwargs.update({k: v for k, v in passthrough.items() if v is not None})
     return kwargs
+
+
+def prepare_engine(kwargs: dict[str, Any], hf_config) -> None:
+    """Before ``build_llm``: a vision-language model (``hf_config``) gets vLLM ready for it (vision.py); after the
+    in-process environment is set, as vLLM is imported here."""
+    if hf_config is not None and is_vision_config(hf_config):
+        _in_process_env()
+        prepare_vision_engine(kwargs["model"], hf_config, trust_remote_code=bool(kwargs.get("trust_remote_code")))
 
 
 def build_llm(kwargs: dict[str, Any]):

@@ -5,6 +5,13 @@ engine keeps its own copy of the weights (in ``rollout.dtype``); ``update_weight
 names and tensors, which the FSDP sharding manager gathers after every actor update. The output batch has the
 same keys and layout as the HF rollout's, plus ``rollout_log_probs`` (log_softmax(logits / T) of the sampled
 tokens as vLLM computed them) when ``calculate_log_probs`` is on.
+
+Vision-language models (Qwen2-VL / Qwen2.5-VL): a row's images (the ``multi_modal_data`` column, {"image": [PIL]})
+go to vLLM's multi-modal prompt with the row's tokens, its image tokens collapsed to one per image; vLLM expands
+them again with the folder's image processor, and the expansion must equal the data's (the actor's). Responses
+continue the prompts' (bs, 4, P) position ids by 1, 2, ... on every axis, as the HF rollout's do, and never sample a
+vision token (a logit bias, as the HF rollout and the actor suppress them). ``compute_log_prob`` scores with vLLM's
+prompt log-probs, which no bias reaches: for a VLM they differ from the actor's by the vision tokens' share.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from collections.abc import Iterable
 
 import torch
 
+from verl.data.vision import response_position_ids
 from verl.protocol import DataProto
 from verl.utils.device import get_device_name
 from verl.workers.config import RolloutConfig
@@ -27,10 +35,19 @@ from verl.workers.rollout.vllm.engine import (
     engine_placement,
     engine_threads,
     inner_worker,
+    prepare_engine,
     rollout_core,
 )
 from verl.workers.rollout.vllm.kv_cache import KVCacheSleeper
 from verl.workers.rollout.vllm.sampling import sampling_kwargs
+from verl.workers.rollout.vllm.vision import (
+    check_expansion,
+    engine_prompt,
+    is_vision_config,
+    row_images,
+    vision_token_bias,
+    with_logit_bias,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +77,11 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
     the data-parallel rank every sampled request's own generator (verl.workers.rollout.seeding);
     ``trust_remote_code`` is ``actor_rollout_ref.model.trust_remote_code``, for the engine's own model load."""
 
+    # a text model's values; __init__ sets a vision model's (image token id, the vision tokens' logit bias)
+    vision = False
+    image_token_id: int | None = None
+    vision_bias: dict[int, float] = {}
+
     def __init__(self, model_path: str, config: RolloutConfig, tokenizer=None, model_hf_config=None, *, rank: int = 0,
                  local_rank: int = 0, local_world_size: int = 1, seed: int = 0,
                  trust_remote_code: bool = False) -> None:
@@ -72,6 +94,9 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
             model_hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
         self.model_hf_config = model_hf_config
         self.tied_embeddings = bool(getattr(model_hf_config, "tie_word_embeddings", False))
+        self.vision = is_vision_config(model_hf_config)
+        self.image_token_id = getattr(model_hf_config, "image_token_id", None) if self.vision else None
+        self.vision_bias = vision_token_bias(model_hf_config)  # responses never sample a vision token
         on_cpu = get_device_name() == "cpu"
         self.core = rollout_core(local_rank, local_world_size) if on_cpu else None
         self.threads = engine_threads()
@@ -79,6 +104,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
                                engines_per_node=max(1, local_world_size), trust_remote_code=trust_remote_code)
         start = time.perf_counter()
         with engine_placement(self.core, self.threads):
+            prepare_engine(kwargs, model_hf_config)
             self.llm = build_llm(kwargs)
         self.engine_start_s = time.perf_counter() - start
         self.engine_kwargs = kwargs
@@ -98,26 +124,52 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
         self._require_weights()
         meta = prompts.meta_info
-        params = sampling_kwargs(self.config, meta)
+        params = with_logit_bias(sampling_kwargs(self.config, meta), self.vision_bias)
         pad_token_id = meta.get("pad_token_id")
         if pad_token_id is None:
             raise KeyError("generate_sequences: meta_info['pad_token_id'] is missing; the trainer sets it from the tokenizer")
         idx = prompts.batch["input_ids"]
         prompt_mask = prompts.batch["attention_mask"]
-        requests = [TokensPrompt(prompt_token_ids=t) for t in prompt_token_lists(idx, prompt_mask)]
+        tokens = prompt_token_lists(idx, prompt_mask)
+        requests = self._requests(tokens, prompts.non_tensor_batch.get("multi_modal_data"))
         call = self.seeds.next_call(meta)  # every row its own seed: a resumed run samples the same tokens
         per_request = [SamplingParams(**seeded(params, call.seed(row))) for row in range(len(requests))]
         with engine_placement(self.core, self.threads):
             outputs = self.llm.generate(requests, per_request, use_tqdm=False)
+        self._check_expansions(tokens, requests, outputs)
         responses = [list(o.outputs[0].token_ids) for o in outputs]
         log_probs = None
         if "logprobs" in params:
             log_probs = [_sampled_log_probs(o.outputs[0]) for o in outputs]
-        return responses_to_batch(idx, prompt_mask, responses, log_probs, params["max_tokens"], int(pad_token_id))
+        out = responses_to_batch(idx, prompt_mask, responses, log_probs, params["max_tokens"], int(pad_token_id))
+        prompt_positions = prompts.batch["position_ids"] if "position_ids" in prompts.batch.keys() else None
+        if prompt_positions is not None and prompt_positions.dim() == 3:  # Qwen-VL's (bs, 4, P): text + mrope rows
+            out.batch["position_ids"] = torch.cat(
+                [prompt_positions, response_position_ids(prompt_positions, params["max_tokens"])], dim=-1)
+        return out
+
+    def _requests(self, tokens: list[list[int]], images_column) -> list[dict]:
+        """vLLM token prompts for the rows; a row with images (``multi_modal_data``) gets them along."""
+        if images_column is not None and len(images_column) != len(tokens):
+            raise ValueError(f"generate_sequences: multi_modal_data has {len(images_column)} rows for "
+                             f"{len(tokens)} prompts")
+        requests = []
+        for row, ids in enumerate(tokens):
+            images = row_images(images_column, row)
+            if images and not self.vision:
+                raise ValueError(f"generate_sequences: row {row} carries images (multi_modal_data) but the rollout "
+                                 "model is text-only; actor_rollout_ref.model.path must be a vision-language model")
+            requests.append(engine_prompt(ids, images, self.image_token_id))
+        return requests
+
+    @staticmethod
+    def _check_expansions(tokens: list[list[int]], requests: list[dict], outputs) -> None:
+        for row, (ids, request, out) in enumerate(zip(tokens, requests, outputs)):
+            if "multi_modal_data" in request:
+                check_expansion(ids, out.prompt_token_ids, f"generate_sequences row {row}")
 
     def compute_log_prob(self, data: DataProto) -> torch.Tensor:
         """The engine's log-probs (T = 1) of the given responses: (bs, response_length), zero beyond the mask.
@@ -125,13 +177,14 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
         A fixed sequence scored here and by the actor must agree up to precision once the weights are synced —
         the check that the hybrid engine really samples from the policy being trained."""
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
         self._require_weights()
         sequences, counts = response_log_prob_rows(data)
+        requests = self._requests(sequences, data.non_tensor_batch.get("multi_modal_data"))
         params = SamplingParams(n=1, max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
         with engine_placement(self.core, self.threads):
-            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=s) for s in sequences], params, use_tqdm=False)
+            outputs = self.llm.generate(requests, params, use_tqdm=False)
+        self._check_expansions(sequences, requests, outputs)
         response_length = data.batch["responses"].size(1)
         result = torch.zeros((len(sequences), response_length), dtype=torch.float32)
         for row, (seq, n, out) in enumerate(zip(sequences, counts, outputs)):
@@ -172,6 +225,11 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
                                   f"({pushed} tensors given): {' | '.join(watcher.messages) or 'none given'}. "
                                   "The names must be the HF model's (model.layers.N...., lm_head.weight).")
         self.llm.reset_prefix_cache()
+        if self.vision:
+            # vLLM's reload clears the runner's encoder outputs but not the scheduler's record of them (the next
+            # image it thinks cached is a "cache miss"), and both would hold embeddings of the old vision tower
+            self.llm.llm_engine.reset_encoder_cache()
+            self.llm.reset_mm_cache()
         self.needs_weights = False
         self.last_sync_s = time.perf_counter() - start
 
