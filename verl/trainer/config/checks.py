@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from verl.trainer.config.algorithm import rollout_correction_problems
 from verl.trainer.config.attention_checks import check_attn_implementation
+from verl.trainer.config.engine_kwargs_checks import check_rollout_engine_kwargs
 from verl.trainer.config.lora_checks import check_lora
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.config.reward import check_reward_model
@@ -61,6 +62,7 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_attn_implementation(cfg)
     problems += check_rollout_skip(cfg)
     problems += check_rollout_trace(cfg)
+    problems += check_rollout_engine_kwargs(cfg.actor_rollout_ref.rollout)
     return problems
 
 

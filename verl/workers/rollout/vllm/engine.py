@@ -54,8 +54,12 @@ def _in_process_env() -> None:
 
 
 def vllm_engine_kwargs(config: RolloutConfig) -> dict[str, Any]:
-    """``rollout.engine_kwargs.vllm``: a free-form section, passed to ``vllm.LLM`` as given."""
-    return dict(config.engine_kwargs.get("vllm") or {})
+    """``rollout.engine_kwargs.vllm``: a free-form section (names checked before Ray), passed to ``vllm.LLM``;
+    upstream's ``disable_mm_preprocessor_cache`` becomes vLLM's current ``mm_processor_cache_gb=0``."""
+    kwargs = dict(config.engine_kwargs.get("vllm") or {})
+    if kwargs.pop("disable_mm_preprocessor_cache", False):
+        kwargs.setdefault("mm_processor_cache_gb", 0)
+    return kwargs
 
 
 def kv_bytes_per_token(hf_config, dtype: torch.dtype) -> int:

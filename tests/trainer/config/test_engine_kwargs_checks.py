@@ -1,0 +1,39 @@
+"""actor_rollout_ref.rollout.engine_kwargs: a section for another engine is refused, vLLM's names are checked
+before Ray, and upstream's disable_mm_preprocessor_cache reaches vLLM under its current name."""
+
+from omegaconf import OmegaConf
+
+from verl.trainer.config import PPOTrainerConfig
+from verl.trainer.config.checks import run_checks
+from verl.trainer.config.validate import load_config
+from verl.utils.config_schema import build_config
+
+E = "actor_rollout_ref.rollout.engine_kwargs"
+
+
+def _problems(*overrides: str) -> str:
+    tree = OmegaConf.to_container(load_config(["trainer.n_gpus_per_node=1", *overrides]), resolve=True)
+    return "\n".join(run_checks(build_config(PPOTrainerConfig, tree).config))
+
+
+def test_a_section_for_another_engine_is_refused():
+    assert f"{E}.vllm is read by the vllm engine only" in _problems(
+        "actor_rollout_ref.rollout.name=hf", f"+{E}.vllm.swap_space=4")
+    assert f"{E}.sglang is read by the sglang engine only" in _problems(
+        "actor_rollout_ref.rollout.name=vllm", f"+{E}.sglang.attention_backend=fa3")
+    assert f"{E}." not in _problems("actor_rollout_ref.rollout.name=hf")
+
+
+def test_vllm_names_are_checked_before_ray():
+    assert f"{E}.vllm.no_such_flag" in _problems("actor_rollout_ref.rollout.name=vllm", f"+{E}.vllm.no_such_flag=1")
+    assert f"{E}." not in _problems("actor_rollout_ref.rollout.name=vllm", f"+{E}.vllm.max_logprobs=8",
+                                    f"+{E}.vllm.disable_mm_preprocessor_cache=true")
+
+
+def test_upstreams_disable_mm_preprocessor_cache_becomes_mm_processor_cache_gb():
+    from verl.workers.config import RolloutConfig
+    from verl.workers.rollout.vllm.engine import vllm_engine_kwargs
+
+    assert vllm_engine_kwargs(RolloutConfig(engine_kwargs={"vllm": {"disable_mm_preprocessor_cache": True}})) == {
+        "mm_processor_cache_gb": 0}
+    assert vllm_engine_kwargs(RolloutConfig(engine_kwargs={"vllm": {"disable_mm_preprocessor_cache": False}})) == {}
