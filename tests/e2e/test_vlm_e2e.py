@@ -79,11 +79,11 @@ def test_settings_that_ignore_images_are_refused_before_ray(tmp_path: Path) -> N
     from verl.trainer.config.validate import load_config
     from verl.trainer.ppo.launcher import build_trainer
 
-    overrides = _overrides(tmp_path, "reward_model.enable=true", f"reward_model.model.path={tmp_path / 'model'}",
+    overrides = _overrides(tmp_path, "data.return_multi_modal_inputs=false",
                            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", n_workers=2)
     with pytest.raises(NotImplementedError) as err:
         build_trainer(validate_config(load_config(overrides)))
     message = str(err.value)
-    assert "reward_model.enable=true" in message and "ulysses_sequence_parallel_size" in message
+    assert "data.return_multi_modal_inputs=false" in message and "ulysses_sequence_parallel_size" in message
     assert "column 'images', data.image_key" in message
     assert not ray.is_initialized()

@@ -119,7 +119,14 @@ def load_reward_model(model_path: str | os.PathLike, key: str, trust_remote_code
         raise ValueError(f"{key}={str(model_path)!r} has num_labels={labels}; a reward model outputs one score "
                          "(train it with num_labels=1)")
     config = _value_config(hf_config)
-    model, missing = _load_token_classifier(model_path, config, trust_remote_code, **from_pretrained_kwargs)
+    if getattr(config, "vision_config", None) is not None:  # a VLM reward model: its trunk under the score head
+        from verl.models.vision_value_model import load_vision_value_model
+
+        model, has_head = load_vision_value_model(str(model_path), config, trust_remote_code=trust_remote_code,
+                                                  **from_pretrained_kwargs)
+        missing = set() if has_head else {"score.weight"}
+    else:
+        model, missing = _load_token_classifier(model_path, config, trust_remote_code, **from_pretrained_kwargs)
     if "score.weight" in missing:
         raise ValueError(f"{key}={str(model_path)!r} has no trained score head (score.weight is missing): it is not a "
                          "reward model. Point the key at a token- or sequence-classification checkpoint.")

@@ -28,6 +28,7 @@ from verl.workers.fsdp_utils import apply_fsdp2
 from verl.workers.fsdp_workers import MODEL_INIT_SEED, _FSDPWorkerBase
 from verl.workers.micro_batching import forwards_context, make_micro_batches, module_device, restore_order
 from verl.workers.reward_model_inputs import last_token_index, response_score_index, retemplate, same_tokenizer
+from verl.workers.vision_rows import MM_ROW, hf_position_ids, vision_kwargs
 
 __all__ = ["RewardModelWorker", "rm_micro_batch_size"]
 
@@ -89,6 +90,11 @@ class RewardModelWorker(_FSDPWorkerBase):
     # -- scoring --------------------------------------------------------------------------------------------------
 
     def _model_inputs(self, data: DataProto) -> TensorDict:
+        self._multi_modal_inputs = data.non_tensor_batch.get("multi_modal_inputs")
+        if self._multi_modal_inputs is not None and self.switches_template:
+            raise ValueError(f"the batch holds images, but {_KEY}.model.input_tokenizer differs from the reward "
+                             "model's tokenizer: re-templating the chat as text would drop them. Use a reward model "
+                             "with the policy's tokenizer and processor (the same Qwen-VL family)")
         if self.switches_template:
             tensors = retemplate(data, self.input_tokenizer, self.tokenizer, self.config.max_length)
         else:
@@ -98,6 +104,8 @@ class RewardModelWorker(_FSDPWorkerBase):
                 raise ValueError(f"token id {top} is outside the reward model's vocabulary ({self._vocab_size}): "
                                  f"its tokenizer is not the policy's. Set {_KEY}.model.input_tokenizer to the policy's "
                                  "tokenizer so prompts and responses are re-templated for the reward model")
+        if self._multi_modal_inputs is not None:  # each micro-batch finds its rows' images by row number
+            tensors[MM_ROW] = torch.arange(len(data))
         return TensorDict(tensors, batch_size=[len(data)])
 
     def _forward(self, micro_batch: TensorDict) -> torch.Tensor:
@@ -106,17 +114,18 @@ class RewardModelWorker(_FSDPWorkerBase):
 
         attention_mask = micro_batch["attention_mask"]
         last = last_token_index(attention_mask)
+        images = vision_kwargs(micro_batch, getattr(self, "_multi_modal_inputs", None))  # a VLM reward model
         if self.config.model.use_remove_padding:
             from verl.models.packing import pack_sequences
             from verl.models.varlen_attention import packed_forward
 
             packed = pack_sequences(micro_batch["input_ids"], attention_mask, micro_batch["position_ids"])
             with packed_forward():
-                output = self.rm_module(use_cache=False, **packed.model_inputs())
+                output = self.rm_module(use_cache=False, **packed.model_inputs(), **images)
             positions = packed.token_index[torch.arange(len(last), device=last.device), last]
             return values_from_output(output)[0, positions]
         output = self.rm_module(input_ids=micro_batch["input_ids"], attention_mask=attention_mask,
-                                position_ids=micro_batch["position_ids"], use_cache=False)
+                                position_ids=hf_position_ids(micro_batch["position_ids"]), use_cache=False, **images)
         return values_from_output(output)[torch.arange(len(last), device=last.device), last]
 
     def score(self, data: DataProto) -> torch.Tensor:

@@ -26,7 +26,6 @@ def test_each_unbuilt_setting_is_named_by_its_key():
     cases = {
         "actor_rollout_ref.rollout.name=vllm": "actor_rollout_ref.rollout.name=vllm",  # the default model: text
         "data.return_multi_modal_inputs=false": "data.return_multi_modal_inputs=false",
-        "reward_model.enable=true": "reward_model.enable=true",
     }
     for override, key in cases.items():
         assert key in _problems(override), override
@@ -46,3 +45,15 @@ def test_vllm_serves_the_qwen_vl_architectures_it_is_built_for(tmp_path):
     folder = save_tiny_vlm_dir(tmp_path / "qwen3_vl", "qwen3_vl")
     assert "has no vision path here" in _problems("actor_rollout_ref.rollout.name=vllm",
                                                   f"actor_rollout_ref.model.path={folder}")
+
+
+def test_the_reward_model_must_see_the_images(tmp_path):
+    from tests.helpers.e2e import default_tokenizer_dir
+    from tests.helpers.tiny_vlm import save_tiny_vlm_dir
+
+    folder = save_tiny_vlm_dir(tmp_path / "vlm", "qwen2_vl")
+    assert _problems("reward_model.enable=true", f"reward_model.model.path={folder}") == ""
+    text = _problems("reward_model.enable=true", f"reward_model.model.path={default_tokenizer_dir()}")
+    assert "is a text-only model" in text and "reward_model.model.path" in text
+    assert "reward_model.use_reward_loop" in _problems("reward_model.enable=true", f"reward_model.model.path={folder}",
+                                                       "reward_model.use_reward_loop=true")

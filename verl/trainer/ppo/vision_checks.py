@@ -1,9 +1,9 @@
 """What a run with images in its data needs, checked before Ray (the rows' images are known once the datasets load).
 
 Built for images: the HF rollout (sync, and the single-turn and tool / interaction agent loops), the vLLM rollout
-(Qwen2-VL / Qwen2.5-VL; sync and the single-turn loop verified), the actor, the
-reference and the critic, LoRA, on any number of workers (verl.models.vision.enable_blank_image_forward keeps the
-sharded vision blocks' collectives matched).
+(Qwen2-VL / Qwen2.5-VL; sync and the single-turn loop verified), the actor, the reference, the critic, a
+vision-language reward model and LoRA, on any number of workers (verl.models.vision.enable_blank_image_forward
+keeps the sharded vision blocks' collectives matched).
 Every other part would ignore the images (train or score blind) or is not verified with them, so it is refused
 here with its key, rather than accepted and ignored.
 """
@@ -25,8 +25,7 @@ def vision_run_problems(config: Any) -> list[str]:
         problems.append("data.return_multi_modal_inputs=false: the rollout and the actor take the rows' pixel_values "
                         "/ image_grid_thw from it (recomputing them in the agent loop is not built); set it to true")
     if config.reward_model.enable:
-        problems.append("reward_model.enable=true: the reward-model worker does not take images; use a rule or "
-                        "custom_reward_function")
+        problems += _reward_model_problems(config.reward_model)
     for role in ("actor", "ref"):
         if getattr(arr, role).ulysses_sequence_parallel_size > 1:
             problems.append(f"actor_rollout_ref.{role}.ulysses_sequence_parallel_size > 1: Ulysses with images is not "
@@ -53,3 +52,25 @@ def _vllm_problems(arr: Any) -> list[str]:
                         "images exactly as the data did; set min_pixels / max_pixels in the model folder's "
                         "preprocessor_config.json instead")
     return problems
+
+
+def _reward_model_problems(rm: Any) -> list[str]:
+    """The reward-model worker scores images with a vision-language reward model; anything that reads text only
+    (a text reward model, a generative judge, the reward loop) would score without them."""
+    from transformers import AutoConfig
+
+    from verl.models.loader import resolve_model_path
+    from verl.models.vision import is_vision_language_config
+
+    if rm.rollout.name is not None or rm.use_reward_loop:
+        return ["reward_model.enable=true with reward_model.rollout.name / reward_model.use_reward_loop: the reward "
+                "loop and its judges read the text alone; use the reward-model worker with a vision-language reward "
+                "model (drop those keys), a rule or custom_reward_function"]
+    if not rm.model.path:
+        return []  # the reward model's own check names the missing path
+    path = resolve_model_path(rm.model.path, "reward_model.model.path")
+    if not is_vision_language_config(AutoConfig.from_pretrained(path, trust_remote_code=rm.model.trust_remote_code)):
+        return [f"reward_model.model.path={rm.model.path} is a text-only model: it would score the responses "
+                "without the images; use a vision-language reward model (a Qwen-VL trunk with a trained score head), "
+                "a rule or custom_reward_function"]
+    return []
