@@ -53,7 +53,7 @@ LINES = {
         "algorithm.adv_estimator=rloo", "data.return_raw_chat=True", "data.truncation=left", "data.image_key=images",
         "data.prompt_key=prompt", f"{ARR}.model.use_remove_padding=True", f"{ARR}.actor.use_kl_loss=True",
         f"{ARR}.actor.kl_loss_coef=0.01", f"{ARR}.actor.clip_ratio=0.2", f"{ARR}.actor.kl_loss_type=low_var_kl",
-        f"{ARR}.rollout.temperature=0.7", f"{ARR}.rollout.val_kwargs.n=1", f"{ARR}.rollout.max_model_len=1024",
+        f"{ARR}.rollout.temperature=0.7", f"{ARR}.rollout.val_kwargs.n=1", f"{ARR}.rollout.max_model_len=512",
         f"{ARR}.rollout.max_num_batched_tokens=1024", "algorithm.use_kl_in_reward=True",
         "algorithm.kl_ctrl.kl_coef=0.001", "algorithm.kl_ctrl.type=adaptive", "algorithm.kl_ctrl.horizon=10000",
         "algorithm.kl_ctrl.target_kl=0.01"),

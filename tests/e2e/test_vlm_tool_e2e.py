@@ -56,7 +56,19 @@ class ScriptedZoomAgent(ToolAgentLoop):
         return await super().run(sampling_params, **kwargs)
 
 
-def test_tool_images_reach_the_actor_in_a_whole_run(tmp_path: Path) -> None:
+def _with_vllm(tmp_path: Path, overrides: list[str]) -> list[str]:
+    """The same run on the vLLM rollout: its tiny model (a head size vLLM's CPU attention takes), fp32 engine."""
+    from tests.helpers.tiny_vlm_vllm import save_tiny_vllm_vlm_dir
+
+    model = save_tiny_vllm_vlm_dir(tmp_path / "vllm_model", "qwen2_vl")
+    kept = [o for o in overrides if not o.startswith(("actor_rollout_ref.model.path=", "actor_rollout_ref.rollout.name="))]
+    return kept + [f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.name=vllm",
+                   "actor_rollout_ref.rollout.dtype=float32", "actor_rollout_ref.rollout.max_num_seqs=16",
+                   "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32"]
+
+
+@pytest.mark.parametrize("rollout", ["hf", pytest.param("vllm", marks=pytest.mark.slow)])
+def test_tool_images_reach_the_actor_in_a_whole_run(tmp_path: Path, rollout: str) -> None:
     tools = tmp_path / "tools.yaml"
     tools.write_text(yaml.safe_dump({"tools": [{"class_name": f"{__name__}.ZoomTool", "config": {"type": "native"},
                                                 "tool_schema": ZOOM_SCHEMA}]}))
@@ -69,6 +81,8 @@ def test_tool_images_reach_the_actor_in_a_whole_run(tmp_path: Path) -> None:
         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
         "actor_rollout_ref.rollout.agent.default_agent_loop=scripted_zoom_agent")
+    if rollout == "vllm":
+        overrides = _with_vllm(tmp_path, overrides)
     seen: list[list[int]] = []
 
     def body(trainer) -> None:

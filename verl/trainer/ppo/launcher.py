@@ -77,6 +77,7 @@ def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, cal
     from verl.models.processor import load_processor
     from verl.trainer.config.ulysses_checks import log_sequence_parallel_layout
     from verl.trainer.ppo.data_check import check_data
+    from verl.trainer.ppo.engine_length_check import vllm_length_problems
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.resume_guard import early_checks, preflight
     from verl.trainer.ppo.reward import load_reward_manager
@@ -84,6 +85,7 @@ def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, cal
     from verl.trainer.ppo.vision_checks import vision_run_problems
     from verl.trainer.resolved_defaults import log_defaults, resolve_ppo_defaults
     from verl.trainer.tracking import Tracking
+    from verl.utils.config_errors import ConfigError
     from verl.utils.device import set_device_preference
     from verl.utils.ray_utils import init_ray
 
@@ -93,6 +95,9 @@ def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, cal
     resolve_model_paths(config)
     early = early_checks(config)  # another run's checkpoint or a live holder of its folder: refused in seconds
     log_defaults(resolve_ppo_defaults(config))  # the hardware's dtypes in place of null, logged once
+    problems = vllm_length_problems(config)
+    if problems:
+        raise ConfigError(problems)
     log_sequence_parallel_layout(config)  # dp x sp per role, when ulysses_sequence_parallel_size > 1
     run_dir = _run_dir(config)
     report_dir = _report_dir(config)
