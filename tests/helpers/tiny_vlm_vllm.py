@@ -27,6 +27,7 @@ def tiny_vllm_vlm_config(family: str = "qwen2_5_vl"):
     text.num_attention_heads = TEXT_HEADS
     text.num_key_value_heads = TEXT_HEADS
     text.head_dim = TEXT_HIDDEN // TEXT_HEADS
+    text.max_position_embeddings = 2048  # vLLM holds max_model_len to it: room for tool-turn trajectories
     rope = dict(getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {})
     rope["mrope_section"] = list(MROPE_SECTION)
     if hasattr(text, "rope_parameters"):

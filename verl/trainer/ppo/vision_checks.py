@@ -1,7 +1,7 @@
 """What a run with images in its data needs, checked before Ray (the rows' images are known once the datasets load).
 
 Built for images: the HF rollout (sync, and the single-turn and tool / interaction agent loops), the vLLM rollout
-(Qwen2-VL / Qwen2.5-VL; sync and the single-turn loop verified), the actor, the reference, the critic, a
+(Qwen2-VL / Qwen2.5-VL), the actor, the reference, the critic, a
 vision-language reward model and LoRA, on any number of workers (verl.models.vision.enable_blank_image_forward
 keeps the sharded vision blocks' collectives matched).
 Every other part would ignore the images (train or score blind) or is not verified with them, so it is refused
