@@ -1,9 +1,10 @@
 """A GRPO step with images against a text-only step of the same language model, both measured in this run:
 
-    flock /tmp/heavy.lock .venv/bin/python benchmarks/vlm_step.py [--steps 4] [--family qwen2_5_vl]
+    flock /tmp/heavy.lock .venv/bin/python benchmarks/vlm_step.py [--steps 6] [--family qwen2_5_vl] [--rollout hf]
 
 The model is the tests' tiny random Qwen-VL (tests/helpers/tiny_vlm.py: a 2-layer language model, a 1-block vision
-tower, a PIL image processor with 4-pixel patches). No package registry here ships a small VLM's weights, so this
+tower, a PIL image processor with 4-pixel patches; with --rollout vllm, its variant with head size 32, which vLLM's
+CPU attention needs). No package registry here ships a small VLM's weights, so this
 measures the plumbing's cost (processor, pixel values through the batch, the vision tower in the rollout and the
 actor, 3-D rope positions), not a real model's.
 
@@ -47,40 +48,44 @@ def _data(out: Path) -> tuple[Path, Path]:
     return images, text
 
 
-def _step_times(model_dir: Path, data_dir: Path, run_dir: Path, steps: int) -> list[float]:
+def _step_times(model_dir: Path, data_dir: Path, run_dir: Path, steps: int, rollout: str) -> list[float]:
     from tests.helpers.e2e import fit_run
 
     arr = "actor_rollout_ref"
     rows = fit_run([
         f"data.train_files={data_dir / 'train.parquet'}", f"data.val_files={data_dir / 'test.parquet'}",
         "algorithm.adv_estimator=grpo", "data.train_batch_size=8", "data.max_prompt_length=256",
-        "data.max_response_length=48", f"{arr}.model.path={model_dir}", f"{arr}.rollout.name=hf",
+        "data.max_response_length=48", f"{arr}.model.path={model_dir}", f"{arr}.rollout.name={rollout}",
         f"{arr}.rollout.n=4", f"{arr}.actor.ppo_mini_batch_size=8", f"{arr}.actor.ppo_micro_batch_size_per_gpu=8",
         f"{arr}.rollout.log_prob_micro_batch_size_per_gpu=32", f"{arr}.actor.fsdp_config.mixed_precision.param_dtype=fp32",
         "trainer.n_gpus_per_node=1", "trainer.device=cpu", f"trainer.total_training_steps={steps}",
         "trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.logger=[]",
-        f"trainer.default_local_dir={run_dir}", "ray_kwargs.ray_init.num_cpus=4"])
+        f"trainer.default_local_dir={run_dir}", "ray_kwargs.ray_init.num_cpus=4",
+        *((f"{arr}.rollout.dtype=float32", f"{arr}.rollout.max_num_seqs=32") if rollout == "vllm" else ())])
     return [row["timing_s/step"] for row in rows]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--rollout", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--family", choices=["qwen2_vl", "qwen2_5_vl"], default="qwen2_5_vl")
     args = parser.parse_args()
     from tests.helpers.tiny_vlm import save_tiny_vlm_dir
+    from tests.helpers.tiny_vlm_vllm import save_tiny_vllm_vlm_dir
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        model_dir = Path(save_tiny_vlm_dir(tmp / "model", args.family))
+        save = save_tiny_vllm_vlm_dir if args.rollout == "vllm" else save_tiny_vlm_dir
+        model_dir = Path(save(tmp / "model", args.family))
         images, text = _data(tmp / "data")
         results = {}
         for name, data_dir in (("text", text), ("images", images)):
-            times = _step_times(model_dir, data_dir, tmp / f"run_{name}", args.steps)
+            times = _step_times(model_dir, data_dir, tmp / f"run_{name}", args.steps, args.rollout)
             results[name] = statistics.median(times[1:])
             print(f"[vlm_step] {name}: step times {', '.join(f'{t:.2f}' for t in times)} s; "
                   f"median of steps 2..{args.steps}: {results[name]:.2f} s", flush=True)
-    print(f"[vlm_step] tiny {args.family}, demo shape: images {results['images']:.2f} s/step, text "
+    print(f"[vlm_step] tiny {args.family}, {args.rollout} rollout, demo shape: images {results['images']:.2f} s/step, text "
           f"{results['text']:.2f} s/step, ratio images / text = {results['images'] / results['text']:.2f}")
 
 
