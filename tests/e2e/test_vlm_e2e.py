@@ -75,15 +75,16 @@ def _merged_checkpoint_loads_as_the_vlm(tmp_path: Path) -> None:
 def test_settings_that_ignore_images_are_refused_before_ray(tmp_path: Path) -> None:
     import ray
 
+    from tests.helpers.e2e import default_tokenizer_dir
     from verl.trainer.config import validate_config
     from verl.trainer.config.validate import load_config
     from verl.trainer.ppo.launcher import build_trainer
 
-    overrides = _overrides(tmp_path, "data.return_multi_modal_inputs=false",
-                           "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", n_workers=2)
+    overrides = _overrides(tmp_path, "data.return_multi_modal_inputs=false", "reward_model.enable=true",
+                           f"reward_model.model.path={default_tokenizer_dir()}")  # a text-only reward model
     with pytest.raises(NotImplementedError) as err:
         build_trainer(validate_config(load_config(overrides)))
     message = str(err.value)
-    assert "data.return_multi_modal_inputs=false" in message and "ulysses_sequence_parallel_size" in message
+    assert "data.return_multi_modal_inputs=false" in message and "is a text-only model" in message
     assert "column 'images', data.image_key" in message
     assert not ray.is_initialized()

@@ -3,10 +3,14 @@ running it on every rank of a sharded model (enable_blank_image_forward)."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
+
 import torch
 
 __all__ = ["vision_tower", "freeze_vision_tower", "is_vision_language_config", "enable_blank_image_forward",
-           "vision_token_ids", "suppress_vision_tokens", "SUPPRESSED_LOGIT"]
+           "vision_token_ids", "suppress_vision_tokens", "SUPPRESSED_LOGIT", "sequence_parallel_images"]
 
 
 def is_vision_language_config(config) -> bool:
@@ -86,9 +90,15 @@ def enable_blank_image_forward(model: torch.nn.Module) -> bool:
     owner = _parent_of_tower(model, tower) if tower is not None else None
     if owner is None:
         return False
+    if getattr(owner, "_verl_vision_hooks", False):
+        return True
+    owner._verl_vision_hooks = True
     pending: list[torch.Tensor] = []
 
     def before(module, args, kwargs):
+        shard = _SEQUENCE_PARALLEL_IMAGES.get()
+        if shard is not None and kwargs.get("input_ids") is not None:  # Ulysses: this rank's slice, images in
+            return args, dict(kwargs, input_ids=None, inputs_embeds=_local_embeds_with_images(module, shard))
         if kwargs.get("pixel_values") is not None or kwargs.get("pixel_values_videos") is not None:
             return
         cache = kwargs.get("past_key_values")
@@ -108,6 +118,51 @@ def enable_blank_image_forward(model: torch.nn.Module) -> bool:
     owner.register_forward_pre_hook(before, with_kwargs=True)
     owner.register_forward_hook(after, with_kwargs=True)
     return True
+
+
+@dataclasses.dataclass
+class _ImageShard:
+    input_ids: torch.Tensor  # (1, T + pad): the whole packed row, padded as the SP shards are
+    pixel_values: torch.Tensor
+    image_grid_thw: torch.Tensor
+    start: int
+    width: int
+
+
+_SEQUENCE_PARALLEL_IMAGES: contextvars.ContextVar[_ImageShard | None] = contextvars.ContextVar(
+    "verl_sequence_parallel_images", default=None)
+
+
+@contextlib.contextmanager
+def sequence_parallel_images(model: torch.nn.Module, input_ids: torch.Tensor, pad: int, start: int, width: int,
+                             pixel_values: torch.Tensor, image_grid_thw: torch.Tensor):
+    """Ulysses with images: within the block, the VLM's forward on this rank's slice (``start``, ``width``) of the
+    packed row ``input_ids`` (1, T) builds the embeddings of the whole row, the images' features scattered into
+    their tokens (the images may sit in any rank's slice), and runs the language model on its slice of them.
+    Every rank of the SP group runs the vision tower on all the images; each rank's loss reaches the features of
+    the tokens in its slice, so the gradients the group reduces add up to the whole row's."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", "").startswith("qwen3"):
+        raise NotImplementedError("ulysses_sequence_parallel_size > 1 with images on a Qwen3-VL model is not built "
+                                  "(its deepstack features enter inside the language model); set it to 1")
+    enable_blank_image_forward(model)
+    full = torch.nn.functional.pad(input_ids, (0, pad), value=0) if pad else input_ids
+    token = _SEQUENCE_PARALLEL_IMAGES.set(_ImageShard(full, pixel_values, image_grid_thw, start, width))
+    try:
+        yield
+    finally:
+        _SEQUENCE_PARALLEL_IMAGES.reset(token)
+
+
+def _local_embeds_with_images(owner: torch.nn.Module, shard: _ImageShard) -> torch.Tensor:
+    embeds = owner.get_input_embeddings()(shard.input_ids)
+    features = owner.get_image_features(shard.pixel_values, shard.image_grid_thw)
+    features = getattr(features, "pooler_output", features)
+    if isinstance(features, (list, tuple)):
+        features = torch.cat(list(features))
+    mask = (shard.input_ids == owner.config.image_token_id)[..., None].expand_as(embeds)
+    embeds = embeds.masked_scatter(mask, features.to(embeds.dtype))
+    return embeds[:, shard.start: shard.start + shard.width]
 
 
 # A response never holds a vision token: the model did not see an image there, and a sampled <|image_pad|> would

@@ -30,6 +30,9 @@ class VisionLanguageValueModel(PreTrainedModel):
     def __init__(self, config: PretrainedConfig) -> None:
         super().__init__(config)
         self.model = AutoModel.from_config(config)
+        # one config object for head and trunk: settings made on the value model's config after loading (the
+        # attention implementation verl.models.varlen_attention switches to) must reach the trunk's layers
+        self.config = self.model.config
         # FSDP wraps these blocks one unit each (decoder layers and vision blocks), as it does the actor's
         self._no_split_modules = list(getattr(self.model, "_no_split_modules", None) or [])
         self.score = torch.nn.Linear(config.get_text_config().hidden_size, 1)
@@ -43,7 +46,9 @@ class VisionLanguageValueModel(PreTrainedModel):
         kwargs.pop("labels", None)  # a value model has no labels; the critic computes its own loss
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          pixel_values=pixel_values, image_grid_thw=image_grid_thw, **kwargs)
-        return TokenClassifierOutput(logits=self.score(out.last_hidden_state))
+        # a (bs, L, 1) copy, not the linear's view of its 2-D output: FSDP2 warns on a root module returning a view
+        # (an in-place op on it would skip its pre-backward hook)
+        return TokenClassifierOutput(logits=self.score(out.last_hidden_state).clone())
 
 
 def _saved_score(path: str) -> dict[str, torch.Tensor]:
@@ -75,6 +80,7 @@ def load_vision_value_model(path: str, config: PretrainedConfig, **from_pretrain
     with torch.device("meta"):  # the shell only: its trunk and head are replaced below
         value = VisionLanguageValueModel(config)
     value.model = vlm.model
+    value.config = vlm.model.config  # shared with the trunk, as in __init__
     reference = next(vlm.model.parameters())
     value.score = torch.nn.Linear(config.get_text_config().hidden_size, 1, device=reference.device,
                                   dtype=reference.dtype)

@@ -174,11 +174,13 @@ def ulysses_pad_and_slice_inputs(input_ids: torch.Tensor, position_ids: torch.Te
     pad = (-input_ids.size(1)) % sp_size
     if pad:
         input_ids = torch.nn.functional.pad(input_ids, (0, pad), value=0)
-        tail = torch.arange(pad, dtype=position_ids.dtype, device=position_ids.device)[None]
-        position_ids = torch.cat([position_ids, tail], dim=1)
+        # (1, T), or a VLM's (axes, 1, T): every axis of the pad segment counts 0, 1, ...
+        tail = torch.arange(pad, dtype=position_ids.dtype, device=position_ids.device)
+        tail = tail.expand(*position_ids.shape[:-1], pad)
+        position_ids = torch.cat([position_ids, tail], dim=-1)
     width = input_ids.size(1) // sp_size
-    return (input_ids[:, sp_rank * width:(sp_rank + 1) * width], position_ids[:, sp_rank * width:(sp_rank + 1) * width],
-            pad)
+    return (input_ids[:, sp_rank * width:(sp_rank + 1) * width],
+            position_ids[..., sp_rank * width:(sp_rank + 1) * width], pad)
 
 
 def resolve_ulysses_group(sp_size: int, key: str, group: ProcessGroup | None = None) -> ProcessGroup | None:

@@ -4,6 +4,7 @@ TensorDict instead and every micro-batch looks its rows' images up by it. Shared
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -12,22 +13,30 @@ from tensordict import TensorDict
 
 from verl.protocol import DataProto
 
-__all__ = ["MM_ROW", "select_with_rows", "vision_kwargs", "hf_position_ids"]
+__all__ = ["MM_ROW", "select_with_rows", "vision_kwargs", "hf_position_ids", "images_in_shard"]
 
 MM_ROW = "multi_modal_row"
 
 
-def select_with_rows(data: DataProto, keys: list[str], sequence_parallel: bool, role: str,
-                     ) -> tuple[DataProto, np.ndarray | None]:
+def select_with_rows(data: DataProto, keys: list[str]) -> tuple[DataProto, np.ndarray | None]:
     """``data`` restricted to ``keys`` (plus the row numbers when it carries images), and its image column."""
     selected = data.select(batch_keys=keys)
     column = data.non_tensor_batch.get("multi_modal_inputs")
     if column is not None:
-        if sequence_parallel:
-            raise NotImplementedError(f"{role}.ulysses_sequence_parallel_size > 1 with images is not built; set it "
-                                      "to 1")
         selected.batch[MM_ROW] = torch.arange(len(data), device=selected.batch.device)
     return selected, column
+
+
+def images_in_shard(module: torch.nn.Module, packed: Any, shard: Any, images: dict[str, torch.Tensor]):
+    """The context a Ulysses forward of ``shard`` (this rank's slice of ``packed``) runs in: with images, the
+    VLM's forward builds the whole row's embeddings with the image features and takes its slice
+    (verl.models.vision.sequence_parallel_images); without, nothing."""
+    if not images:
+        return contextlib.nullcontext()
+    from verl.models.vision import sequence_parallel_images
+
+    return sequence_parallel_images(module, packed.input_ids, shard.pad, shard.start, shard.width,
+                                    images["pixel_values"], images["image_grid_thw"])
 
 
 def vision_kwargs(micro_batch: TensorDict, column: Any) -> dict[str, torch.Tensor]:

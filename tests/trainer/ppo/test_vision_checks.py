@@ -29,8 +29,19 @@ def test_each_unbuilt_setting_is_named_by_its_key():
     }
     for override, key in cases.items():
         assert key in _problems(override), override
-    assert "critic.ulysses_sequence_parallel_size > 1" in _problems("algorithm.adv_estimator=gae",
-                                                                    "critic.ulysses_sequence_parallel_size=2")
+
+
+def test_ulysses_with_images_is_built_for_qwen2_vl_families(tmp_path):
+    from tests.helpers.tiny_vlm import save_tiny_vlm_dir
+
+    sp = ("trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+          "actor_rollout_ref.model.use_remove_padding=true")
+    for family in ("qwen2_vl", "qwen2_5_vl"):
+        folder = save_tiny_vlm_dir(tmp_path / family, family)
+        assert _problems(*sp, f"actor_rollout_ref.model.path={folder}") == ""
+    folder = save_tiny_vlm_dir(tmp_path / "qwen3_vl", "qwen3_vl")
+    assert "actor_rollout_ref.actor.ulysses_sequence_parallel_size > 1 with a Qwen3-VL model" in _problems(
+        *sp, f"actor_rollout_ref.model.path={folder}")
 
 
 def test_vllm_serves_the_qwen_vl_architectures_it_is_built_for(tmp_path):

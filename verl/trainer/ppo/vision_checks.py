@@ -1,9 +1,9 @@
 """What a run with images in its data needs, checked before Ray (the rows' images are known once the datasets load).
 
 Built for images: the HF rollout (sync, and the single-turn and tool / interaction agent loops), the vLLM rollout
-(Qwen2-VL / Qwen2.5-VL), the actor, the reference, the critic, a
-vision-language reward model and LoRA, on any number of workers (verl.models.vision.enable_blank_image_forward
-keeps the sharded vision blocks' collectives matched).
+(Qwen2-VL / Qwen2.5-VL), the actor, the reference, the critic, a vision-language reward model, LoRA and Ulysses
+(Qwen2-VL / Qwen2.5-VL), on any number of workers (verl.models.vision.enable_blank_image_forward keeps the sharded
+vision blocks' collectives matched).
 Every other part would ignore the images (train or score blind) or is not verified with them, so it is refused
 here with its key, rather than accepted and ignored.
 """
@@ -26,12 +26,13 @@ def vision_run_problems(config: Any) -> list[str]:
                         "/ image_grid_thw from it (recomputing them in the agent loop is not built); set it to true")
     if config.reward_model.enable:
         problems += _reward_model_problems(config.reward_model)
-    for role in ("actor", "ref"):
-        if getattr(arr, role).ulysses_sequence_parallel_size > 1:
-            problems.append(f"actor_rollout_ref.{role}.ulysses_sequence_parallel_size > 1: Ulysses with images is not "
-                            "built; set it to 1")
+    sp_keys = [f"actor_rollout_ref.{role}.ulysses_sequence_parallel_size" for role in ("actor", "ref")
+               if getattr(arr, role).ulysses_sequence_parallel_size > 1]
     if config.use_critic and config.critic.ulysses_sequence_parallel_size > 1:
-        problems.append("critic.ulysses_sequence_parallel_size > 1: Ulysses with images is not built; set it to 1")
+        sp_keys.append("critic.ulysses_sequence_parallel_size")
+    if sp_keys and _model_type(arr.model).startswith("qwen3"):
+        problems.append(f"{sp_keys[0]} > 1 with a Qwen3-VL model: Ulysses with images is built for Qwen2-VL / "
+                        "Qwen2.5-VL (Qwen3-VL's deepstack features enter inside the language model); set it to 1")
     return problems
 
 
@@ -74,3 +75,12 @@ def _reward_model_problems(rm: Any) -> list[str]:
                 "without the images; use a vision-language reward model (a Qwen-VL trunk with a trained score head), "
                 "a rule or custom_reward_function"]
     return []
+
+
+def _model_type(model: Any) -> str:
+    from transformers import AutoConfig
+
+    from verl.models.loader import resolve_model_path
+
+    path = resolve_model_path(model.path, "actor_rollout_ref.model.path")
+    return str(getattr(AutoConfig.from_pretrained(path, trust_remote_code=model.trust_remote_code), "model_type", ""))

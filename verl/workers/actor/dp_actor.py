@@ -56,7 +56,7 @@ from verl.workers.micro_batching import (
 )
 from verl.workers.nonfinite_grads import NonFiniteGradStreak
 from verl.workers.update_loop import ppo_update
-from verl.workers.vision_rows import hf_position_ids, select_with_rows, vision_kwargs
+from verl.workers.vision_rows import hf_position_ids, images_in_shard, select_with_rows, vision_kwargs
 
 __all__ = ["DataParallelPPOActor", "NonFiniteLossError", "accepts_logits_to_keep"]
 
@@ -96,8 +96,7 @@ class DataParallelPPOActor(BasePPOActor):
 
     def _select(self, data: DataProto, keys: list[str]) -> DataProto:
         """``data`` restricted to ``keys``, plus row numbers when it carries images for the forward."""
-        selected, self._multi_modal_inputs = select_with_rows(data, keys, self.ulysses_group is not None,
-                                                              "actor_rollout_ref.actor")
+        selected, self._multi_modal_inputs = select_with_rows(data, keys)
         return selected
 
     def _vision_kwargs(self, micro_batch: TensorDict) -> dict:
@@ -152,7 +151,7 @@ class DataParallelPPOActor(BasePPOActor):
                              "left-padded prompt and a right-padded response (attention_mask 0 only at the ends)")
         if self.ulysses_group is not None:
             return self._forward_sequence_parallel(packed, predictors, responses[targets], targets, temperature,
-                                                   calculate_entropy, sum_pi_squared)
+                                                   calculate_entropy, sum_pi_squared, self._vision_kwargs(micro_batch))
         # at least one position, so every rank runs the LM head and its backward (FSDP collectives need that)
         keep = predictors if predictors.numel() else predictors.new_zeros(1)
         with packed_forward():
@@ -172,9 +171,11 @@ class DataParallelPPOActor(BasePPOActor):
 
     def _forward_sequence_parallel(self, packed, predictors: torch.Tensor, labels: torch.Tensor,
                                    targets: torch.Tensor, temperature: float, calculate_entropy: bool,
-                                   sum_pi_squared: list | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                                   sum_pi_squared: list | None = None, images: dict | None = None,
+                                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Ulysses: this rank runs its T/sp tokens; the LM head only on its own predictor positions; the per-token
-        results are gathered over the SP group (same on every rank of it) and read at ``predictors``."""
+        results are gathered over the SP group (same on every rank of it) and read at ``predictors``. ``images``:
+        the micro-batch's pixel_values / image_grid_thw (every rank embeds the whole row with them)."""
         group = self.ulysses_group
         shard = shard_for_sequence_parallel(packed, group)
         mine = shard.local(predictors)
@@ -185,7 +186,8 @@ class DataParallelPPOActor(BasePPOActor):
         count = keep.numel()
         if not count:  # still run the LM head (and its backward): FSDP's collectives need every rank in them
             keep = keep.new_zeros(1)
-        with packed_forward(), ulysses_sequence_parallel(group):
+        with packed_forward(), ulysses_sequence_parallel(group), \
+                images_in_shard(self.actor_module, packed, shard, images):
             logits = logits_at(self.actor_module, keep, self._logits_to_keep, use_cache=False,
                                **shard.inputs).squeeze(0)[:count]
         if temperature != 1.0:

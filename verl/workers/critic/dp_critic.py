@@ -36,7 +36,7 @@ from verl.workers.micro_batching import (
 )
 from verl.workers.nonfinite_grads import NonFiniteGradStreak
 from verl.workers.update_loop import ppo_update
-from verl.workers.vision_rows import hf_position_ids, select_with_rows, vision_kwargs
+from verl.workers.vision_rows import hf_position_ids, images_in_shard, select_with_rows, vision_kwargs
 
 __all__ = ["DataParallelPPOCritic"]
 
@@ -66,7 +66,7 @@ class DataParallelPPOCritic(BasePPOCritic):
         self._multi_modal_inputs = None  # a VLM batch's per-row pixel_values / image_grid_thw, during one call
 
     def _select(self, data: DataProto, keys: list[str]) -> DataProto:
-        selected, self._multi_modal_inputs = select_with_rows(data, keys, self.ulysses_group is not None, "critic")
+        selected, self._multi_modal_inputs = select_with_rows(data, keys)
         return selected
 
     def step_state(self) -> dict[str, int]:
@@ -103,7 +103,9 @@ class DataParallelPPOCritic(BasePPOCritic):
         # Ulysses: values of this rank's T/sp tokens, gathered over the SP group (verl.utils.ulysses)
         group = self.ulysses_group
         shard = shard_for_sequence_parallel(packed, group)
-        with packed_forward(), ulysses_sequence_parallel(group):
+        images = vision_kwargs(micro_batch, self._multi_modal_inputs)
+        with packed_forward(), ulysses_sequence_parallel(group), \
+                images_in_shard(self.critic_module, packed, shard, images):
             output = self.critic_module(use_cache=False, **shard.inputs)
         values = gather_outputs_and_unpad(values_from_output(output)[0], gather_dim=0, padding_size=shard.pad,
                                           group=group)
