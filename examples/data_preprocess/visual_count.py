@@ -7,6 +7,9 @@ without overlap; the question asks how many shapes there are (`--question sum`: 
 for their sum). The answer goes in \\boxed{}, scored by verl.rewards.geo3k.count_score (data_source
 "visual_count"). Rows use upstream's geo3k layout: an `<image>` placeholder in the prompt, an `images` column of
 {"bytes": PNG, "path": None}. Train it with a vision-language model (docs/vlm.md).
+
+`--sft` adds a `messages` column to every row (the question, then an assistant answer ending in the boxed count), so
+the same files serve `python -m verl.trainer.fsdp_sft_trainer data.multiturn.enable=true` before RL.
 """
 
 from __future__ import annotations
@@ -56,12 +59,25 @@ def draw(rng: random.Random, question: str, max_count: int, size: int) -> tuple[
     return buffer.getvalue(), (count if question == "count" else answer)
 
 
-def make_rows(split: str, n: int, seed: int, question: str, max_count: int, size: int) -> list[dict]:
+def sft_messages(question: str, answer: int) -> list[dict]:
+    """The conversation an SFT run trains on: the RL prompt and a short worked answer."""
+    what = "shapes" if question == "count" else "the digits add up to"
+    reply = f"I count {answer} shapes. \\boxed{{{answer}}}" if question == "count" else \
+        f"In the picture {what} {answer}. \\boxed{{{answer}}}"
+    return [{"role": "user", "content": QUESTIONS[question]}, {"role": "assistant", "content": reply}]
+
+
+def make_rows(split: str, n: int, seed: int, question: str, max_count: int, size: int, sft: bool = False,
+              ) -> list[dict]:
     rng = random.Random(f"{seed}-{split}")
     rows = []
     for index in range(n):
         png, answer = draw(rng, question, max_count, size)
-        rows.append({
+        if sft:
+            rows.append({"messages": sft_messages(question, answer)})
+        else:
+            rows.append({})
+        rows[-1].update({
             "data_source": DATA_SOURCE,
             "prompt": [{"role": "user", "content": QUESTIONS[question]}],
             "images": [{"bytes": png, "path": None}],
@@ -81,12 +97,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--question", choices=sorted(QUESTIONS), default="count")
     parser.add_argument("--max_count", type=int, default=5, help="shapes per image, 1..9")
     parser.add_argument("--image_size", type=int, default=84, help="pixels per side (a 3x3 grid of cells)")
+    parser.add_argument("--sft", action="store_true", help="also write a `messages` column (question + answer)")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> tuple[str, str]:
     args = parse_args(argv)
-    return write_splits(args, ((split, make_rows(split, n, args.seed, args.question, args.max_count, args.image_size))
+    return write_splits(args, ((split, make_rows(split, n, args.seed, args.question, args.max_count, args.image_size,
+                                                 args.sft))
                                for split, n in (("train", args.train_size), ("test", args.test_size))))
 
 

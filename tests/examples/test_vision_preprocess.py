@@ -95,3 +95,28 @@ def test_geo3k_multiturn_rows_carry_the_tool_and_its_ground_truth(tmp_path):
     assert wrong[1] == -0.05 and "reward=0.0" in wrong[0].text  # not above the start (0.0): the penalty
     assert right[1] == 0.0 and "reward=1.0" in right[0].text
     assert again[1] == -0.05  # resubmitting does not improve
+
+
+def test_visual_count_sft_rows_feed_the_image_sft_dataset(tmp_path):
+    from tests.helpers.tiny_vlm import save_tiny_vlm_dir
+    from verl.data.multiturn_sft_dataset import MultiTurnSFTDataset
+    from verl.models.loader import load_tokenizer
+    from verl.models.processor import load_processor
+    from verl.trainer.config.sft import SFTDataConfig, SFTMultiTurnConfig
+
+    train, _ = load_script("visual_count").main(["--local_save_dir", str(tmp_path / "data"), "--train_size", "4",
+                                                 "--test_size", "2", "--sft"])
+    rows = read(train)
+    for row in rows:
+        truth = row["reward_model"]["ground_truth"]
+        assert [m["role"] for m in row["messages"]] == ["user", "assistant"]
+        assert row["messages"][0]["content"] == row["prompt"][0]["content"]  # the RL prompt, then the answer
+        assert default_compute_score("visual_count", row["messages"][1]["content"], truth) == 1.0
+    folder = save_tiny_vlm_dir(tmp_path / "model", "qwen2_vl")
+    tokenizer = load_tokenizer(folder, "model.partial_pretrain")
+    dataset = MultiTurnSFTDataset(train, tokenizer, SFTDataConfig(max_length=256, multiturn=SFTMultiTurnConfig(
+        enable=True)), processor=load_processor(folder, tokenizer, "model.partial_pretrain"))
+    item = dataset[0]
+    assert item["position_ids"].shape[0] == 4  # the mrope rows: the image is in
+    trained = tokenizer.decode(item["input_ids"][item["loss_mask"].bool()])
+    assert "\\boxed{" in trained and "How many shapes" not in trained  # only the answer is trained
