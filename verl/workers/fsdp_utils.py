@@ -104,7 +104,9 @@ def apply_fsdp2(module: torch.nn.Module, fsdp_config: FSDPEngineConfig, mesh: De
 
             kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
     layer_reshard = fsdp_config.reshard_after_forward
-    if mesh.size() > 1:
+    # mesh None: fully_shard's default, every rank
+    ranks = mesh.size() if mesh is not None else (dist.get_world_size() if dist.is_initialized() else 1)
+    if ranks > 1:
         from verl.models.vision import enable_blank_image_forward
 
         enable_blank_image_forward(module)  # the vision blocks below become collectives: every rank must run them

@@ -254,6 +254,12 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
             return VLLMBackend(self.rollout, meta)
         return HFBackend(self.rollout, meta, self.config.rollout.prompt_length, processor=self._rollout_processor())
 
+    def _checkpoint_processing_class(self):
+        """What the checkpoint's HF folder saves beside the config: the model folder's processor for a VLM, else the
+        tokenizer (a worker built without its model path, as some tests build it, has only the tokenizer)."""
+        processor = self._rollout_processor() if getattr(self, "model_path", None) else None
+        return processor or self.tokenizer
+
     def _rollout_processor(self):
         """The model folder's multi-modal processor (images of agent-loop requests), None for a text model."""
         if not hasattr(self, "_processor"):
@@ -331,7 +337,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
             self._ckpt_manager = FSDPCheckpointManager(
                 self.actor_module, getattr(self, "actor_optimizer", None), getattr(self, "actor_lr_scheduler", None),
                 # a VLM's processor (image processor, tokenizer, chat template) so its HF folder loads as one
-                self._rollout_processor() or self.tokenizer, self.config.actor.checkpoint,
+                self._checkpoint_processing_class(), self.config.actor.checkpoint,
                 adapter=adapter_io(self.actor_module),
                 step_state=getattr(self, "actor", None) if self._is_actor else None)
         return self._ckpt_manager
