@@ -128,24 +128,47 @@ def png(size=(16, 16), color=(255, 0, 0)) -> bytes:
     return buffer.getvalue()
 
 
-def collated_vlm_prompts(tmp_path, family: str, prompt_images=(1, 2, 0, 1)):
-    """A tiny VLM folder under tmp_path and the collated dataset batch of rows holding `prompt_images[i]` images of
-    different sizes each (a row may hold none), with the folder's tokenizer and processor."""
-    from tests.data.conftest import make_row, write_rows
+def image_rows(prompt_images, question: str = "How many?") -> list[dict]:
+    """Dataset rows, row i with `prompt_images[i]` images of different sizes (a row may hold none)."""
+    from tests.data.conftest import make_row
+
+    rows = []
+    for i, count in enumerate(prompt_images):
+        row = make_row("<image>" * count + question + " more" * i, index=i)
+        row["images"] = [{"bytes": png((8 + 8 * k, 16 + 4 * i), (40 * i, 20 * k, 90)), "path": None}
+                         for k in range(count)]
+        rows.append(row)
+    return rows
+
+
+def collate_rows(folder: str, parquet, rows: list[dict], **data):
+    """The collated RLHFDataset batch of `rows` (written to `parquet`) with the folder's tokenizer and processor;
+    `data`: DataConfig fields beyond max_prompt_length=64, shuffle=False."""
+    from tests.data.conftest import write_rows
     from verl.data import RLHFDataset, collate_fn
     from verl.models.loader import load_tokenizer
     from verl.models.processor import load_processor
     from verl.trainer.config import DataConfig
 
-    folder = save_tiny_vlm_dir(tmp_path / family, family)
     tokenizer = load_tokenizer(folder, "model.path")
     processor = load_processor(folder, tokenizer, "model.path")
-    rows = []
-    for i, count in enumerate(prompt_images):
-        row = make_row("<image>" * count + "How many?" + " more" * i, index=i)
-        row["images"] = [{"bytes": png((8 + 8 * k, 16 + 4 * i), (40 * i, 20 * k, 90)), "path": None}
-                         for k in range(count)]
-        rows.append(row)
-    dataset = RLHFDataset(write_rows(tmp_path / f"{family}.parquet", rows), tokenizer,
-                          DataConfig(max_prompt_length=64, shuffle=False), processor=processor)
+    dataset = RLHFDataset(write_rows(parquet, rows), tokenizer,
+                          DataConfig(**{"max_prompt_length": 64, "shuffle": False, **data}), processor=processor)
     return collate_fn([dataset[i] for i in range(len(rows))]), tokenizer, processor
+
+
+def collated_vlm_prompts(tmp_path, family: str, prompt_images=(1, 2, 0, 1)):
+    """A tiny VLM folder under tmp_path and the collated dataset batch of `image_rows(prompt_images)`, with the
+    folder's tokenizer and processor."""
+    folder = save_tiny_vlm_dir(tmp_path / family, family)
+    return collate_rows(folder, tmp_path / f"{family}.parquet", image_rows(prompt_images))
+
+
+def plain_row_inputs(data, row: int, image_token_id: int) -> dict:
+    """A plain HF forward's inputs for one row of a VLM batch: its real tokens alone (no padding, the model computing
+    its own rope positions) with its images."""
+    mask = data.batch["attention_mask"][row].bool()
+    ids = data.batch["input_ids"][row][mask][None]
+    inputs = data.non_tensor_batch["multi_modal_inputs"][row]
+    return {"input_ids": ids, "mm_token_type_ids": (ids == image_token_id).int(),
+            **{k: inputs[k] for k in ("pixel_values", "image_grid_thw") if k in inputs}}

@@ -70,22 +70,8 @@ def save_tiny_vllm_vlm_dir(folder, family: str = "qwen2_5_vl", seed: int = 0) ->
 def collated_vllm_vlm_prompts(tmp_path, family: str, prompt_images=(1, 2, 0, 1)):
     """``collated_vlm_prompts``'s rows (``prompt_images[i]`` images of different sizes in row i) on a folder from
     ``save_tiny_vllm_vlm_dir``: the collated dataset batch, the folder, its tokenizer and its processor."""
-    from tests.data.conftest import make_row, write_rows
-    from tests.helpers.tiny_vlm import png
-    from verl.data import RLHFDataset, collate_fn
-    from verl.models.loader import load_tokenizer
-    from verl.models.processor import load_processor
-    from verl.trainer.config import DataConfig
+    from tests.helpers.tiny_vlm import collate_rows, image_rows
 
     folder = save_tiny_vllm_vlm_dir(tmp_path / family, family)
-    tokenizer = load_tokenizer(folder, "model.path")
-    processor = load_processor(folder, tokenizer, "model.path")
-    rows = []
-    for i, count in enumerate(prompt_images):
-        row = make_row("<image>" * count + "How many?" + " more" * i, index=i)
-        row["images"] = [{"bytes": png((8 + 8 * k, 16 + 4 * i), (40 * i, 20 * k, 90)), "path": None}
-                         for k in range(count)]
-        rows.append(row)
-    dataset = RLHFDataset(write_rows(tmp_path / f"{family}.parquet", rows), tokenizer,
-                          DataConfig(max_prompt_length=64, shuffle=False), processor=processor)
-    return collate_fn([dataset[i] for i in range(len(rows))]), folder, tokenizer, processor
+    batch, tokenizer, processor = collate_rows(folder, tmp_path / f"{family}.parquet", image_rows(prompt_images))
+    return batch, folder, tokenizer, processor

@@ -37,22 +37,31 @@ class Gsm8kTool(BaseTool):
         answer = parameters.get("answer", "") if isinstance(parameters, dict) else ""
         if not isinstance(answer, str):
             answer = str(answer)
-        state["response"] = answer if answer.startswith("#### ") else "#### " + answer
+        state["response"] = self._submission(answer)
         reward = await self.calc_reward(instance_id)
         step_reward = 0.0 if reward > state["reward"] else NON_IMPROVING_PENALTY
         state["reward"] = reward
         return ToolResponse(text=f"Current parsed answer={answer!r} reward={reward!r}"), step_reward, {}
 
+    @staticmethod
+    def _submission(answer: str) -> str:
+        """What is scored: the answer as gsm8k's rule reads it (after ``#### ``)."""
+        return answer if answer.startswith("#### ") else "#### " + answer
+
     async def calc_reward(self, instance_id: str, **kwargs) -> float:
         state = self._state(instance_id)
-        if state["ground_truth"] is None:
+        return gsm8k.compute_score(
+            state["response"], self._ground_truth(instance_id), method="flexible", format_score=0.0, score=1.0
+        )
+
+    def _ground_truth(self, instance_id: str) -> str:
+        truth = self._state(instance_id)["ground_truth"]
+        if truth is None:
             raise ValueError(
                 f"{self.name}: instance {instance_id!r} has no ground truth; the row's "
                 f"extra_info.tools_kwargs.{self.name}.create_kwargs.ground_truth must be set"
             )
-        return gsm8k.compute_score(
-            state["response"], str(state["ground_truth"]), method="flexible", format_score=0.0, score=1.0
-        )
+        return str(truth)
 
     def _state(self, instance_id: str) -> dict[str, Any]:
         try:

@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from tests.helpers.tiny_vlm import collated_vlm_prompts, tiny_vlm
+from tests.helpers.tiny_vlm import collated_vlm_prompts, plain_row_inputs, tiny_vlm
 from tests.workers.actor.test_dp_actor import actor_config
 from verl.data.vision import response_position_ids
 from verl.models.vision import suppress_vision_tokens, vision_token_ids
@@ -44,12 +44,8 @@ def hf_log_probs(model, data, image_token_id):
     tokens left out of the response distribution, as the rollout samples it)."""
     out = torch.zeros(data.batch["responses"].shape)
     for row in range(len(data)):
-        mask = data.batch["attention_mask"][row].bool()
-        ids = data.batch["input_ids"][row][mask][None]
-        inputs = data.non_tensor_batch["multi_modal_inputs"][row]
-        kwargs = {k: inputs[k] for k in ("pixel_values", "image_grid_thw") if k in inputs}
         model.model.rope_deltas = None
-        logits = model(input_ids=ids, mm_token_type_ids=(ids == image_token_id).int(), **kwargs).logits[0] / 0.8
+        logits = model(**plain_row_inputs(data, row, image_token_id)).logits[0] / 0.8
         logits = suppress_vision_tokens(logits, vision_token_ids(model.config))  # never in a response
         n = int(data.batch["response_mask"][row].sum())
         logp = torch.log_softmax(logits[-n - 1: -1], -1)  # the row ends with its n real response tokens

@@ -10,7 +10,7 @@ import copy
 import pytest
 import torch
 
-from tests.helpers.tiny_vlm import save_tiny_vlm_dir, tiny_vlm
+from tests.helpers.tiny_vlm import plain_row_inputs, save_tiny_vlm_dir, tiny_vlm
 from tests.workers.actor.test_vlm_actor import vlm_batch
 from tests.workers.critic.test_dp_critic import critic_config
 from verl.models.value_head import load_value_model, values_from_output
@@ -22,13 +22,8 @@ def plain_values(model, data, image_token_id):
     """One row at a time, no padding, the model computing its own rope positions."""
     out = torch.zeros(data.batch["responses"].shape)
     for row in range(len(data)):
-        mask = data.batch["attention_mask"][row].bool()
-        ids = data.batch["input_ids"][row][mask][None]
-        inputs = data.non_tensor_batch["multi_modal_inputs"][row]
-        kwargs = {k: inputs[k] for k in ("pixel_values", "image_grid_thw") if k in inputs}
         model.model.rope_deltas = None
-        values = values_from_output(model(input_ids=ids, mm_token_type_ids=(ids == image_token_id).int(),
-                                          **kwargs))[0]
+        values = values_from_output(model(**plain_row_inputs(data, row, image_token_id)))[0]
         n = int(data.batch["response_mask"][row].sum())
         out[row, :n] = values[-n - 1: -1]  # the value of response token t is read at the position before it
     return out

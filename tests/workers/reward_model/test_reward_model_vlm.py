@@ -10,6 +10,7 @@ import os
 import pytest
 import torch
 
+from tests.helpers.tiny_vlm import plain_row_inputs
 from tests.workers.actor.test_vlm_actor import vlm_batch
 from tests.workers.reward_model.test_reward_model_worker import _config
 
@@ -36,12 +37,8 @@ def _vlm_rm_dir(root) -> str:
 def _plain_scores(model, data) -> torch.Tensor:
     scores = []
     for row in range(len(data)):
-        mask = data.batch["attention_mask"][row].bool()
-        ids = data.batch["input_ids"][row][mask][None]
-        inputs = data.non_tensor_batch["multi_modal_inputs"][row]
-        kwargs = {k: inputs[k] for k in ("pixel_values", "image_grid_thw") if k in inputs}
         model.model.rope_deltas = None
-        out = model(input_ids=ids, mm_token_type_ids=(ids == model.config.image_token_id).int(), **kwargs)
+        out = model(**plain_row_inputs(data, row, model.config.image_token_id))
         scores.append(out.logits[0, -1, 0])
     return torch.stack(scores)
 

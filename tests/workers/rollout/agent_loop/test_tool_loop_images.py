@@ -17,7 +17,7 @@ import torch
 import yaml
 from PIL import Image
 
-from tests.helpers.tiny_vlm import png, save_tiny_vlm_dir, tiny_vlm
+from tests.helpers.tiny_vlm import collate_rows, image_rows, png, save_tiny_vlm_dir, tiny_vlm
 from tests.helpers.typed_config import typed_section
 from tests.workers.actor.test_dp_actor import actor_config
 from verl.data.vision import mrope_position_ids
@@ -130,25 +130,11 @@ def _config(tmp_path, mode: str = "image", interaction: bool = False, **override
 def vlm_rows(tmp_path, family: str, prompt_images=(1, 2, 0)):
     """The trainer's dataset batch (return_raw_chat: the messages with their <image> placeholders), the tokenizer and
     the processor of a tiny folder."""
-    from tests.data.conftest import make_row, write_rows
-    from verl.data import RLHFDataset, collate_fn
-    from verl.models.loader import load_tokenizer
-    from verl.models.processor import load_processor
-    from verl.trainer.config import DataConfig
-
-    folder = save_tiny_vlm_dir(tmp_path / family, family)
-    tokenizer = load_tokenizer(folder, "model.path")
-    processor = load_processor(folder, tokenizer, "model.path")
-    rows = []
-    for i, count in enumerate(prompt_images):
-        row = make_row("<image>" * count + "What is in the picture?" + " more" * i, index=i)
+    rows = image_rows(prompt_images, "What is in the picture?")
+    for row in rows:
         row["agent_name"] = "tool_agent"
-        row["images"] = [{"bytes": png((8 + 8 * k, 16 + 4 * i), (40 * i, 20 * k, 90)), "path": None}
-                         for k in range(count)]
-        rows.append(row)
-    dataset = RLHFDataset(write_rows(tmp_path / f"{family}.parquet", rows), tokenizer,
-                          DataConfig(max_prompt_length=64, shuffle=False, return_raw_chat=True), processor=processor)
-    return collate_fn([dataset[i] for i in range(len(rows))]), tokenizer, processor
+    return collate_rows(save_tiny_vlm_dir(tmp_path / family, family), tmp_path / f"{family}.parquet", rows,
+                        return_raw_chat=True)
 
 
 def _generate(config, tokenizer, processor, batch: dict, model=None, script=call_then_model, **meta):
