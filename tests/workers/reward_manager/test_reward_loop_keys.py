@@ -34,16 +34,22 @@ def make_config(tmp_path, source=None, **rm):
     return config
 
 
+# Each call holds its slot until `expect` calls have been in flight together (the test sets it), so the peak does not
+# depend on how the event loop happens to interleave on a loaded box. Bounded: a limit below `expect` shows up as a
+# lower peak after 60 s, not as a hang; a limit above it as a higher peak.
 GATE = """
 import asyncio
+import time
 
-state = {"running": 0, "peak": 0}
+state = {"running": 0, "peak": 0, "expect": 1}
 
 async def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     state["running"] += 1
     state["peak"] = max(state["peak"], state["running"])
-    for _ in range(20):  # let every sample that may start, start
-        await asyncio.sleep(0)
+    give_up = time.monotonic() + 60
+    while state["peak"] < state["expect"] and time.monotonic() < give_up:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one more turn: a call beyond the limit would start here
     state["running"] -= 1
     return float(solution_str.endswith(str(ground_truth)))
 """
@@ -76,6 +82,7 @@ def test_num_workers_is_how_many_samples_are_scored_at_once(tmp_path, tokenizer,
     config = make_config(tmp_path, GATE, use_reward_loop=True, num_workers=num_workers)
     manager = load_reward_manager(config, tokenizer, num_examine=0)  # an async function: the per-sample manager
     assert isinstance(manager.manager, RateLimitedRewardManager)
+    _gate_state(manager)["expect"] = num_workers
     tensor, _ = compute_reward(data, manager)
     assert _gate_state(manager)["peak"] == num_workers
     assert tensor.sum(-1).tolist() == [1.0, 0.0, 1.0, 1.0]
@@ -86,6 +93,7 @@ def test_max_concurrent_caps_calls_below_num_workers(tmp_path, tokenizer):
     config = make_config(tmp_path, GATE, use_reward_loop=True, num_workers=4, reward_manager="rate_limited",
                          max_concurrent=2)
     manager = load_reward_manager(config, tokenizer, num_examine=0)
+    _gate_state(manager)["expect"] = 2
     compute_reward(data, manager)
     assert _gate_state(manager)["peak"] == 2
 
@@ -95,6 +103,7 @@ def test_rate_limited_without_the_loop_runs_as_a_batch_manager(tmp_path, tokeniz
     config = make_config(tmp_path, GATE, reward_manager="rate_limited", max_concurrent=3)
     manager = load_reward_manager(config, tokenizer, num_examine=0)
     assert isinstance(manager, RateLimitedRewardManager)
+    _gate_state(RewardLoopManager(manager))["expect"] = 3
     tensor, extra = compute_reward(data, manager)
     assert tensor.sum(-1).tolist() == [1.0, 0.0, 1.0, 1.0] and extra == {}
     assert _gate_state(RewardLoopManager(manager))["peak"] == 3
