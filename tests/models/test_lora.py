@@ -137,8 +137,9 @@ def test_lora_keys_are_checked_before_ray(tmp_path):
     assert any("lora_alpha=0 must be > 0" in p for p in _problems(f"{ARR}.model.lora_rank=8", f"{ARR}.model.lora_alpha=0"))
     assert any(p.startswith(f"{ARR}.model.target_modules=[]") for p in
                _problems(f"{ARR}.model.lora_rank=8", f"{ARR}.model.target_modules=[]"))
-    assert any(p.startswith(f"{ARR}.model.lora_adapter_path is set but") for p in
-               _problems(f"{ARR}.model.lora_adapter_path={tmp_path}"))
+    # without lora_rank the rank is read from the adapter, so a folder that holds none is refused
+    assert any(p.startswith(f"{ARR}.model.lora_adapter_path is set with {ARR}.model.lora_rank=0") and "lacks" in p
+               for p in _problems(f"{ARR}.model.lora_adapter_path={tmp_path}"))
     missing = _problems(f"{ARR}.model.lora_rank=4", f"{ARR}.model.lora_alpha=8",
                         f"{ARR}.model.lora_adapter_path={tmp_path}/none", check_files=True)
     assert any(f"{ARR}.model.lora_adapter_path=" in p and "no such folder" in p for p in missing)
@@ -151,3 +152,24 @@ def test_lora_keys_are_checked_before_ray(tmp_path):
                                       f"{ARR}.model.lora_adapter_path={folder}",
                                       f"{ARR}.model.exclude_modules=[v_proj]"]), check_files=False)
     assert ok.ref_in_actor and ok.actor_rollout_ref.model.exclude_modules == ["v_proj"]
+
+
+def test_an_adapter_path_without_lora_rank_trains_the_adapter_with_its_own_rank(tmp_path):
+    """Upstream reads r / lora_alpha / target_modules from the adapter when lora_rank is left at 0."""
+    from verl.models.lora import lora_from_model_config
+    from verl.utils.config_errors import ConfigWarning
+
+    model, folder = _saved_adapter(tmp_path, rank=4, alpha=8)
+    cfg = load_config([*SMALL, f"{ARR}.model.lora_adapter_path={folder}"])
+    with pytest.warns(ConfigWarning, match="the adapter's own r=4, lora_alpha=8"):
+        typed = validate_config(cfg, check_files=False)
+    section = typed.actor_rollout_ref.model
+    assert (section.lora_rank, section.lora_alpha, sorted(section.target_modules)) == (4, 8, ["q_proj", "v_proj"])
+    assert cfg.actor_rollout_ref.model.lora_rank == 4  # written back: the workers read the same values
+    assert typed.ref_in_actor  # LoRA: the reference is the actor with the adapter disabled
+    loaded = lora_from_model_config(tiny_llama(), section, key=f"{ARR}.model")
+    ids = torch.tensor([[3, 8, 13, 21]])
+    with torch.no_grad():
+        assert torch.allclose(loaded(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-6)
+    trainable = {n for n, p in loaded.named_parameters() if p.requires_grad}
+    assert trainable and all(".lora_" in n for n in trainable)

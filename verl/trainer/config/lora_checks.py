@@ -39,9 +39,6 @@ def _section(key: str, model: Any, exclude: bool) -> list[str]:
 def check_lora(cfg: PPOTrainerConfig) -> list[str]:
     model = cfg.actor_rollout_ref.model
     problems = _section(ACTOR, model, exclude=True)
-    if model.lora_adapter_path and model.lora_rank <= 0:
-        problems.append(f"{ACTOR}.lora_adapter_path is set but {ACTOR}.lora_rank=0 trains the full model; set "
-                        f"{ACTOR}.lora_rank (and lora_alpha) to the adapter's r and lora_alpha")
     if cfg.use_critic:
         problems += _section(CRITIC, cfg.critic.model, exclude=False)
     return problems

@@ -10,12 +10,16 @@
 - `fsdp_config.use_orig_params` / `forward_prefetch` (FSDP1 options), `trainer.use_legacy_worker_impl=disable`:
   accepted, each with a note.
 - `model.use_shm` with several nodes: refused, the copy is made on the driver's node only.
+- `model.lora_adapter_path` with `lora_rank: 0`: as upstream, the adapter decides: its `r`, `lora_alpha` and
+  `target_modules` (adapter_config.json) become the model section's, with a note; an unreadable folder is refused.
 """
 
 from __future__ import annotations
 
 import warnings
 from typing import Any
+
+from omegaconf import OmegaConf, open_dict, read_write
 
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.utils.config_errors import ConfigWarning
@@ -54,6 +58,36 @@ def _clip_grad(cfg: PPOTrainerConfig, writes: dict[str, Any], problems: list[str
             continue
         role.grad_clip = clip_grad  # the workers clip by grad_clip
         writes[f"{prefix}.grad_clip"] = clip_grad
+
+
+def adopt_adapter_rank(node: Any) -> tuple[dict[str, Any], list[str]]:
+    """`model.lora_adapter_path` with `lora_rank: 0`: the adapter's r / lora_alpha / target_modules, written into
+    the composed config ``node`` before it is typed (the typed model section is frozen). Returns (writes,
+    problems) as apply_upstream_keys does."""
+    model = node.get(ARR, {}).get("model", {})
+    path, rank = model.get("lora_adapter_path"), model.get("lora_rank", 0)
+    if not path or not isinstance(rank, int) or rank > 0:
+        return {}, []
+    from verl.models.lora import check_adapter_folder, read_adapter_config
+
+    key = f"{ARR}.model"
+    try:
+        saved = read_adapter_config(check_adapter_folder(path, f"{key}.lora_adapter_path"))
+        adopted = {"lora_rank": int(saved["r"]), "lora_alpha": saved["lora_alpha"]}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return {}, [f"{key}.lora_adapter_path is set with {key}.lora_rank=0, so the rank is read from the adapter, "
+                    f"which failed: {err}. Point it at a peft adapter folder, or set lora_rank."]
+    targets = saved.get("target_modules")
+    if targets:  # peft writes a list of module names (or one name / regex string)
+        adopted["target_modules"] = sorted(targets) if isinstance(targets, list) else targets
+    writes = {f"{key}.{name}": value for name, value in adopted.items()}
+    with read_write(node), open_dict(node):
+        for dotted, value in writes.items():
+            OmegaConf.update(node, dotted, value, merge=False)
+    _note(f"{key}.lora_adapter_path={path!r} with lora_rank=0: LoRA with the adapter's own r={adopted['lora_rank']}, "
+          f"lora_alpha={adopted['lora_alpha']}, target_modules={adopted.get('target_modules', model.get('target_modules'))}"
+          ", as upstream (training continues from the adapter).")
+    return writes, []
 
 
 def _tau(cfg: PPOTrainerConfig, writes: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ from verl.trainer.config.deprecated import apply_deprecated_keys
 from verl.trainer.config.files import check_files as file_problems
 from verl.trainer.config.overrides import unknown_override_problems
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
-from verl.trainer.config.upstream_keys import apply_upstream_keys
+from verl.trainer.config.upstream_keys import adopt_adapter_rank, apply_upstream_keys
 from verl.trainer.config.yaml_files import CONFIG_DIR
 from verl.utils.config_errors import ConfigError
 from verl.utils.config_schema import build_config
@@ -29,11 +29,13 @@ def validate_config(cfg: DictConfig | dict, *, check_files: bool = True) -> PPOT
     """
     # A plain dict is read through OmegaConf so its ${...} interpolations resolve as they would from yaml.
     node = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
+    adapter_writes, adapter_problems = adopt_adapter_rank(node)  # before typing: the model section is frozen then
     result = build_config(PPOTrainerConfig, node)
-    if result.problems:
-        raise ConfigError(result.problems)
+    if result.problems or adapter_problems:
+        raise ConfigError(result.problems + adapter_problems)
     typed: PPOTrainerConfig = result.config
     writes, problems = apply_deprecated_keys(typed)  # before the checks: they see the per-GPU sizes
+    writes.update(adapter_writes)
     upstream_writes, upstream_problems = apply_upstream_keys(typed)
     writes.update(upstream_writes)
     problems += upstream_problems
