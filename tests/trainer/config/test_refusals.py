@@ -81,7 +81,7 @@ def test_every_refusal_says_why_and_what_to_do():
         assert row.why and not row.why.endswith("."), row
         assert row.todo.endswith("."), row
     by_key = {(r.key, r.refused): r for r in rows}
-    assert by_key[("actor_rollout_ref.rollout.multi_turn.format", "llama3_json")].accepted == "other values"
+    assert by_key[("actor_rollout_ref.rollout.name", "sglang")].accepted == "other values"
     assert by_key[("critic.model.external_lib", "any other value")].accepted == \
         "${actor_rollout_ref.model.external_lib} (its default)"
 

@@ -11,7 +11,6 @@ FORMERLY_SILENT = [
     ("reward_model.ulysses_sequence_parallel_size=2", "reward_model.ulysses_sequence_parallel_size"),
     ("actor_rollout_ref.rollout.multi_turn.use_inference_chat_template=true",
      "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template"),
-    ("actor_rollout_ref.rollout.multi_turn.format=llama3_json", "actor_rollout_ref.rollout.multi_turn.format"),
     ("actor_rollout_ref.rollout.agent.custom_async_server.path=my.server",
      "actor_rollout_ref.rollout.agent.custom_async_server.path"),
     ("trainer.profile_steps=[1]", "trainer.profile_steps"),

@@ -25,7 +25,7 @@ class SamplingConfig(BaseConfig):
     do_sample: bool = False
 
 
-TOOL_CALL_FORMATS = ("hermes", "llama3_json", "gpt-oss")
+TOOL_CALL_FORMATS = ("hermes", "qwen3_coder", "gpt-oss", "llama3_json")  # verl.workers.rollout.agent_loop.tool_formats
 TRUNCATE_SIDES = ("left", "middle", "right")
 SANITY_CHECK_MODES = ("strict", "disable", "ignore_strippable")
 TOOL_CHAT_TEMPLATES = ("auto", "model", "verl_hermes")  # verl.data.chat_templates.CHAT_TEMPLATE_CHOICES
@@ -49,11 +49,7 @@ class MultiTurnConfig(BaseConfig):
         "token ids the engine generated (token in, token out)",
         "Set actor_rollout_ref.rollout.multi_turn.use_inference_chat_template=false.")})
     tokenization_sanity_check_mode: str = choice("strict", SANITY_CHECK_MODES)
-    format: str = refused_values(choice("hermes", TOOL_CALL_FORMATS), {
-        fmt: Refusal(f"the {fmt} tool-call parser is not built; tool calls are read in the hermes format "
-                     "(<tool_call>{json}</tool_call>)",
-                     "Set actor_rollout_ref.rollout.multi_turn.format=hermes.")
-        for fmt in ("llama3_json", "gpt-oss")})
+    format: str = choice("hermes", TOOL_CALL_FORMATS)  # how tool calls are read out of a turn
     # verl's own key: the template tool conversations are rendered with. auto: the model's when it renders tools,
     # else verl_hermes (verl/data/chat_templates.py), which SFT selects with data.chat_template=verl_hermes.
     chat_template: str = choice("auto", TOOL_CHAT_TEMPLATES)

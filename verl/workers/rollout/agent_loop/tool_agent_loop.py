@@ -26,7 +26,8 @@ from verl.utils.rollout_trace import rollout_trace_op
 from verl.workers.rollout.agent_loop.base import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 from verl.workers.rollout.agent_loop.registry import register
 from verl.workers.rollout.agent_loop.rendering import ChatRenderer, truncate_text
-from verl.workers.rollout.agent_loop.tool_parser import FunctionCall, HermesToolParser
+from verl.workers.rollout.agent_loop.tool_formats import get_tool_parser
+from verl.workers.rollout.agent_loop.tool_parser import FunctionCall
 from verl.workers.rollout.agent_loop.vision import VisionChat
 
 logger = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ class ToolAgentLoop(AgentLoopBase):
         cls.renderer = ChatRenderer(tokenizer, multi_turn.chat_template,
                                     "actor_rollout_ref.rollout.multi_turn.chat_template",
                                     dict(getattr(data, "apply_chat_template_kwargs", None) or {}))
-        cls.parser = HermesToolParser()
+        cls.parser = get_tool_parser(multi_turn.format, cls.tool_schemas)  # multi_turn.format: hermes, qwen3_coder, ...
         cls.multi_turn = multi_turn
         # images need the model's processor; a text model's loop keeps its text-only path
         cls.vision = VisionChat(processor) if getattr(processor, "image_processor", None) is not None else None
@@ -124,7 +125,9 @@ class ToolAgentLoop(AgentLoopBase):
             state.add(out.token_ids, 1, out.log_probs)
             assistant_turns += 1
             text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
-            parsed = self.parser.parse(text)
+            # gpt-oss writes its calls in special tokens: its parser reads the turn with them
+            raw = self.tokenizer.decode(out.token_ids) if self.parser.keep_special_tokens else text
+            parsed = self.parser.parse(raw)
             messages.append({"role": "assistant", "content": text})
             if out.stop_reason == "length" or (cfg.max_assistant_turns and assistant_turns >= cfg.max_assistant_turns):
                 return

@@ -28,6 +28,7 @@ class ParsedTurn:
 
 class HermesToolParser:
     start, end = "<tool_call>", "</tool_call>"
+    keep_special_tokens = False
 
     def parse(self, text: str) -> ParsedTurn:
         calls: list[FunctionCall] = []
