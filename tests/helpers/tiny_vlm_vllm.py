@@ -1,4 +1,4 @@
-"""Tiny random Qwen2-VL / Qwen2.5-VL folders that vLLM's CPU build accepts, for the vLLM vision tests.
+"""Tiny random Qwen2-VL / Qwen2.5-VL / Qwen3-VL folders that vLLM's CPU build accepts, for the vLLM vision tests.
 
 ``tests/helpers/tiny_vlm.py``'s models have a text head size of 8; vLLM's CPU attention takes head sizes of 32 and
 up, so this variant widens the text model (2 heads of 32) and scales the mrope sections with it (they split
@@ -36,7 +36,7 @@ def tiny_vllm_vlm_config(family: str = "qwen2_5_vl"):
         text.rope_scaling = rope
     # the vision merger projects into the language model's width
     vision = config.vision_config
-    if family == "qwen2_5_vl":
+    if family in ("qwen2_5_vl", "qwen3_vl"):
         vision.out_hidden_size = TEXT_HIDDEN
     else:
         vision.hidden_size = TEXT_HIDDEN
@@ -46,13 +46,18 @@ def tiny_vllm_vlm_config(family: str = "qwen2_5_vl"):
 def tiny_vllm_vlm(family: str = "qwen2_5_vl", seed: int = 0, initializer_range: float = 0.2):
     """The model in fp32; ``initializer_range`` larger than HF's 0.02 so greedy decoding varies with the input
     (and with the image)."""
-    from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2VLForConditionalGeneration
+    from transformers import (
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2VLForConditionalGeneration,
+        Qwen3VLForConditionalGeneration,
+    )
 
     torch.manual_seed(seed)
     config = tiny_vllm_vlm_config(family)
     config.initializer_range = initializer_range
     config.text_config.initializer_range = initializer_range
-    cls = Qwen2_5_VLForConditionalGeneration if family == "qwen2_5_vl" else Qwen2VLForConditionalGeneration
+    cls = {"qwen2_5_vl": Qwen2_5_VLForConditionalGeneration, "qwen3_vl": Qwen3VLForConditionalGeneration}.get(
+        family, Qwen2VLForConditionalGeneration)
     return cls(config).float().eval()
 
 

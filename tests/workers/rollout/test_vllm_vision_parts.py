@@ -56,7 +56,7 @@ def test_rows_images_and_the_vision_tokens_bias():
     assert with_logit_bias(params, {}) is params
 
 
-@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl"])
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
 def test_qwen_vl_engine_settings_and_other_architectures_refused(family):
     from tests.helpers.tiny_vlm import tiny_vlm_config
 
@@ -65,9 +65,9 @@ def test_qwen_vl_engine_settings_and_other_architectures_refused(family):
     kwargs = vision_engine_kwargs(config)
     assert kwargs["skip_tokenizer_init"] is False and kwargs["limit_mm_per_prompt"] == {"video": 0}
     assert kwargs["mm_device_do_normalize"] is False
-    other = SimpleNamespace(architectures=["Qwen3VLForConditionalGeneration"], model_type="qwen3_vl",
+    other = SimpleNamespace(architectures=["LlavaForConditionalGeneration"], model_type="llava",
                             vision_config=object())
-    assert "Qwen3VLForConditionalGeneration" in vllm_vision_problem(other)
+    assert "LlavaForConditionalGeneration" in vllm_vision_problem(other)
     with pytest.raises(ValueError, match="rollout.name=hf"):
         vision_engine_kwargs(other)
 

@@ -36,8 +36,10 @@ _TORCHVISION_MODULE = "transformers.models.qwen2_vl.image_processing_qwen2_vl"
 _ARCHITECTURES = {
     "Qwen2VLForConditionalGeneration": "vllm.model_executor.models.qwen2_vl",
     "Qwen2_5_VLForConditionalGeneration": "vllm.model_executor.models.qwen2_5_vl",
+    "Qwen3VLForConditionalGeneration": "vllm.model_executor.models.qwen3_vl",
 }
-_MODEL_TYPES = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration"}
+_MODEL_TYPES = {"qwen2_vl": "Qwen2VLForConditionalGeneration", "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+                "qwen3_vl": "Qwen3VLForConditionalGeneration"}
 # what vLLM's processor loader may pass besides the folder; anything else would be ignored by our processor
 _LOADER_KWARGS = {"tokenizer", "revision", "code_revision", "trust_remote_code", "processor_cls"}
 
@@ -118,13 +120,21 @@ def _register_architecture(arch: str) -> None:
 
 class _NoVideoProcessor:
     """Stands in the image-only processor's empty video slot: vLLM reads the slot's kwarg names (``valid_kwargs``)
-    for every modality the architecture has; processing a video is refused, as the data pipeline refuses them."""
+    for every modality the architecture has, and Qwen3-VL's budget for the largest video (an item count of 0 still
+    sizes one) from its geometry, which is the image processor's; processing a video is refused, as the data
+    pipeline refuses them."""
 
-    def __init__(self, key: str) -> None:
+    # Qwen3-VL's video processor defaults: frames sampled at 2 fps, 4 to 768 of them
+    fps, min_frames, max_frames = 2.0, 4, 768
+
+    def __init__(self, key: str, image_processor: Any = None) -> None:
         from transformers.processing_utils import VideosKwargs
 
         self.valid_kwargs = VideosKwargs
         self.key = key
+        for name in ("size", "patch_size", "merge_size", "temporal_patch_size"):
+            if hasattr(image_processor, name):
+                setattr(self, name, getattr(image_processor, name))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"videos are not built for the vLLM rollout of {self.key} (and data.video_key is "
@@ -147,7 +157,7 @@ def _our_processor(folder: str, tokenizer: Any, key: str, trust_remote_code: boo
             raise ValueError(f"{key}={folder!r}: vLLM needs the folder's multi-modal processor "
                              "(preprocessor_config.json with processor_class) for image rows")
         if getattr(processor, "video_processor", None) is None:
-            processor.video_processor = _NoVideoProcessor(key)
+            processor.video_processor = _NoVideoProcessor(key, getattr(processor, "image_processor", None))
         _processors[cache_key] = processor
     return _processors[cache_key]
 
