@@ -65,9 +65,9 @@ def test_default_compute_score_routes_code_contests_to_the_sandbox(sandbox_url):
     assert default_compute_score("taco", HALF, ADD, None, **kwargs) == 0.5
 
 
-def test_code_contest_without_url_says_which_key_to_set():
-    with pytest.raises(ValueError, match=r"reward_model\.sandbox_fusion\.url"):
-        default_compute_score("apps", CORRECT, ADD, None)
+def test_code_contest_without_url_runs_on_this_machine_with_prime_code():
+    # as upstream: no sandbox url -> prime_code, the tests run in a confined child process here
+    assert default_compute_score("apps", CORRECT, ADD, None) == 1.0
 
 
 def test_other_data_sources_ignore_the_sandbox_kwargs():

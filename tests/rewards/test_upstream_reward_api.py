@@ -97,10 +97,12 @@ def test_call_sandbox_api_returns_errors_instead_of_raising(sandbox):
 
 @pytest.mark.parametrize("source", ["numina_aops_forum", "numina_synthetic_math", "numina_amc_aime",
                                     "numina_synthetic_amc", "numina_cn_k12", "numina_olympiads"])
-def test_numina_data_sources_score_the_boxed_answer(source):
+def test_numina_data_sources_score_the_final_answer_as_prime_math(source):
     assert default_compute_score(source, "so the answer is \\boxed{\\frac{1}{2}}", "\\frac{1}{2}") == 1.0
     assert default_compute_score(source, "so the answer is \\boxed{3}", "4") == 0.0
-    assert default_compute_score(source, "no boxed answer: 4", "4") == 0.0
+    # as upstream's prime_math: the answer need not be boxed
+    assert default_compute_score(source, "no boxed answer: 4", "4") == 1.0
+    assert default_compute_score(source, "no boxed answer: 5", "4") == 0.0
 
 
 def _judge(task, completion, reference, extra_info):

@@ -141,3 +141,18 @@ def test_eval_command_line(tmp_path):
                           capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
                           timeout=120)
     assert typo.returncode == 2 and "Did you mean 'data.response_key'" in typo.stderr
+
+
+def test_eval_reads_a_reward_result_as_its_score_and_acc():
+    """A compute_score returning upstream's RewardResult scores like the dict it stands for."""
+    from verl.trainer.config.evaluation import EvaluationConfig
+    from verl.trainer.main_eval import score_table
+    from verl.utils.reward_score.result import RewardResult
+
+    def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+        right = solution_str.strip() == ground_truth
+        return RewardResult(score=0.9 if right else 0.2, metrics={"acc": right})
+
+    rows = [{"data_source": "toy", "responses": ["4", "5"], "reward_model": {"ground_truth": "4"}}]
+    (prompt,) = score_table(rows, EvaluationConfig(), compute_score)
+    assert prompt.scores == [0.9, 0.2] and prompt.correct == [True, False]

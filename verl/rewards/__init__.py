@@ -3,8 +3,9 @@
 `default_compute_score(data_source, solution_str, ground_truth, extra_info)` is what the reward managers call
 when the user gives no `custom_reward_function.path`. Add a data source with `register_data_source`.
 
-Code-contest data sources (`CODE_DATA_SOURCES`) are scored by running their tests in a SandboxFusion sandbox;
-they need the `sandbox_fusion_url` keyword that the reward managers pass from `reward_model.sandbox_fusion.url`.
+Code-contest data sources (`CODE_DATA_SOURCES`) are scored by running their tests: in a SandboxFusion sandbox when
+the reward managers pass a `sandbox_fusion_url` (from `reward_model.sandbox_fusion.url`), else on this machine in
+a confined child process (`verl.rewards.prime_code`), as upstream.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-ScoreFn = Callable[[str, Any, dict | None], float | dict[str, Any]]
+from verl.rewards.result import RewardResult
+
+ScoreFn = Callable[[str, Any, dict | None], float | dict[str, Any] | RewardResult]
 
 _SCORERS_BY_NAME: dict[str, ScoreFn] = {}
 _SCORERS_BY_PREFIX: dict[str, ScoreFn] = {}
@@ -39,16 +42,23 @@ def _score_gsm8k(solution_str: str, ground_truth: Any, extra_info: dict | None) 
     return gsm8k.compute_score(solution_str, ground_truth)
 
 
-# Upstream's NuminaMath subsets (PRIME's data) are scored like MATH: the last boxed answer, normalized, then
-# checked symbolically (math_verify) when installed.
+# Upstream's NuminaMath subsets (PRIME's data) are scored by PRIME's math reward: the final answer taken from the
+# text (boxed or not), normalized, then checked symbolically (math_verify) when installed.
 NUMINA_DATA_SOURCES = (
     "numina_aops_forum", "numina_synthetic_math", "numina_amc_aime", "numina_synthetic_amc", "numina_cn_k12",
     "numina_olympiads",
 )  # fmt: skip
 
 
-@register_data_source("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500")
 @register_data_source(*NUMINA_DATA_SOURCES)
+def _score_prime_math(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
+    from verl.rewards import prime_math
+
+    is_correct, _format_ok, _answer = prime_math.compute_score(solution_str, ground_truth)
+    return float(is_correct)
+
+
+@register_data_source("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500")
 def _score_math(solution_str: str, ground_truth: Any, extra_info: dict | None) -> float:
     from verl.rewards import math_reward
 
@@ -104,17 +114,23 @@ def _score_code(
     memory_limit_mb: int = 1024,
     **_: Any,
 ) -> float:
-    if not sandbox_fusion_url:
-        raise ValueError(
-            f"data_source={data_source!r} is scored by running its tests in a sandbox, and no sandbox url was "
-            "given: set reward_model.sandbox_fusion.url (or reward.sandbox_fusion.url) to a SandboxFusion "
-            "/run_code endpoint, e.g. the one `python -m verl.tools.sandbox` prints"
-        )
-    from verl.rewards import sandbox_fusion
+    if sandbox_fusion_url:
+        from verl.rewards import sandbox_fusion
 
-    score, _metadata = sandbox_fusion.compute_score(
-        sandbox_fusion_url, concurrent_semaphore, memory_limit_mb, solution_str, ground_truth, continuous=True
-    )
+        score, _metadata = sandbox_fusion.compute_score(
+            sandbox_fusion_url, concurrent_semaphore, memory_limit_mb, solution_str, ground_truth, continuous=True
+        )
+        return float(score)
+    from verl.rewards import prime_code
+
+    # the semaphore bounds concurrent executions whichever way they run
+    if concurrent_semaphore is None:
+        score, _metadata = prime_code.compute_score(solution_str, ground_truth, continuous=True,
+                                                    memory_limit_mb=memory_limit_mb)  # fmt: skip
+    else:
+        with concurrent_semaphore:
+            score, _metadata = prime_code.compute_score(solution_str, ground_truth, continuous=True,
+                                                        memory_limit_mb=memory_limit_mb)  # fmt: skip
     return float(score)
 
 
@@ -143,8 +159,9 @@ def default_compute_score(
     ground_truth: Any,
     extra_info: dict | None = None,
     **kwargs: Any,
-) -> float | dict[str, Any]:
-    """The score of one response: a float, or a dict with at least "score" for scorers that report more.
+) -> float | dict[str, Any] | RewardResult:
+    """The score of one response: a float, or a dict with at least "score" (or a RewardResult, from a registered
+    scorer) for scorers that report more.
 
     Upstream's reward managers also pass sandbox settings as keyword arguments (`sandbox_fusion_url`,
     `concurrent_semaphore`, `memory_limit_mb`); only the code-contest data sources use them.
@@ -152,12 +169,13 @@ def default_compute_score(
     if str(data_source) in CODE_DATA_SOURCES:
         return _score_code(str(data_source), solution_str, ground_truth, **kwargs)
     result = _find_scorer(str(data_source))(solution_str, ground_truth, extra_info)
-    if isinstance(result, dict):
+    if isinstance(result, dict | RewardResult):
         return result
     if isinstance(result, int | float | bool):
         return float(result)
     raise TypeError(
-        f"reward for data_source={data_source!r} returned {type(result).__name__}, expected a number or a dict"
+        f"reward for data_source={data_source!r} returned {type(result).__name__}, expected a number, a dict or "
+        "a RewardResult"
     )
 
 

@@ -69,6 +69,10 @@ def _as_list(responses: Any, row: int, key: str) -> list[str]:
 
 
 def _score(result: Any) -> tuple[float, bool]:
+    from verl.rewards.result import RewardResult
+
+    if isinstance(result, RewardResult):  # upstream's structured result: its score and extra fields, as a dict
+        result = result.to_dict()
     if isinstance(result, dict):
         if "score" not in result:
             raise KeyError(f"the reward function returned a dict without 'score': {sorted(result)}")

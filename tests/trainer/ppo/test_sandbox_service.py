@@ -88,11 +88,12 @@ def test_sandbox_fusion_keys_reach_the_code_reward(recording_sandbox):
     assert _RecordingSandbox.max_in_flight == 2  # max_concurrent bounds the requests in flight
 
 
-def test_without_a_url_the_default_score_is_used_and_code_sources_say_what_to_set():
+def test_without_a_url_the_default_score_runs_code_sources_on_this_machine():
     manager = load_reward_manager(_typed(), build_tiny_tokenizer(), num_examine=0)
     assert not isinstance(manager.compute_score, SandboxScore)
-    with pytest.raises(ValueError, match="reward_model.sandbox_fusion.url"):
-        manager.compute_score("codecontests", "print(1)", {"inputs": [""], "outputs": ["1"]})
+    # as upstream: without a sandbox url, prime_code runs the tests in a confined child process here
+    assert manager.compute_score("codecontests", "print(1)", {"inputs": [""], "outputs": ["1"]}) == 1.0
+    assert manager.compute_score("codecontests", "print(2)", {"inputs": [""], "outputs": ["1"]}) == 0.0
 
 
 def _write(path, sources):

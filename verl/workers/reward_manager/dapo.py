@@ -10,6 +10,7 @@ from verl.workers.reward_manager.abstract import RawRewardFn
 from verl.workers.reward_manager.batch_text import RolloutTexts
 from verl.workers.reward_manager.naive import NaiveRewardManager
 from verl.workers.reward_manager.registry import register
+from verl.workers.reward_manager.scoring import as_plain_result
 
 
 def overlong_penalty(valid_response_length: int, max_resp_len: int, buffer_len: int, penalty_factor: float) -> float:
@@ -103,7 +104,7 @@ class DAPORewardManager(NaiveRewardManager):
 
     def _score_row(self, texts: RolloutTexts, i: int, result: Any) -> tuple[float, dict[str, Any]]:
         reward, fields = super()._score_row(texts, i, result)
-        if not isinstance(result, dict):
+        if not isinstance(as_plain_result(result), dict):
             fields["acc"] = reward
         if self._penalty_enabled():
             cfg = self.overlong_buffer_cfg

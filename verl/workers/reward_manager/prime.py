@@ -19,6 +19,7 @@ from verl.rewards.score_pool import ScorePool
 from verl.workers.reward_manager.abstract import RawRewardFn
 from verl.workers.reward_manager.naive import NaiveRewardManager
 from verl.workers.reward_manager.registry import register
+from verl.workers.reward_manager.scoring import as_plain_result
 from verl.workers.reward_manager.timed_scoring import DEFAULT_TIMEOUT
 
 # Upstream's per-call limit in parallel_compute_score_async: a verifier stuck on one program does not stall the batch.
@@ -26,6 +27,7 @@ ASYNC_SCORE_TIMEOUT = 300.0
 
 
 def _first_float(result: Any) -> float:
+    result = as_plain_result(result)
     if isinstance(result, dict):
         return float(result["score"])
     if isinstance(result, bool | int | float):

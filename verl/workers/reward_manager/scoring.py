@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from verl.rewards.result import RewardResult
+
 
 class RewardScoreError(RuntimeError):
     """compute_score failed or returned something that is not a score, for a named sample."""
@@ -44,7 +46,9 @@ def _as_float(value: Any, index: int, data_source: Any, fn: Callable[..., Any], 
 
 
 def unpack_score(result: Any, index: int, data_source: Any, fn: Callable[..., Any]) -> tuple[float, dict[str, Any]]:
-    """(reward, extra fields). A dict result must hold "score"; all its keys become extra info (as upstream)."""
+    """(reward, extra fields). A dict result must hold "score"; all its keys become extra info (as upstream).
+    A RewardResult counts as its `to_dict()`: its metrics (and non-empty metadata) become the extra info."""
+    result = as_plain_result(result)
     if isinstance(result, dict):
         if "score" not in result:
             raise RewardScoreError(
@@ -52,6 +56,11 @@ def unpack_score(result: Any, index: int, data_source: Any, fn: Callable[..., An
             )
         return _as_float(result["score"], index, data_source, fn, "score"), dict(result)
     return _as_float(result, index, data_source, fn, "score"), {}
+
+
+def as_plain_result(result: Any) -> Any:
+    """A RewardResult as the dict it stands for; any other result unchanged."""
+    return result.to_dict() if isinstance(result, RewardResult) else result
 
 
 def call_score_fn(fn: Callable[..., Any], index: int, data_source: Any, **kwargs: Any) -> Any:
@@ -96,6 +105,7 @@ class ExamplePrinter:
         print("[prompt]", prompt)
         print("[response]", response)
         print("[ground_truth]", ground_truth)
+        result = as_plain_result(result)
         if isinstance(result, dict):
             for key, value in result.items():
                 print(f"[{key}]", value)
