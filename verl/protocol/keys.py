@@ -139,6 +139,8 @@ def _specs() -> list[KeySpec]:
                 "agent/tool_errors", when=TOOL_AGENT, final=False),
         KeySpec("__tokenization_mismatch__", o, _OBJECT, _ROWS, _AGENT_OUT, "1 where the tokenization check failed; "
                 "popped into agent/tokenization_mismatch", when=TOOL_AGENT, final=False),
+        KeySpec("__aborted__", o, _OBJECT, _ROWS, _AGENT_OUT, "True where rollout.over_sample_rate dropped the row "
+                "(empty response); popped into agent/aborted_ratio", when=AGENT_LOOP, optional=True, final=False),
         KeySpec("turn_scores", o, _OBJECT, _ROWS, _AGENT_OUT, "the interaction's score of each user turn (list)",
                 when=TOOL_AGENT, optional=True),
         KeySpec("tool_rewards", o, _OBJECT, _ROWS, _AGENT_OUT, "each tool call's step reward (list)",

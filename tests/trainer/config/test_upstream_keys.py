@@ -175,3 +175,23 @@ def test_use_shm_loads_the_model_from_a_dev_shm_copy(cfg, tmp_path, monkeypatch)
 def test_use_shm_on_several_nodes_is_refused(cfg):
     set_keys(cfg, actor_rollout_ref__model__use_shm=True, trainer__nnodes=2)
     assert any(p.startswith(f"{ARR}.model.use_shm=true copies the model to /dev/shm") for p in problems_of(cfg))
+
+
+def test_layered_summon_is_accepted_with_a_note_saying_the_sync_already_streams(cfg, monkeypatch):
+    from tests.helpers.tiny_model import tiny_llama
+    from verl.workers.sharding_manager import fsdp_vllm
+
+    set_keys(cfg, actor_rollout_ref__rollout__layered_summon=True)
+    typed, messages = _validate(cfg)
+    assert typed.actor_rollout_ref.rollout.layered_summon
+    (line,) = [m for m in messages if m.startswith(f"{ARR}.rollout.layered_summon=true")]
+    assert "parameter by parameter" in line
+    # what the note promises: while the engine takes the k-th weight, at most k + 3 gathers have been started
+    # (two in flight beyond the one handed over), never the whole model
+    started: list[str] = []
+    real = fsdp_vllm._Gathered
+    monkeypatch.setattr(fsdp_vllm, "_Gathered", lambda param, dtype: started.append(1) or real(param, dtype))
+    model = tiny_llama()
+    total = len(list(model.parameters()))
+    ahead = [len(started) - k for k, _ in enumerate(fsdp_vllm.full_named_weights(model, None, tied_lm_head=True))]
+    assert len(ahead) >= total > 3 and max(ahead) <= 3

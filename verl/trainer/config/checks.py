@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from verl.trainer.config.algorithm import rollout_correction_problems
 from verl.trainer.config.attention_checks import check_attn_implementation
 from verl.trainer.config.engine_kwargs_checks import check_rollout_engine_kwargs
+from verl.trainer.config.hsdp_checks import check_hsdp
 from verl.trainer.config.lora_checks import check_lora
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.config.reward import check_reward_model
@@ -58,6 +59,7 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_conditional_refusals(cfg)
     problems += check_reward_model(cfg)
     problems += check_lora(cfg)
+    problems += check_hsdp(cfg)
     problems += check_ulysses(cfg)
     problems += check_attn_implementation(cfg)
     problems += check_rollout_skip(cfg)
@@ -468,7 +470,24 @@ def check_multi_turn(cfg: PPOTrainerConfig) -> list[str]:
     if not multi_turn.enable and (multi_turn.tool_config_path or multi_turn.interaction_config_path):
         problems.append("actor_rollout_ref.rollout.multi_turn.tool_config_path / interaction_config_path are set but "
                         "multi_turn.enable=false; set actor_rollout_ref.rollout.multi_turn.enable=true (and mode=async).")
-    return problems
+    return problems + _over_sample_problems(rollout)
+
+
+def _over_sample_problems(rollout) -> list[str]:
+    key, rate = "actor_rollout_ref.rollout.over_sample_rate", rollout.over_sample_rate
+    if rate == 0:
+        return []
+    if not 0 < rate < 1:
+        return [f"{key}={rate}: give the fraction of each rank's trajectories to abort once the rest have finished, "
+                "in [0, 1) (0: off)."]
+    if rollout.mode != "async":
+        return [f"{key}={rate} needs actor_rollout_ref.rollout.mode=async: the sync rollout generates the batch in "
+                "one call, with nothing to abort early."]
+    if rollout.name == "vllm" and rollout.tensor_model_parallel_size > 1:
+        return [f"{key}={rate} with actor_rollout_ref.rollout.tensor_model_parallel_size="
+                f"{rollout.tensor_model_parallel_size}: aborting requests across the ranks of one tensor-parallel "
+                "engine is not built; use tensor_model_parallel_size=1 or over_sample_rate=0."]
+    return []
 
 
 def check_conditional_refusals(cfg: PPOTrainerConfig) -> list[str]:

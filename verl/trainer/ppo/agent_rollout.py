@@ -15,7 +15,8 @@ MEDIA_KEYS = ("multi_modal_inputs", "multi_modal_data")
 # what the agent loop returns per trajectory (verl/workers/rollout/agent_loop/vision.py) in place of the row's
 TRAJECTORY_MEDIA_KEY = "multi_modal_inputs"
 # per-trajectory counters the agent loop returns for metrics only; dropped from the batch once read
-AGENT_COLUMNS = ("__num_turns__", "__tool_calls__", "__tool_errors__", "__tokenization_mismatch__", "__rm_scored__")
+AGENT_COLUMNS = ("__num_turns__", "__tool_calls__", "__tool_errors__", "__tokenization_mismatch__", "__rm_scored__",
+                 "__aborted__")
 
 
 def pop_generation_input(batch: DataProto, mode: str) -> DataProto:
@@ -51,6 +52,8 @@ def pop_agent_metrics(batch: DataProto, prefix: str = "agent/") -> dict[str, flo
     for column, name in (("__tool_calls__", "tool_calls"), ("__tool_errors__", "tool_errors")):
         if column in columns:
             metrics.update(_stats(prefix, name, np.asarray(columns[column], dtype=float)))
+    if "__aborted__" in columns:  # rollout.over_sample_rate: the share of rows dropped with an empty response
+        metrics[f"{prefix}aborted_ratio"] = float(np.mean(np.asarray(columns["__aborted__"], dtype=float)))
     if "__tokenization_mismatch__" in columns:
         metrics[f"{prefix}tokenization_mismatch/mean"] = float(np.mean(np.asarray(columns["__tokenization_mismatch__"],
                                                                                    dtype=float)))

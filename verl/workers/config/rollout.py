@@ -139,6 +139,9 @@ class RolloutConfig(BaseConfig):
     # trainer). false loads it too, which changes no token; hf generates on token ids and has none to load
     skip_tokenizer_init: bool = True
     load_format: str = "dummy_dtensor"
+    # upstream: gather the FSDP shards of a LoRA model layer by layer for the weight sync (less peak memory). The
+    # sync here always streams parameter by parameter (fsdp_vllm.full_named_weights), so true is a note, not a change
+    layered_summon: bool = False
     tensor_model_parallel_size: int = at_least(1, 1)
     max_num_batched_tokens: int = at_least(8192, 1)
     max_model_len: int | None = None
@@ -150,6 +153,9 @@ class RolloutConfig(BaseConfig):
     disable_log_stats: bool = True
     enable_chunked_prefill: bool = True
     n: int = at_least(1, 1)  # responses per prompt
+    # training calls of the agent loop: once (1 - rate) x the rank's trajectories finished, the others are aborted
+    # and kept with an empty response (nothing trained on them), as upstream; 0: off (checked to be in [0, 1))
+    over_sample_rate: float = 0.0
     data_parallel_size: int = refused(
         1,
         "data parallelism inside one rollout server (several engine replicas behind it, upstream's data-parallel "

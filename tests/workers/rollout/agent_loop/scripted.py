@@ -50,6 +50,11 @@ class ScriptedBackend:
     def fail_all(self, err) -> None:
         self.queue.clear()
 
+    def abort_all(self, err) -> None:
+        for request in self.queue:
+            request.future.set_exception(err)
+        self.queue.clear()
+
 
 class CalcTool(BaseTool):
     """calc(expression): evaluates digits and + - * ; "boom" raises, "slow" sleeps past the call timeout."""

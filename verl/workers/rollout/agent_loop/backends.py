@@ -111,11 +111,15 @@ class VLLMBackend:
         return TokenOutput(tokens, log_probs, reason)
 
     def fail_all(self, err: BaseException) -> None:
+        self.abort_all(RuntimeError(f"the vLLM engine failed: {err!r}"))
+
+    def abort_all(self, err: BaseException) -> None:
+        """Drop every request from the engine; each waiting trajectory gets ``err``."""
         if self.pending:
             self.engine.abort_request(list(self.pending))
         for request in self.pending.values():
             if not request.future.done():
-                request.future.set_exception(RuntimeError(f"the vLLM engine failed: {err!r}"))
+                request.future.set_exception(err)
         self.pending.clear()
         self.started.clear()
 
@@ -207,7 +211,11 @@ class HFBackend:
         self.rollout.generate_sequences(prompts)
 
     def fail_all(self, err: BaseException) -> None:
+        self.abort_all(RuntimeError(f"HF generate failed: {err!r}"))
+
+    def abort_all(self, err: BaseException) -> None:
+        """Drop every queued request (a generate call in progress always finishes); each gets ``err``."""
         for request in self.queue:
             if not request.future.done():
-                request.future.set_exception(RuntimeError(f"HF generate failed: {err!r}"))
+                request.future.set_exception(err)
         self.queue.clear()

@@ -51,6 +51,7 @@ class LockstepEngineLoop(EngineLoop):
     def serve(self, done: Callable[[], bool]) -> None:
         try:
             while True:
+                self._abort_if_enough()  # this rank's own trajectories: the rounds go on while any rank has work
                 self._collect(block=False)
                 finished = done() and self._queue.empty() and not self.backend.has_work()
                 flags = torch.tensor([int(self.backend.has_work()), int(finished)], dtype=torch.long,

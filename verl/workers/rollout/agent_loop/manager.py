@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
 import time
 from typing import Any
@@ -33,7 +34,7 @@ from verl.workers.rollout.agent_loop.base import (
 from verl.workers.rollout.agent_loop.lockstep import EngineGroup, LockstepEngineLoop, MirroredEngineLoop
 from verl.workers.rollout.agent_loop.outputs import outputs_to_batch
 from verl.workers.rollout.agent_loop.registry import load_agent_loop_config, resolve_agent_loop
-from verl.workers.rollout.agent_loop.server import CURRENT_ROW, AsyncLLMServerManager, EngineLoop
+from verl.workers.rollout.agent_loop.server import CURRENT_ROW, AsyncLLMServerManager, EngineLoop, RolloutAborted
 from verl.workers.rollout.agent_loop.vision import vision_batch
 from verl.workers.rollout.seeding import CallSeeds, SamplingSeeds
 
@@ -62,8 +63,11 @@ class AgentLoopWorker:
         CURRENT_ROW.set(index)  # this task's requests enter the engine in row order (server.py)
         try:
             loop = self.manager.new_loop(name, self.server)
-            with self.manager.trace_attrs(index):
-                output = await loop.run(dict(sampling_params), **kwargs)
+            try:
+                with self.manager.trace_attrs(index):
+                    output = await loop.run(dict(sampling_params), **kwargs)
+            except RolloutAborted:  # rollout.over_sample_rate cut the call short: the manager pads the row
+                return
             if not isinstance(output, AgentLoopOutput):
                 raise TypeError(f"agent loop {name!r} returned {type(output).__name__}, not an AgentLoopOutput")
             outputs[index] = output
@@ -163,7 +167,8 @@ class AgentLoopManager:
                   session: RewardLoopSession | None) -> DataProto:
         rows = self._rows(prompts)
         backend = self.make_backend(prompts.meta_info)
-        engine_loop = self._engine_loop(backend, self.seeds.next_call(prompts.meta_info))
+        engine_loop = self._engine_loop(backend, self.seeds.next_call(prompts.meta_info),
+                                        self._abort_after(len(rows), prompts.meta_info))
         if isinstance(engine_loop, MirroredEngineLoop) and not self.engine_group.is_leader:
             return self._follow(engine_loop)
         server = AsyncLLMServerManager(engine_loop, self.rollout_config.prompt_length,
@@ -193,8 +198,17 @@ class AgentLoopManager:
         result = error
         if error is None:
             try:
+                aborted = [i for i, output in enumerate(outputs) if output is None]
+                for i in aborted:  # over_sample_rate: the dropped rows, scored like the others (reward loop too)
+                    outputs[i] = _aborted_output(rows[i][2], outputs)
+                    if self.sample_done is not None:
+                        self.sample_done(i, outputs[i])
                 result = outputs_to_batch(outputs, self.rollout_config.prompt_length,
                                           self.rollout_config.response_length, int(prompts.meta_info["pad_token_id"]))
+                if engine_loop.abort_after is not None:
+                    dropped = set(aborted)
+                    result.non_tensor_batch["__aborted__"] = np.array([i in dropped for i in range(len(rows))],
+                                                                      dtype=object)
                 # a VLM batch's (bs, 4, L) positions and each trajectory's multi_modal_inputs
                 vision_batch(result, outputs, prompts, self.processor)
                 if session is not None:
@@ -209,12 +223,23 @@ class AgentLoopManager:
             raise result
         return result
 
-    def _engine_loop(self, backend: Any, seeds: CallSeeds) -> EngineLoop:
+    def _abort_after(self, n_rows: int, meta: dict[str, Any]) -> int | None:
+        """rollout.over_sample_rate (training calls only): how many trajectories end the call, the rest aborted."""
+        rate = float(self.rollout_config.over_sample_rate)
+        if rate <= 0 or meta.get("validate", False):
+            return None
+        keep = max(1, math.ceil(n_rows * (1.0 - rate)))
+        return keep if keep < n_rows else None
+
+    def _engine_loop(self, backend: Any, seeds: CallSeeds, abort_after: int | None = None) -> EngineLoop:
         group = self.engine_group
         if group is None or group.size <= 1:
-            return EngineLoop(backend, seeds=seeds)
+            return EngineLoop(backend, seeds=seeds, abort_after=abort_after)
         if group.kind == "lockstep":
-            return LockstepEngineLoop(backend, group, seeds=seeds)
+            return LockstepEngineLoop(backend, group, seeds=seeds, abort_after=abort_after)
+        if abort_after is not None:  # checked before Ray too (verl.trainer.config.checks)
+            raise ValueError("actor_rollout_ref.rollout.over_sample_rate > 0 with a tensor-parallel vLLM engine: the "
+                             "engine's ranks would have to abort the same requests together, which is not built")
         return MirroredEngineLoop(backend, group, seeds=seeds)
 
     def _follow(self, engine_loop: MirroredEngineLoop) -> DataProto:
@@ -237,6 +262,28 @@ class AgentLoopManager:
             name = str(names[i]) if names is not None and names[i] else default
             rows.append((i, name, kwargs))
         return rows
+
+
+def _aborted_output(kwargs: dict, outputs: list[AgentLoopOutput | None]) -> AgentLoopOutput:
+    """A row over_sample_rate dropped: its prompt as the sync rollout sends it and an empty response (no token is
+    trained on it), with the finished rows' extra fields set to empty values so the columns stay uniform."""
+    template = next((o for o in outputs if o is not None), None)
+    images = (kwargs.get("multi_modal_data") or {}).get("image") or None
+    return AgentLoopOutput(prompt_ids=list(kwargs["raw_prompt_ids"]), response_ids=[], response_mask=[],
+                           response_logprobs=[] if template and template.response_logprobs is not None else None,
+                           num_turns=1, extra_fields={k: _empty_like(v) for k, v in (template.extra_fields if template
+                                                                                      else {}).items()},
+                           multi_modal_data={"image": list(images)} if images else None)
+
+
+def _empty_like(value: Any) -> Any:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return type(value)(0)
+    if isinstance(value, list | tuple | dict):
+        return type(value)()
+    return None
 
 
 def _slices(rows: list, n: int) -> list[list]:

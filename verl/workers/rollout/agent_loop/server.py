@@ -37,13 +37,18 @@ from typing import Any
 from verl.utils.rollout_trace import rollout_trace_op
 from verl.workers.rollout.seeding import CallSeeds, derive_seed
 
-__all__ = ["TokenOutput", "AsyncLLMServerManager", "EngineLoop", "EngineRequest"]
+__all__ = ["TokenOutput", "AsyncLLMServerManager", "EngineLoop", "EngineRequest", "RolloutAborted"]
 
 # How long an idle engine waits for the other live trajectories to ask before it starts a batch without them: the
 # first batch of a call waits longer, so that rows that all start by generating form one batch, as in sync mode.
 GATHER_WAIT_S = 0.05
 FIRST_GATHER_WAIT_S = 5.0
 _BATCH_SEED_TAG = -2  # (call seed, tag, k): the k-th batch's seed, apart from any (row, turn) request seed
+
+
+class RolloutAborted(Exception):
+    """Raised into a trajectory's pending or later ``generate`` once ``rollout.over_sample_rate`` has ended the call:
+    enough trajectories finished, the rest are dropped (the manager gives them an empty response)."""
 
 
 @dataclass
@@ -90,8 +95,13 @@ class EngineLoop:
     call's seeds; with a backend that does not seed each request (HF), batches then wait for every live trajectory
     and each is sampled from its own seed (the module docstring)."""
 
-    def __init__(self, backend: Any, gather_wait_s: float = GATHER_WAIT_S, seeds: CallSeeds | None = None) -> None:
+    def __init__(self, backend: Any, gather_wait_s: float = GATHER_WAIT_S, seeds: CallSeeds | None = None,
+                 abort_after: int | None = None) -> None:
+        """``abort_after``: once that many trajectories have finished, abort the others (rollout.over_sample_rate)."""
         self.backend = backend
+        self.abort_after = abort_after
+        self.aborted = False
+        self._finished = 0
         self.gather_wait_s = gather_wait_s
         self.seeds = seeds if seeds is not None and not seeds_each_request(backend) else None
         self.batches = 0  # steps in which this rank's backend had requests of its own (lockstep rounds aside)
@@ -110,6 +120,9 @@ class EngineLoop:
         request = EngineRequest(f"{request_id}-{next(self._ids)}", list(prompt_ids), dict(sampling_params),
                                 order=order, image_data=list(image_data) if image_data else None)
         with self._lock:
+            if self.aborted:  # a trajectory back from a tool after the call was cut short
+                request.future.set_exception(RolloutAborted(request.request_id))
+                return request.future
             self._waiting += 1
         self._queue.put(request)
         return request.future
@@ -121,6 +134,23 @@ class EngineLoop:
     def trajectory_finished(self) -> None:
         with self._lock:
             self._live -= 1
+            self._finished += 1
+
+    def _abort_due(self) -> bool:
+        with self._lock:
+            return (self.abort_after is not None and not self.aborted and self._finished >= self.abort_after
+                    and self._live > 0)
+
+    def _abort_if_enough(self) -> None:
+        """rollout.over_sample_rate: once ``abort_after`` trajectories have finished, every request still queued or
+        in the engine, and any a live trajectory sends later, ends with RolloutAborted."""
+        with self._lock:
+            if self.abort_after is None or self.aborted or self._finished < self.abort_after or self._live <= 0:
+                return
+            self.aborted = True
+            self._waiting = 0
+        self.backend.abort_all(RolloutAborted("rollout.over_sample_rate: enough trajectories finished"))
+        self._fail_queued(None)
 
     # -- the engine thread ----------------------------------------------------------------------------------------
 
@@ -128,6 +158,7 @@ class EngineLoop:
         """Run the engine until ``done()`` (every worker thread has finished) and nothing is pending."""
         try:
             while True:
+                self._abort_if_enough()
                 self._collect(block=not self.backend.has_work())
                 if self.backend.has_work():
                     self._step()
@@ -165,6 +196,8 @@ class EngineLoop:
         taken: list[EngineRequest] = []
         deadline = None if self.seeds is not None else time.monotonic() + wait_s
         while deadline is None or time.monotonic() < deadline:
+            if self._abort_due():  # the trajectories still out will be aborted, not waited for
+                break
             with self._lock:
                 if self._waiting >= self._live:
                     break
@@ -189,14 +222,16 @@ class EngineLoop:
                 self._waiting -= 1
             request.future.set_result(output)
 
-    def _fail_queued(self, err: BaseException) -> None:
+    def _fail_queued(self, err: BaseException | None) -> None:
+        """Every queued request ends: with the engine's failure ``err``, or (None) aborted by over_sample_rate."""
         while True:
             try:
                 request = self._queue.get_nowait()
             except queue.Empty:
                 return
             if not request.future.done():
-                request.future.set_exception(RuntimeError(f"the rollout engine failed: {err!r}"))
+                request.future.set_exception(RuntimeError(f"the rollout engine failed: {err!r}") if err is not None
+                                             else RolloutAborted(request.request_id))
 
 
 class AsyncLLMServerManager:
