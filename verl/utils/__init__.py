@@ -4,10 +4,10 @@ Domain code lives in its own package (verl.rewards, verl.data, verl.checkpoint, 
 under verl.utils (reward_score, dataset, checkpoint, tracking) stay importable as aliases of the new modules.
 """
 
-# Upstream's `from verl.utils import as_torch_index, group_mean_std, omega_conf_to_dataclass`; loaded on first
-# use, so importing any verl.utils module stays as light as the module itself.
+# Upstream's `from verl.utils import as_torch_index, group_mean_std, hf_tokenizer, omega_conf_to_dataclass`; loaded
+# on first use, so importing any verl.utils module stays as light as the module itself.
 _LAZY = {"as_torch_index": "verl.utils.groupwise", "group_mean_std": "verl.utils.groupwise",
-         "omega_conf_to_dataclass": "verl.utils.config"}
+         "hf_tokenizer": "verl.utils.tokenizer", "omega_conf_to_dataclass": "verl.utils.config"}
 
 
 def __getattr__(name):

@@ -5,12 +5,14 @@ the batch across ranks, so each method sees only its shard. Batch sizes arrive i
 are normalised here to responses per rank, once, before the compute classes are built.
 
 The workers receive typed config sections (verl.workers.config, beside them): ActorRolloutRefWorker an
-ActorRolloutRefConfig, CriticWorker an FSDPCriticConfig.
+ActorRolloutRefConfig, CriticWorker an FSDPCriticConfig. Upstream's ``fsdp_workers.RewardModelWorker`` is
+verl.workers.reward_model_worker's, reachable here by that name.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import time
 from typing import TypeVar
@@ -79,9 +81,11 @@ class _FSDPWorkerBase(Worker):
     def _dp_size(self) -> int:
         return self._sp.dp_size if self._sp is not None else self.world_size
 
-    def _init_distributed(self) -> None:
+    def _init_distributed(self, fsdp_size: int = -1) -> None:
+        """The process group, and the mesh FSDP2 shards over: all ranks, or HSDP (replicas of fsdp_size-rank
+        shard groups) when the role's fsdp_config.fsdp_size is smaller than the world."""
         self.init_torch_distributed()
-        self.device_mesh = create_device_mesh(dist.get_world_size())
+        self.device_mesh = create_device_mesh(dist.get_world_size(), fsdp_size)
 
     def _model_dtype(self, fsdp_config, key: str) -> torch.dtype:
         return to_torch_dtype(fsdp_config.model_dtype, f"{key}.fsdp_config.model_dtype")
@@ -135,9 +139,11 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
     def init_model(self) -> None:
         from verl.models.loader import load_causal_lm, load_tokenizer
 
-        self._init_distributed()
-        torch.manual_seed(MODEL_INIT_SEED + self.rank)
         cfg = self.config
+        # the actor's fsdp_size shapes the mesh of the module the actor, rollout (and a LoRA reference) share
+        trains_or_generates = self._is_actor or self._is_rollout
+        self._init_distributed((cfg.actor if trains_or_generates else cfg.ref).fsdp_config.fsdp_size)
+        torch.manual_seed(MODEL_INIT_SEED + self.rank)
         self._sp = _actor_sequence_parallel(cfg)
         self.tokenizer = None
         if self._is_actor or self._is_rollout:
@@ -202,7 +208,10 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         module, _ = load_causal_lm(self.config.model, "actor_rollout_ref.model",
                                    dtype=self._model_dtype(fsdp_cfg, "actor_rollout_ref.ref"))
         module.requires_grad_(False)
-        self.ref_module = apply_fsdp2(module, fsdp_cfg, self.device_mesh)
+        mesh = self.device_mesh
+        if (self._is_actor or self._is_rollout) and fsdp_cfg.fsdp_size != self.config.actor.fsdp_config.fsdp_size:
+            mesh = create_device_mesh(dist.get_world_size(), fsdp_cfg.fsdp_size)  # a reference sharded its own way
+        self.ref_module = apply_fsdp2(module, fsdp_cfg, mesh)
         self.ref_policy = DataParallelPPOActor(ref_cfg, self.ref_module)
 
     # -- compute --------------------------------------------------------------------------------------------------
@@ -365,7 +374,7 @@ class CriticWorker(_FSDPWorkerBase):
         from verl.models.loader import load_causal_lm
         from verl.workers.critic import DataParallelPPOCritic
 
-        self._init_distributed()
+        self._init_distributed(self.config.model.fsdp_config.fsdp_size)
         # the value head is freshly initialised: the same seed on every rank gives every rank the same head and
         # every run the same critic (a resumed run is compared against an uninterrupted one)
         torch.manual_seed(MODEL_INIT_SEED)
@@ -465,3 +474,10 @@ def _forward_micro_batch(cfg: FSDPCriticConfig, dp_size: int) -> int:
     if cfg.forward_micro_batch_size:
         return max(1, cfg.forward_micro_batch_size // dp_size)
     return cfg.ppo_micro_batch_size_per_gpu
+
+
+def __getattr__(name: str):
+    # the reward-model worker's module imports this one, so it is loaded on first use rather than imported here
+    if name == "RewardModelWorker":
+        return importlib.import_module("verl.workers.reward_model_worker").RewardModelWorker
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

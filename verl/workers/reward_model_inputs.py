@@ -12,6 +12,10 @@ the reward model's, each row is turned back into a chat and rendered again, as u
   ``reward_model.max_length`` tokens from the right when set, and the batch is right-padded.
 
 Either way the score is read at each row's last real token.
+
+A generative judge reads text instead: ``reward_texts`` gives each row's last user question, decoded response and
+``reward_model.ground_truth`` (upstream's ``RewardModelWorker._extract_inputs_for_reward``), the input of
+``verl.utils.reward_process.reward_preprocess``.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ import torch
 
 from verl.protocol import DataProto
 
-__all__ = ["same_tokenizer", "chat_messages", "response_text", "retemplate", "last_token_index", "response_score_index"]
+__all__ = ["same_tokenizer", "chat_messages", "response_text", "retemplate", "last_token_index", "response_score_index",
+           "reward_texts"]
 
 _MARKER = "\u2063verl-rm-content\u2063"  # an invisible separator around a word no template contains
 
@@ -107,3 +112,30 @@ def response_score_index(data: DataProto) -> torch.Tensor:
     response_length = data.batch["responses"].size(1)
     valid = data.batch["attention_mask"][:, -response_length:].sum(-1)
     return valid.long() - 1
+
+
+def reward_texts(data: DataProto, tokenizer: Any) -> tuple[list[str], list[str], list[Any]]:
+    """(questions, answers, ground_truths) of every row: the content of the last user message of ``raw_prompt``
+    ("" when none), the response decoded by ``tokenizer`` without special tokens, and ``reward_model["ground_truth"]``.
+    The response is cut to its real tokens by the attention mask's response columns when the batch has one, so a
+    pad id that is not a special token does not reach the text."""
+    raw_prompts = data.non_tensor_batch.get("raw_prompt")
+    reward_infos = data.non_tensor_batch.get("reward_model")
+    if raw_prompts is None or reward_infos is None:
+        missing = [key for key, value in (("raw_prompt", raw_prompts), ("reward_model", reward_infos)) if value is None]
+        raise KeyError(f"the batch has no {' / '.join(missing)} column: a generative judge needs the dataset's chat "
+                       "(data.return_raw_chat=true) and each row's reward_model.ground_truth")
+    responses = data.batch["responses"]
+    mask = data.batch.get("attention_mask", None)
+    questions, answers, ground_truths = [], [], []
+    for row in range(len(data)):
+        messages = raw_prompts[row]
+        if not isinstance(messages, (list, tuple, np.ndarray)):
+            raise TypeError(f"raw_prompt of row {row} is a {type(messages).__name__}, expected a list of chat messages")
+        questions.append(next((m["content"] for m in reversed(list(messages)) if m.get("role") == "user"), ""))
+        ids = responses[row]
+        if mask is not None:
+            ids = ids[: int(mask[row, -responses.size(1):].sum())]
+        answers.append(tokenizer.decode(ids.tolist(), skip_special_tokens=True))
+        ground_truths.append(reward_infos[row]["ground_truth"])
+    return questions, answers, ground_truths

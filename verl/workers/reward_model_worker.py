@@ -27,7 +27,13 @@ from verl.single_controller.base import Dispatch, register
 from verl.workers.fsdp_utils import apply_fsdp2
 from verl.workers.fsdp_workers import MODEL_INIT_SEED, _FSDPWorkerBase
 from verl.workers.micro_batching import forwards_context, make_micro_batches, module_device, restore_order
-from verl.workers.reward_model_inputs import last_token_index, response_score_index, retemplate, same_tokenizer
+from verl.workers.reward_model_inputs import (
+    last_token_index,
+    response_score_index,
+    retemplate,
+    reward_texts,
+    same_tokenizer,
+)
 from verl.workers.vision_rows import MM_ROW, hf_position_ids, vision_kwargs
 
 __all__ = ["RewardModelWorker", "rm_micro_batch_size"]
@@ -56,7 +62,7 @@ class RewardModelWorker(_FSDPWorkerBase):
         from verl.models.loader import load_tokenizer, resolve_model_path
         from verl.models.value_head import load_reward_model
 
-        self._init_distributed()
+        self._init_distributed(self.config.model.fsdp_config.fsdp_size)
         torch.manual_seed(MODEL_INIT_SEED)
         model_cfg = self.config.model
         if model_cfg.external_lib:  # registers custom model classes in this process, where the model loads
@@ -86,6 +92,13 @@ class RewardModelWorker(_FSDPWorkerBase):
     def switches_template(self) -> bool:
         """Whether inputs are re-templated (the input tokenizer differs from the reward model's)."""
         return self.input_tokenizer is not None
+
+    def _extract_inputs_for_reward(self, data: DataProto) -> tuple[list[str], list[str], list[Any]]:
+        """Upstream's (questions, answers, ground_truths) of ``data`` for ``reward_preprocess``
+        (verl.workers.reward_model_inputs.reward_texts). Responses are decoded with ``self.tokenizer``, as upstream
+        does: when ``reward_model.model.input_tokenizer`` differs from the reward model's, the policy's ids need
+        ``reward_texts(data, self.input_tokenizer)`` instead."""
+        return reward_texts(data, self.tokenizer)
 
     # -- scoring --------------------------------------------------------------------------------------------------
 

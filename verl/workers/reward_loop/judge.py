@@ -8,6 +8,10 @@ exponential backoff; other 4xx are not. Failures raise ``JudgeError`` subclasses
 - ``JudgeUnavailableError``: the endpoint could not be reached or kept failing (down, refusing, 5xx);
 - ``JudgeResponseError``: it answered, but not an OpenAI chat completion, or without a verdict in the text.
 
+The prompt is built and a ``\\boxed{n}`` verdict is read by ``verl.utils.judge_text``, which upstream's
+generative-reward-model helpers (``verl.utils.reward_process``) share: ``system_prompt`` adds a system message, and
+``prompt_template=BOXED_JUDGE_TEMPLATE, system_prompt=BOXED_JUDGE_SYSTEM_PROMPT, max_score=5`` asks with their prompt.
+
 The verdict from the probability of a verdict token: ``OpenAIJudge(..., verdict_tokens=("Yes", "No"))`` asks for one
 token with ``logprobs: true, top_logprobs: 20`` (prompt ``VERDICT_TOKEN_TEMPLATE`` unless ``prompt_template`` is
 given) and scores ``p(positive) / (p(positive) + p(negative))``, each ``p`` summed over the top tokens equal to that
@@ -30,6 +34,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
+
+from verl.utils.judge_text import fill_judge_template, judge_chat, last_boxed_score
 
 __all__ = ["DEFAULT_JUDGE_TEMPLATE", "VERDICT_TOKEN_TEMPLATE", "JudgeError", "JudgeResponseError",
            "JudgeUnavailableError", "JudgeVerdict", "OpenAIJudge", "judge_compute_score", "parse_verdict",
@@ -78,8 +84,9 @@ class JudgeVerdict:
 
 def parse_verdict(text: str, max_score: float = 10.0) -> float:
     """A score in [0, 1] from the judge's text: the last ``SCORE: x`` (or ``SCORE: x/y``) divided by its scale
-    (``max_score`` when no ``/y``), else the last ``VERDICT: correct|incorrect|yes|no|pass|fail`` as 1 or 0.
-    Raises ValueError when there is neither, or the score lies outside its scale."""
+    (``max_score`` when no ``/y``), else the last ``VERDICT: correct|incorrect|yes|no|pass|fail`` as 1 or 0, else
+    the last ``\\boxed{n}`` divided by ``max_score``. Raises ValueError when there is none of them, or the score
+    lies outside its scale."""
     scores = _SCORE.findall(text or "")
     if scores:
         value, scale = scores[-1]
@@ -91,7 +98,13 @@ def parse_verdict(text: str, max_score: float = 10.0) -> float:
     verdicts = _VERDICT.findall(text or "")
     if verdicts:
         return 1.0 if verdicts[-1].lower() in _POSITIVE else 0.0
-    raise ValueError("no 'SCORE: <number>' or 'VERDICT: correct|incorrect' line in the judge's answer")
+    boxed = last_boxed_score(text)
+    if boxed is not None:
+        if max_score <= 0 or boxed > max_score:
+            raise ValueError(f"the judge's score \\boxed{{{boxed:g}}} is outside 0..{max_score:g}")
+        return boxed / max_score
+    raise ValueError("no 'SCORE: <number>', 'VERDICT: correct|incorrect' or '\\boxed{<integer>}' in the judge's "
+                     "answer")
 
 
 def verdict_probability(top_logprobs: list[dict[str, Any]], positive: str, negative: str) -> float:
@@ -113,12 +126,14 @@ def verdict_probability(top_logprobs: list[dict[str, Any]], positive: str, negat
 class OpenAIJudge:
     """``verdict_tokens``: None (default) reads the score from the answer's text (``parse_verdict``);
     ``(positive, negative)`` scores from the first answer token's probabilities (``verdict_probability``), asking
-    for ``max_tokens=1, logprobs=true, top_logprobs=20``; its default prompt is ``VERDICT_TOKEN_TEMPLATE``."""
+    for ``max_tokens=1, logprobs=true, top_logprobs=20``; its default prompt is ``VERDICT_TOKEN_TEMPLATE``.
+    ``system_prompt``: a system message sent before the filled template (None: the user message alone)."""
 
     def __init__(self, base_url: str, model: str | None = None, *, api_key: str | None = None,
                  prompt_template: str | None = None, max_score: float = 10.0,
                  request_timeout: float = 60.0, max_retries: int = 3, backoff_s: float = 0.5,
-                 temperature: float = 0.0, max_tokens: int = 512, verdict_tokens: Any = None) -> None:
+                 temperature: float = 0.0, max_tokens: int = 512, verdict_tokens: Any = None,
+                 system_prompt: str | None = None) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"judge base_url must start with http:// or https://, got {base_url!r}")
         if verdict_tokens is not None:
@@ -137,6 +152,7 @@ class OpenAIJudge:
         self.model = model
         self.api_key = api_key
         self.prompt_template = prompt_template
+        self.system_prompt = system_prompt
         self.max_score = max_score
         self.request_timeout = float(request_timeout)
         self.max_retries = int(max_retries)
@@ -146,11 +162,17 @@ class OpenAIJudge:
 
     def prompt(self, question: str, response: str, ground_truth: Any = None) -> str:
         positive, negative = self.verdict_tokens or ("", "")
-        return self.prompt_template.format(question=question, response=response, positive=positive,
-                                           negative=negative, ground_truth="" if ground_truth is None else ground_truth)
+        return fill_judge_template(self.prompt_template, question, response, ground_truth, positive=positive,
+                                   negative=negative)
+
+    def messages(self, question: str, response: str, ground_truth: Any = None) -> list[dict[str, str]]:
+        """The chat sent to the endpoint: the system prompt (when set) and the filled template."""
+        positive, negative = self.verdict_tokens or ("", "")
+        return judge_chat(self.prompt_template, question, response, ground_truth, system_prompt=self.system_prompt,
+                          positive=positive, negative=negative)
 
     async def judge(self, question: str, response: str, ground_truth: Any = None) -> JudgeVerdict:
-        messages = [{"role": "user", "content": self.prompt(question, response, ground_truth)}]
+        messages = self.messages(question, response, ground_truth)
         if self.verdict_tokens is not None:
             return await self._judge_by_probability(messages)
         text = await self.complete(messages)
