@@ -252,7 +252,13 @@ class _Builder:
             ok, value = self.convert(hints[f.name], raw, key_path)
             if ok and self._allowed(f.metadata, value, key_path):
                 kwargs[f.name] = value
-        return cls(**kwargs)
+        try:
+            return cls(**kwargs)
+        except ValueError as e:
+            # A rule the class checks itself in __post_init__ (upstream's, such as both micro-batch sizes set)
+            # is reported with the other problems, under the section's name, instead of stopping the walk.
+            self.problems.append(f"{path or 'the config'}: {e}")
+            return cls()
 
     def _target(self, cls: type, node: Any, path: str) -> type:
         """The class a section's `_target_` names: `cls` itself or a dataclass subclass of it (a user's own)."""
@@ -383,13 +389,13 @@ class _Builder:
             return self._fail(path, "a string", value)
         raise TypeError(f"schema for {path} uses unsupported type {tp!r}")
 
-    def _lookup(self, dotted: str) -> Any:
+    def _lookup(self, dotted: str, missing: Any = None) -> Any:
         node = self.root
         for part in dotted.split("."):
             try:
                 node = node[part]
             except (KeyError, TypeError, OmegaConfBaseException):
-                return None
+                return missing
         if isinstance(node, (DictConfig, ListConfig)):
             return OmegaConf.to_container(node, resolve=True)
         return node
@@ -404,7 +410,8 @@ class _Builder:
         if "refused" in meta:
             refusal = meta["refused"]
             follows = meta.get("refused_follows")
-            accepted = self._lookup(follows) if follows else meta["refused_default"]
+            # a section composed on its own (no followed key in the tree) accepts its own default
+            accepted = self._lookup(follows, meta["refused_default"]) if follows else meta["refused_default"]
             if dataclasses.is_dataclass(accepted):
                 changed = _changed_leaves(accepted, value, path)
                 if changed:

@@ -75,6 +75,8 @@ def _fsdp(prefix: str) -> dict[str, str]:
         f"{prefix}.strategy": f"{_UPSTREAM}::test_fsdp_config_strategy_accepts_fsdp_and_fsdp2_and_refuses_megatron",
         f"{prefix}.use_orig_params": f"{_UPSTREAM}::{_FSDP1_NOTES}",
         f"{prefix}.forward_prefetch": f"{_UPSTREAM}::{_FSDP1_NOTES}",
+        # one worker builds every role's mesh the same way (fsdp_workers._init_distributed)
+        f"{prefix}.fsdp_size": "tests/workers/test_hsdp_workers.py::test_hsdp_replicates_the_weights_and_trains_as_full_sharding",
     }
 
 
@@ -209,6 +211,8 @@ HONOURED: dict[str, str] = {
     f"{ARR}.rollout.gpu_memory_utilization": f"{_VLLM}::test_cpu_kv_cache_is_the_smaller_of_budget_and_need",
     f"{ARR}.rollout.ignore_eos": f"{_VLLM}::test_log_probs_eos_lists_and_ignore_eos",
     f"{ARR}.rollout.enforce_eager": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
+    f"{ARR}.rollout.over_sample_rate": "tests/workers/rollout/agent_loop/test_over_sample_rate.py::test_the_slowest_rows_are_aborted_with_empty_responses",
+    f"{ARR}.rollout.layered_summon": f"{_UPSTREAM}::test_layered_summon_is_accepted_with_a_note_saying_the_sync_already_streams",
     f"{ARR}.rollout.skip_tokenizer_init": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.trace.backend": "tests/utils/test_rollout_trace.py::test_agent_loop_trajectories_become_mlflow_traces",
     f"{ARR}.rollout.trace.max_samples_per_step_per_worker": "tests/utils/test_rollout_trace.py::test_agent_loop_trajectories_become_mlflow_traces",
@@ -254,7 +258,7 @@ HONOURED: dict[str, str] = {
     # false (the model's own token ids kept) and hermes are what the round trip shows; other values are refused
     f"{ARR}.rollout.multi_turn.use_inference_chat_template": f"{_TOOL_AGENT}::test_a_tool_call_round_trip_trains_"
                                                              "only_the_models_tokens",
-    f"{ARR}.rollout.multi_turn.format": f"{_TOOL_AGENT}::test_a_tool_call_round_trip_trains_only_the_models_tokens",
+    f"{ARR}.rollout.multi_turn.format": "tests/workers/rollout/agent_loop/test_tool_formats.py::test_a_qwen3_coder_call_runs_the_tool",
     f"{ARR}.rollout.agent.num_workers": f"{_AGENT_HF}::test_multi_turn_masks_rm_scores_extra_fields_and_batching",
     f"{ARR}.rollout.agent.default_agent_loop": f"{_AGENT_KEYS}::test_default_agent_loop_serves_rows_without_agent_name",
     f"{ARR}.rollout.agent.agent_loop_config_path": f"{_AGENT_KEYS}::test_agent_loop_config_path_adds_loops_with_"
@@ -288,6 +292,7 @@ HONOURED: dict[str, str] = {
     "critic.ppo_micro_batch_size": f"{_DEPRECATED}::test_critic_global_size_sets_the_update_and_value_pass",
     "critic.ppo_micro_batch_size_per_gpu": f"{_CRITIC}::test_micro_batch_size_does_not_change_critic_update",
     "critic.forward_micro_batch_size_per_gpu": f"{_CRITIC}::test_values_independent_of_micro_batching",
+    "critic.forward_micro_batch_size": f"{_DEPRECATED}::test_critic_forward_global_size_is_divided_by_the_world_size",
     "critic.use_dynamic_bsz": f"{_CRITIC}::test_micro_batch_size_does_not_change_critic_update",
     "critic.ppo_max_token_len_per_gpu": f"{_CRITIC}::test_micro_batch_size_does_not_change_critic_update",
     "critic.forward_max_token_len_per_gpu": f"{_CRITIC}::test_values_independent_of_micro_batching",

@@ -49,12 +49,35 @@ def test_global_micro_batch_sizes_are_divided_by_the_world_size(cfg):
 
 
 def test_per_gpu_wins_when_both_are_set(cfg):
-    set_keys(_grpo_with_ref(cfg), actor_rollout_ref__actor__ppo_micro_batch_size=8,
-             actor_rollout_ref__actor__ppo_micro_batch_size_per_gpu=1)
+    set_keys(_grpo_with_ref(cfg), actor_rollout_ref__rollout__log_prob_micro_batch_size=8,
+             actor_rollout_ref__rollout__log_prob_micro_batch_size_per_gpu=1)
     typed, messages = _validate(cfg)
-    assert typed.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 1
-    assert any(m.startswith(f"{ARR}.actor.ppo_micro_batch_size=8 is deprecated") and "_per_gpu wins" in m
+    assert typed.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu == 1
+    assert any(m.startswith(f"{ARR}.rollout.log_prob_micro_batch_size=8 is deprecated") and "_per_gpu wins" in m
                for m in messages)
+
+
+@pytest.mark.parametrize("section", [f"{ARR}.actor", "critic"])
+def test_both_update_sizes_set_per_gpu_wins_in_the_trainer(cfg, section):
+    """Upstream's trainer runs tuning scripts that set both (its Python classes refuse them:
+    test_actor_config_post_init.py); the per-GPU size wins, with a warning naming both."""
+    set_keys(_grpo_with_ref(cfg), algorithm__adv_estimator="gae",
+             **{f"{section.replace('.', '__')}__ppo_micro_batch_size": 8,
+                f"{section.replace('.', '__')}__ppo_micro_batch_size_per_gpu": 1})
+    typed, messages = _validate(cfg)
+    node = typed.critic if section == "critic" else typed.actor_rollout_ref.actor
+    assert node.ppo_micro_batch_size_per_gpu == 1 and node.ppo_micro_batch_size is None
+    assert any(m.startswith(f"{section}.ppo_micro_batch_size=8 is deprecated") and "_per_gpu wins" in m
+               for m in messages)
+
+
+def test_critic_forward_global_size_is_divided_by_the_world_size(cfg):
+    set_keys(cfg, critic__forward_micro_batch_size=8)  # gae: the critic runs; 2 workers
+    assert cfg.critic.forward_micro_batch_size_per_gpu is None  # the yaml's per-GPU default steps aside
+    typed, messages = _validate(cfg)
+    assert typed.critic.forward_micro_batch_size_per_gpu == 4 and typed.critic.forward_micro_batch_size is None
+    assert typed.critic.ppo_micro_batch_size_per_gpu == 2  # the update's size is its own
+    assert any(m.startswith("critic.forward_micro_batch_size=8 is deprecated") for m in messages)
 
 
 def test_ref_follows_rollouts_derived_size(cfg):

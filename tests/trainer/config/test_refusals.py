@@ -61,17 +61,12 @@ def test_a_refused_section_names_each_changed_leaf():
     assert message.startswith("inner.param_offload=True under inner refused")
 
 
-def test_fsdp_size_is_refused_for_the_rl_workers_only(cfg):
+def test_fsdp_size_is_a_plain_key_for_every_fsdp_role():
+    """HSDP in RL and SFT: no refusal marker (the divisibility check is tests/workers/test_hsdp_workers.py)."""
     from verl.trainer.config.sft import SFTFSDPConfig
 
-    set_keys(cfg, actor_rollout_ref__actor__fsdp_config__fsdp_size=1, critic__model__fsdp_config__fsdp_size=1)
-    problems = problems_of(cfg)
-    assert [p.split(" ")[0] for p in problems] == [
-        "actor_rollout_ref.actor.fsdp_config.fsdp_size=1",
-        "critic.model.fsdp_config.fsdp_size=1",
-    ]
-    # the SFT trainer's own section honours it (HSDP)
-    assert "fsdp_size" not in {key.rsplit(".", 1)[-1] for key, _, _ in iter_refusals(SFTFSDPConfig)}
+    for config_class in (PPOTrainerConfig, SFTFSDPConfig):
+        assert "fsdp_size" not in {key.rsplit(".", 1)[-1] for key, _, _ in iter_refusals(config_class)}
 
 
 def test_every_refusal_says_why_and_what_to_do():

@@ -14,8 +14,6 @@ FORMERLY_SILENT = [
     ("actor_rollout_ref.rollout.agent.custom_async_server.path=my.server",
      "actor_rollout_ref.rollout.agent.custom_async_server.path"),
     ("trainer.profile_steps=[1]", "trainer.profile_steps"),
-    ("actor_rollout_ref.actor.fsdp_config.fsdp_size=1", "actor_rollout_ref.actor.fsdp_config.fsdp_size"),
-    ("critic.model.fsdp_config.fsdp_size=1", "critic.model.fsdp_config.fsdp_size"),
     ("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.name"),
     ("trainer.logger=[console,clearml,vemlp_wandb]", "trainer.logger"),
 ]

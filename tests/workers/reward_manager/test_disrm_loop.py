@@ -37,9 +37,9 @@ def rm_dir(tmp_path_factory) -> str:
 def _rm(rm_dir: str):
     from verl.trainer.config.reward import RewardModelConfig, RewardModelRolloutConfig
 
-    rm = RewardModelConfig(enable=True, use_reward_loop=True)
+    judge = RewardModelRolloutConfig(name="hf", dtype="float32", prompt_length=96, response_length=32)
+    rm = RewardModelConfig(enable=True, use_reward_loop=True, rollout=judge)
     rm.model.path = rm_dir
-    rm.rollout = RewardModelRolloutConfig(name="hf", dtype="float32", prompt_length=96, response_length=32)
     return rm
 
 

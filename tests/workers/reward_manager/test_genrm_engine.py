@@ -4,6 +4,7 @@ generate, the judge scoring through it, requests batched by the engine loop, and
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import urllib.error
@@ -19,10 +20,10 @@ from verl.workers.reward_loop.judge import judge_compute_score
 
 
 def _rm(path: str, **rollout) -> RewardModelConfig:
-    rm = RewardModelConfig(enable=True, use_reward_loop=True)
+    judge = RewardModelRolloutConfig(**{"name": "hf", "dtype": "float32", "prompt_length": 256, "response_length": 16,
+                                        **rollout})
+    rm = RewardModelConfig(enable=True, use_reward_loop=True, rollout=judge)
     rm.model.path = path
-    rm.rollout = RewardModelRolloutConfig(name="hf", dtype="float32", prompt_length=256, response_length=16,
-                                          **rollout)
     return rm
 
 
@@ -205,16 +206,13 @@ def test_prompt_and_response_length_bound_each_request(random_dir):
 
 
 def _short_rm(path: str) -> RewardModelConfig:
-    rm = _rm(path)
-    rm.rollout = RewardModelRolloutConfig(name="hf", dtype="float32", prompt_length=40, response_length=4)
-    return rm
+    return _rm(path, prompt_length=40, response_length=4)
 
 
 def test_dtype_sets_the_judge_model_dtype(random_dir):
     import torch
 
-    rm = _rm(random_dir)
-    rm.rollout = RewardModelRolloutConfig(name="hf", dtype="bfloat16", prompt_length=64, response_length=4)
+    rm = _rm(random_dir, dtype="bfloat16", prompt_length=64, response_length=4)
     server = GenRMServer(rm)
     try:
         assert server.server.backend.rollout.module.dtype == torch.bfloat16
@@ -234,8 +232,8 @@ def test_vllm_judge_engine_takes_the_rollout_keys(random_dir):
 
     def kwargs(**rollout):
         rm = _rm(random_dir)
-        rm.rollout = RewardModelRolloutConfig(name="vllm", dtype="float32", prompt_length=64, response_length=8,
-                                              **rollout)
+        judge = RewardModelRolloutConfig(name="vllm", dtype="float32", prompt_length=64, response_length=8, **rollout)
+        rm = dataclasses.replace(rm, rollout=judge)
         return engine_kwargs(vllm_judge_config(rm), random_dir, hf_config, seed=0, engines_per_node=1)
 
     base = kwargs()

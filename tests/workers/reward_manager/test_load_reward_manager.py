@@ -1,5 +1,6 @@
 """verl.trainer.ppo.reward: custom reward files, manager selection, compute_reward."""
 
+import dataclasses
 import textwrap
 
 import pytest
@@ -127,13 +128,14 @@ def test_scoring_section_reaches_every_builtin_manager(tmp_path):
     for manager in ("naive", "dapo", "prime", "batch"):
         config = make_config(path=batched if manager == "batch" else None,
                              name="batched" if manager == "batch" else "compute_score", manager=manager)
-        config.reward_model.scoring = RewardScoringConfig(timeout=7.5, on_timeout="error", num_processes=3)
+        scoring = RewardScoringConfig(timeout=7.5, on_timeout="error", num_processes=3)
+        config.reward_model = dataclasses.replace(config.reward_model, scoring=scoring)
         scorer = load_reward_manager(config, tokenizer=None, num_examine=0).scorer
         assert (scorer.timeout, scorer.on_timeout) == (7.5, "error")
         assert scorer.num_processes == (1 if manager == "batch" else 3)  # one batched call at a time
         kwargs_win = load_reward_manager(config, tokenizer=None, num_examine=0, timeout=2.0).scorer
         assert kwargs_win.timeout == 2.0
     config = make_config()
-    config.reward_model.scoring = RewardScoringConfig(timeout=None)
+    config.reward_model = dataclasses.replace(config.reward_model, scoring=RewardScoringConfig(timeout=None))
     assert not load_reward_manager(config, tokenizer=None, num_examine=0).scorer.limited  # the explicit opt-out
     assert load_reward_manager(make_config(), tokenizer=None, num_examine=0).scorer.timeout == 300.0  # default

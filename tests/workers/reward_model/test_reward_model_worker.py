@@ -31,7 +31,7 @@ VARIANTS = {
     "micro1": ("token", {"micro_batch_size_per_gpu": 1, "model.external_lib": EXTERNAL_LIB}, True),
     "micro4": ("token", {"micro_batch_size_per_gpu": 4, "strategy": "fsdp2"}, True),
     "dynamic": ("token", {"use_dynamic_bsz": True, "forward_max_token_len_per_gpu": 130}, True),
-    "global_micro": ("token", {"micro_batch_size": 2, "micro_batch_size_per_gpu": 3}, True),
+    "global_micro": ("token", {"micro_batch_size": 2, "micro_batch_size_per_gpu": None}, True),
     "packed": ("token", {"model.use_remove_padding": True, "micro_batch_size_per_gpu": 3}, True),
     "sequence_cls": ("sequence", {"micro_batch_size_per_gpu": 2, "model.trust_remote_code": True}, True),
     "retemplate_raw": ("other_template", {"micro_batch_size_per_gpu": 2}, True),

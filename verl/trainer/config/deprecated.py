@@ -1,8 +1,11 @@
 """Deprecated keys upstream verl still runs, run here the same way, each with a one-line warning.
 
-- `*.ppo_micro_batch_size`, `rollout.log_prob_micro_batch_size`, `ref.log_prob_micro_batch_size` are global sizes:
-  upstream divides them by the data-parallel size (world size / the actor's ulysses_sequence_parallel_size) and
-  uses the result as the per-GPU size. When the `_per_gpu` key is set too, the `_per_gpu` key wins.
+- `*.ppo_micro_batch_size`, `critic.forward_micro_batch_size`, `rollout.log_prob_micro_batch_size`,
+  `ref.log_prob_micro_batch_size` are global sizes: upstream divides them by the data-parallel size (world size /
+  the role's ulysses_sequence_parallel_size) and uses the result as the per-GPU size. When the `_per_gpu` key is
+  set too, the `_per_gpu` key wins. For the actor's and the critic's update sizes that is settled on the composed
+  config before it is typed (`fold_both_update_sizes`): upstream's ActorConfig / CriticConfig, built in Python with
+  both, raise ValueError (so do ours), while its trainer runs the scripts that set both.
 - `data.val_batch_size`: upstream generates the validation set in batches of that many prompts (the trainer's
   val dataloader does the same here); unset, the whole set is one batch.
 
@@ -51,7 +54,33 @@ def _pairs(cfg: PPOTrainerConfig) -> list[_Pair]:
               "log_prob_micro_batch_size_per_gpu"),
         _Pair(arr.ref, "actor_rollout_ref.ref", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu"),
         _Pair(cfg.critic, "critic", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
+        _Pair(cfg.critic, "critic", "forward_micro_batch_size", "forward_micro_batch_size_per_gpu"),
     ]
+
+
+_UPDATE_PAIRS = (("actor_rollout_ref.actor", "ppo_micro_batch_size"), ("critic", "ppo_micro_batch_size"))
+
+
+def fold_both_update_sizes(node: Any) -> dict[str, Any]:
+    """On the composed config, before typing: where an actor or critic section sets both its deprecated global
+    update size and the `_per_gpu` one (without use_dynamic_bsz), the `_per_gpu` one wins with a warning, as in
+    upstream's trainer. Returns the writes for the caller's config."""
+    from omegaconf import open_dict, read_write
+
+    writes: dict[str, Any] = {}
+    for prefix, legacy in _UPDATE_PAIRS:
+        section = OmegaConf.select(node, prefix)
+        if section is None or section.get("use_dynamic_bsz", False):
+            continue
+        global_size, per_gpu = section.get(legacy), section.get(f"{legacy}_per_gpu")
+        if global_size is None or per_gpu is None:
+            continue
+        _warn(f"{prefix}.{legacy}={global_size} is deprecated and {prefix}.{legacy}_per_gpu={per_gpu} is set too: "
+              f"{prefix}.{legacy}_per_gpu wins and the global size is not used; remove {prefix}.{legacy}.")
+        with read_write(node), open_dict(node):
+            OmegaConf.update(node, f"{prefix}.{legacy}", None, merge=False)
+        writes[f"{prefix}.{legacy}"] = None
+    return writes
 
 
 def _data_parallel(cfg: PPOTrainerConfig, pair: _Pair) -> tuple[int, str]:
@@ -93,7 +122,8 @@ def apply_deprecated_keys(cfg: PPOTrainerConfig) -> tuple[dict[str, Any], list[s
                   f"{dp} as upstream does, so {per_gpu_key}={per_gpu}{rest}; set {per_gpu_key}={per_gpu} instead.")
             setattr(pair.section, pair.per_gpu, per_gpu)
             writes[per_gpu_key] = per_gpu
-            if pair.prefix == "critic" and cfg.critic.forward_micro_batch_size_per_gpu is None:
+            if pair.legacy == "ppo_micro_batch_size" and pair.prefix == "critic" \
+                    and cfg.critic.forward_micro_batch_size_per_gpu is None:
                 # the value pass follows the update's size, as upstream's forward_micro_batch_size does
                 cfg.critic.forward_micro_batch_size_per_gpu = per_gpu
                 cfg.critic.forward_micro_batch_size = None

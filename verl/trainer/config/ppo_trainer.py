@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from verl.trainer.config.algorithm import AlgoConfig
 from verl.trainer.config.data import DataConfig
 from verl.trainer.config.old_log_prob_reuse import OldLogProbReuse, decide_old_log_prob_reuse
-from verl.trainer.config.reward import CustomRewardFunctionConfig, RewardModelConfig
+from verl.trainer.config.reward import CustomRewardFunctionConfig, FSDPRewardModelConfig
 from verl.trainer.config.trainer import RayKwargsConfig, TrainerConfig
 from verl.utils.config_schema import MutableConfig
 from verl.workers.config import ActorRolloutRefConfig, FSDPCriticConfig
@@ -18,7 +18,7 @@ class PPOTrainerConfig(MutableConfig):
     data: DataConfig = field(default_factory=DataConfig)
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
     critic: FSDPCriticConfig = field(default_factory=FSDPCriticConfig)
-    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    reward_model: FSDPRewardModelConfig = field(default_factory=FSDPRewardModelConfig)
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     algorithm: AlgoConfig = field(default_factory=AlgoConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)

@@ -6,10 +6,19 @@ pre-Ray check (verl.trainer.config.validate_config) build them, checking every k
 
 from verl.workers.config.actor import ActorConfig, FSDPActorConfig, McoreActorConfig, PolicyLossConfig, RefConfig
 from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
-from verl.workers.config.critic import CriticConfig, FSDPCriticConfig, FSDPCriticModelCfg
+from verl.workers.config.critic import CriticConfig, FSDPCriticConfig, FSDPCriticModelCfg, MegatronCriticConfig
 from verl.workers.config.engine import CheckpointConfig, FSDPEngineConfig, MixedPrecisionConfig, WrapPolicyConfig
 from verl.workers.config.model import HFModelConfig
 from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
+from verl.workers.config.reward_model import (
+    FSDPRewardModelConfig,
+    McoreRewardModelConfig,
+    RewardModelConfig,
+    RewardModelModelConfig,
+    RewardModelRolloutConfig,
+    RewardScoringConfig,
+    SandboxFusionConfig,
+)
 from verl.workers.config.rollout import (
     AgentLoopConfig,
     CustomAsyncServerConfig,
@@ -32,15 +41,23 @@ __all__ = [
     "FSDPCriticModelCfg",
     "FSDPEngineConfig",
     "FSDPOptimizerConfig",
+    "FSDPRewardModelConfig",
     "HFModelConfig",
     "McoreActorConfig",
+    "McoreRewardModelConfig",
+    "MegatronCriticConfig",
     "MixedPrecisionConfig",
     "MultiTurnConfig",
     "OptimizerConfig",
     "PolicyLossConfig",
     "RefConfig",
+    "RewardModelConfig",
+    "RewardModelModelConfig",
+    "RewardModelRolloutConfig",
+    "RewardScoringConfig",
     "RolloutConfig",
     "SamplingConfig",
+    "SandboxFusionConfig",
     "SkipConfig",
     "TraceConfig",
     "WrapPolicyConfig",

@@ -10,7 +10,13 @@ from typing import Any, ClassVar
 
 from verl.base_config import BaseConfig
 from verl.utils.config_schema import Refusal, at_least, choice, dict_field
-from verl.workers.config.engine import MEGATRON_REFUSAL, CheckpointConfig, FSDPEngineConfig, train_strategy
+from verl.workers.config.engine import (
+    MEGATRON_REFUSAL,
+    CheckpointConfig,
+    FSDPEngineConfig,
+    check_one_micro_batch_size,
+    train_strategy,
+)
 from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
 from verl.workers.config.registries import KL_PENALTIES, LOSS_AGG_MODES, POLICY_LOSSES, policy_loss_registered
 
@@ -70,6 +76,15 @@ class ActorConfig(BaseConfig):
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     optim: OptimizerConfig = field(default_factory=OptimizerConfig)
+
+    def __post_init__(self) -> None:
+        # Upstream checks these when the object is made, so an ActorConfig built in Python fails as one built from
+        # the yaml does; ValueError as upstream raises. From the yaml the builder also reports them by dotted key.
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise ValueError(f"Invalid loss_agg_mode: {self.loss_agg_mode!r}; choose one of: "
+                             f"{', '.join(LOSS_AGG_MODES)}.")
+        check_one_micro_batch_size(self.use_dynamic_bsz, self.ppo_micro_batch_size,
+                                   self.ppo_micro_batch_size_per_gpu, "ppo_micro_batch_size")
 
     def validate(self, n_gpus: int, train_batch_size: int, model_config: dict | None = None) -> None:
         """Upstream's run-time check of the batch sizes against the job: raises ValueError naming the sizes.

@@ -1,14 +1,22 @@
 """The `critic` section: the value model, used when the advantage estimator needs values (gae). Upstream's
-CriticConfig / FSDPCriticConfig and the critic's model section FSDPCriticModelCfg."""
+CriticConfig / FSDPCriticConfig, the critic's model section FSDPCriticModelCfg, and MegatronCriticConfig (readable,
+refused for training). verl.trainer.config.config, upstream's older module, re-exports the three critic classes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from verl.base_config import BaseConfig
-from verl.utils.config_schema import at_least, choice, dict_field, refused
-from verl.workers.config.engine import CHECKPOINTING_POLICIES, CheckpointConfig, FSDPEngineConfig, train_strategy
+from verl.utils.config_schema import Refusal, at_least, choice, dict_field, refused
+from verl.workers.config.engine import (
+    CHECKPOINTING_POLICIES,
+    MEGATRON_REFUSAL,
+    CheckpointConfig,
+    FSDPEngineConfig,
+    check_one_micro_batch_size,
+    train_strategy,
+)
 from verl.workers.config.model import NO_EXTERNAL_LIB
 from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
 from verl.workers.config.registries import LOSS_AGG_MODES
@@ -68,18 +76,37 @@ class CriticConfig(BaseConfig):
     optim: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=1e-5))  # the engine's class below
     model: FSDPCriticModelCfg = field(default_factory=FSDPCriticModelCfg)
 
+    def __post_init__(self) -> None:
+        # upstream's rule at construction (ValueError); from the yaml the builder reports it under `critic`
+        check_one_micro_batch_size(self.use_dynamic_bsz, self.ppo_micro_batch_size, self.ppo_micro_batch_size_per_gpu,
+                                   "ppo_micro_batch_size")
+
+
+@dataclass
+class MegatronCriticConfig(CriticConfig):
+    """Upstream's Megatron-LM critic section, so configs and code that name it still load and read back.
+
+    Training with it is refused: the trainer builds `critic` as FSDPCriticConfig, and a `_target_` naming this
+    class stops the run before Ray starts with the Megatron reason. `megatron` (upstream's engine section) and
+    `kl_ctrl` (upstream's legacy key) are kept as the plain mappings they were given: no engine here reads them."""
+
+    _target_refusal: ClassVar[Refusal] = MEGATRON_REFUSAL
+
+    strategy: str = choice("megatron", ("megatron",))
+    nccl_timeout: int = 600
+    megatron: dict[str, Any] = dict_field()
+    load_weight: bool = True
+    data_loader_seed: int | None = None
+    kl_ctrl: dict[str, Any] = dict_field()
+
 
 @dataclass
 class FSDPCriticConfig(CriticConfig):
     """`critic` trained with FSDP2: CriticConfig plus the engine's own keys."""
 
     optim: FSDPOptimizerConfig = field(default_factory=_critic_optim)
-    forward_micro_batch_size: int | None = refused(
-        None,
-        "the deprecated global size is not built for the value pass; it follows critic.ppo_micro_batch_size",
-        "Set critic.forward_micro_batch_size_per_gpu instead.",
-        follows="critic.ppo_micro_batch_size",
-    )
+    # deprecated global size of the value pass, divided by the data-parallel size (verl.trainer.config.deprecated)
+    forward_micro_batch_size: int | None = at_least(None, 1)
     forward_micro_batch_size_per_gpu: int | None = at_least(2, 1)
     ulysses_sequence_parallel_size: int = at_least(1, 1)  # Ulysses: verl.utils.ulysses
     grad_clip: float = 1.0

@@ -27,6 +27,18 @@ def train_strategy(default: str = "fsdp"):
     return refused_values(choice(default, TRAIN_STRATEGIES), {"megatron": MEGATRON_REFUSAL})
 
 
+def check_one_micro_batch_size(use_dynamic_bsz: bool, global_size: int | None, per_gpu: int | None, key: str) -> None:
+    """Upstream's rule for a role's micro-batch size: the deprecated global `key` and `key_per_gpu` are not both
+    set (ValueError, as upstream). With use_dynamic_bsz micro-batches are cut by token count, so neither is read."""
+    if use_dynamic_bsz or global_size is None or per_gpu is None:
+        return
+    raise ValueError(
+        f"You have set both {key}={global_size} (the deprecated global size) AND {key}_per_gpu={per_gpu}; keep one: "
+        f"remove {key}, or set {key}_per_gpu=null to have the global size divided by the data-parallel size. "
+        f"(Built in Python, {key}_per_gpu defaults to 2: pass {key}_per_gpu=None with {key}.)"
+    )
+
+
 @dataclass
 class WrapPolicyConfig(BaseConfig):
     # Upstream: a positive number wraps any module with at least that many parameters.
@@ -69,11 +81,9 @@ class FSDPEngineConfig(BaseConfig):
         "Use fsdp_config.param_offload=true instead.",
     )
     reshard_after_forward: bool = True
-    fsdp_size: int = refused(
-        -1,
-        "the RL workers shard over all ranks; HSDP (fsdp_size smaller than the world) is built for SFT only",
-        "Set fsdp_size=-1 (the default), or change trainer.n_gpus_per_node / trainer.nnodes.",
-    )
+    # -1: shard over every rank of the role; smaller: HSDP, world / fsdp_size replicas of fsdp_size-rank shards
+    # (checked to divide the world before Ray: verl.trainer.config.hsdp_checks)
+    fsdp_size: int = -1
     forward_prefetch: bool = False  # FSDP1's; FSDP2 prefetches the next layer itself (a note when true)
     strategy: str = train_strategy("fsdp")
     use_orig_params: bool = False
