@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.workers.rollout.agent_loop.scripted import CalcTool
+from tests.workers.rollout.agent_loop.scripted import CALC_SCHEMA, CalcTool
 from tests.workers.rollout.agent_loop.test_tool_agent import _config, _run, _segments, _turns, tokenizer  # noqa: F401
 from verl.workers.rollout.agent_loop.tool_formats import (
     GptOssToolParser,
@@ -92,3 +92,32 @@ def test_a_qwen3_coder_call_runs_the_tool(tmp_path, tokenizer):  # noqa: F811
     hermes, _ = _run(_config(tmp_path), tokenizer, _turns([QWEN_CALL % "12*13", "#### 156"]))
     assert "not valid JSON" in _segments(hermes, tokenizer)[1][1]
     assert hermes.non_tensor_batch["__tool_errors__"][0] == 1
+
+
+def test_upstreams_tool_parser_api_reads_the_same_calls(tokenizer):  # noqa: F811
+    """verl.experimental.agent_loop.tool_parser: upstream's interface (token ids in, JSON-text arguments out)."""
+    import asyncio
+    import json
+
+    from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
+
+    ids = tokenizer.encode("Thinking. " + QWEN_CALL % "12*13", add_special_tokens=False)
+    parser = ToolParser.get_tool_parser("qwen3_coder", tokenizer)
+    content, calls = asyncio.run(parser.extract_tool_calls(ids, tools=[CALC_SCHEMA]))
+    assert content == "Thinking." and calls == [FunctionCall(name="calc", arguments='{"expression": "12*13"}')]
+    hermes = ToolParser.get_tool_parser("hermes", tokenizer)
+    text = '<tool_call>\n{"name": "calc", "arguments": {"expression": "1+1"}}\n</tool_call><tool_call>{oops}</tool_call>'
+    _, calls = asyncio.run(hermes.extract_tool_calls(tokenizer.encode(text, add_special_tokens=False)))
+    assert [json.loads(c.arguments) for c in calls] == [{"expression": "1+1"}]  # the broken call is dropped
+    with pytest.raises(ValueError, match="Unknown tool parser: nope"):
+        ToolParser.get_tool_parser("nope", tokenizer)
+
+    @ToolParser.register("shout")
+    class Shout(ToolParser):
+        async def extract_tool_calls(self, responses_ids, tools=None):
+            return "", [FunctionCall(name="shout", arguments="{}")]
+
+    try:
+        assert isinstance(ToolParser.get_tool_parser("shout", tokenizer), Shout)
+    finally:
+        ToolParser._registry.pop("shout")
