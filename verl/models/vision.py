@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import inspect
 
 import torch
 
@@ -117,7 +118,21 @@ def enable_blank_image_forward(model: torch.nn.Module) -> bool:
 
     owner.register_forward_pre_hook(before, with_kwargs=True)
     owner.register_forward_hook(after, with_kwargs=True)
+    language_model = getattr(owner, "language_model", None)
+    if language_model is not None and "deepstack_visual_embeds" in inspect.signature(language_model.forward).parameters:
+        language_model.register_forward_pre_hook(_with_local_deepstack, with_kwargs=True)
     return True
+
+
+def _with_local_deepstack(module, args, kwargs):
+    """Qwen3-VL under Ulysses: the language model receives this rank's slice of the deepstack features (the rows of
+    the image tokens inside its window) and of the visual-position mask, which the VLM's forward cannot compute
+    from the sliced embeddings it is given."""
+    shard = _SEQUENCE_PARALLEL_IMAGES.get()
+    if shard is None or shard.deepstack is None:
+        return None
+    mask, embeds = shard.deepstack
+    return args, dict(kwargs, visual_pos_masks=mask, deepstack_visual_embeds=embeds)
 
 
 @dataclasses.dataclass
@@ -127,6 +142,8 @@ class _ImageShard:
     image_grid_thw: torch.Tensor
     start: int
     width: int
+    # Qwen3-VL: (this window's visual-position mask, its rows of each deepstack layer's features), set by the forward
+    deepstack: tuple[torch.Tensor, list[torch.Tensor]] | None = None
 
 
 _SEQUENCE_PARALLEL_IMAGES: contextvars.ContextVar[_ImageShard | None] = contextvars.ContextVar(
@@ -141,10 +158,6 @@ def sequence_parallel_images(model: torch.nn.Module, input_ids: torch.Tensor, pa
     their tokens (the images may sit in any rank's slice), and runs the language model on its slice of them.
     Every rank of the SP group runs the vision tower on all the images; each rank's loss reaches the features of
     the tokens in its slice, so the gradients the group reduces add up to the whole row's."""
-    config = getattr(model, "config", None)
-    if getattr(config, "model_type", "").startswith("qwen3"):
-        raise NotImplementedError("ulysses_sequence_parallel_size > 1 with images on a Qwen3-VL model is not built "
-                                  "(its deepstack features enter inside the language model); set it to 1")
     enable_blank_image_forward(model)
     full = torch.nn.functional.pad(input_ids, (0, pad), value=0) if pad else input_ids
     token = _SEQUENCE_PARALLEL_IMAGES.set(_ImageShard(full, pixel_values, image_grid_thw, start, width))
@@ -156,13 +169,20 @@ def sequence_parallel_images(model: torch.nn.Module, input_ids: torch.Tensor, pa
 
 def _local_embeds_with_images(owner: torch.nn.Module, shard: _ImageShard) -> torch.Tensor:
     embeds = owner.get_input_embeddings()(shard.input_ids)
-    features = owner.get_image_features(shard.pixel_values, shard.image_grid_thw)
-    features = getattr(features, "pooler_output", features)
+    output = owner.get_image_features(shard.pixel_values, shard.image_grid_thw)
+    features = getattr(output, "pooler_output", output)
     if isinstance(features, (list, tuple)):
         features = torch.cat(list(features))
-    mask = (shard.input_ids == owner.config.image_token_id)[..., None].expand_as(embeds)
-    embeds = embeds.masked_scatter(mask, features.to(embeds.dtype))
-    return embeds[:, shard.start: shard.start + shard.width]
+    image_tokens = shard.input_ids == owner.config.image_token_id
+    embeds = embeds.masked_scatter(image_tokens[..., None].expand_as(embeds), features.to(embeds.dtype))
+    window = slice(shard.start, shard.start + shard.width)
+    deepstack = getattr(output, "deepstack_features", None)
+    if deepstack:  # Qwen3-VL: the rows of the image tokens before and inside this window, in token order
+        before = int(image_tokens[:, : shard.start].sum())
+        inside = int(image_tokens[:, window].sum())
+        layers = [torch.cat(list(f)) if isinstance(f, (list, tuple)) else f for f in deepstack]
+        shard.deepstack = (image_tokens[:, window], [f[before: before + inside].to(embeds.dtype) for f in layers])
+    return embeds[:, window]
 
 
 # A response never holds a vision token: the model did not see an image there, and a sampled <|image_pad|> would

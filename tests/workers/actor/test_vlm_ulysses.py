@@ -1,4 +1,4 @@
-"""Ulysses with images on 2 gloo ranks (one SP group): a tiny Qwen2-VL / Qwen2.5-VL actor and critic at sp=2 give
+"""Ulysses with images on 2 gloo ranks (one SP group): a tiny Qwen2-VL / Qwen2.5-VL / Qwen3-VL actor and critic at sp=2 give
 the log-probs, values and updated weights (vision tower included) of sp=1 on one process, with image rows whose
 image tokens land in either rank's slice of the packed row."""
 
@@ -83,7 +83,7 @@ def _worker(rank: int, port: int, family: str, data, critic_base, results) -> No
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen2_vl"])
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen2_vl", "qwen3_vl"])
 def test_sp2_with_images_matches_sp1(tmp_path, family):
     from tests.helpers.tiny_vlm import save_tiny_vlm_dir
     from verl.models.value_head import load_value_model

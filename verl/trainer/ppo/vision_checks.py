@@ -26,13 +26,6 @@ def vision_run_problems(config: Any) -> list[str]:
                         "/ image_grid_thw from it (recomputing them in the agent loop is not built); set it to true")
     if config.reward_model.enable:
         problems += _reward_model_problems(config.reward_model)
-    sp_keys = [f"actor_rollout_ref.{role}.ulysses_sequence_parallel_size" for role in ("actor", "ref")
-               if getattr(arr, role).ulysses_sequence_parallel_size > 1]
-    if config.use_critic and config.critic.ulysses_sequence_parallel_size > 1:
-        sp_keys.append("critic.ulysses_sequence_parallel_size")
-    if sp_keys and _model_type(arr.model).startswith("qwen3"):
-        problems.append(f"{sp_keys[0]} > 1 with a Qwen3-VL model: Ulysses with images is built for Qwen2-VL / "
-                        "Qwen2.5-VL (Qwen3-VL's deepstack features enter inside the language model); set it to 1")
     return problems
 
 
@@ -76,11 +69,3 @@ def _reward_model_problems(rm: Any) -> list[str]:
                 "a rule or custom_reward_function"]
     return []
 
-
-def _model_type(model: Any) -> str:
-    from transformers import AutoConfig
-
-    from verl.models.loader import resolve_model_path
-
-    path = resolve_model_path(model.path, "actor_rollout_ref.model.path")
-    return str(getattr(AutoConfig.from_pretrained(path, trust_remote_code=model.trust_remote_code), "model_type", ""))
