@@ -214,17 +214,59 @@ def test_image_key_names_the_column_and_videos_and_text_models_are_refused(vlm, 
         MultiTurnSFTDataset(path, tokenizer, multiturn_config(), processor=None)
 
 
-def test_ulysses_with_images_is_refused_before_the_model_loads(vlm, tmp_path):
-    import dataclasses
+def _sp_rank(rank: int, port: int, family: str, batch, results) -> None:
+    """Both ranks of one SP group take the same micro-batch and their own slice of its packed row."""
+    import torch.distributed as dist
 
-    from verl.trainer.config.sft import SFTTrainerConfig
-    from verl.trainer.sft.trainer import refuse_unbuilt_image_features
+    from verl.utils.ulysses import create_ulysses_group
 
-    config = dataclasses.replace(SFTTrainerConfig(), ulysses_sequence_parallel_size=2)
-    with pytest.raises(NotImplementedError, match=r"ulysses_sequence_parallel_size=2 with images \(data.image_key"):
-        refuse_unbuilt_image_features(config, multiturn_dataset(vlm, tmp_path))
-    text_rows = [{"messages": row["messages"]} for row in conversations()]
-    refuse_unbuilt_image_features(config, multiturn_dataset(vlm, tmp_path, text_rows))  # text rows: Ulysses works
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        from verl.models.varlen_attention import enable_varlen_attention
+
+        group = create_ulysses_group(2, "sft")
+        model = tiny_vlm(family).train()
+        enable_varlen_attention(model, sequence_parallel=True)  # as the trainer does with Ulysses
+        nll, count = sft_nll_sum(model, batch, True, ulysses_group=group)
+        nll.backward()
+        total = torch.stack([nll.detach(), count.float()])
+        dist.all_reduce(total)  # the group's share sums to the whole row's
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        for grad in grads.values():
+            dist.all_reduce(grad)
+        results[rank] = {"nll": float(total[0]), "count": int(total[1]), "grads": grads}
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])  # Qwen3-VL: its deepstack rows sliced per rank
+def test_ulysses_with_images_equals_one_process(tmp_path, family):
+    """ulysses_sequence_parallel_size=2 with images: the group's NLL sum, token count and gradients (vision tower
+    included) equal one process's packed pass over the same micro-batch (with the varlen attention the trainer
+    enables for Ulysses; a sample's answer in one rank attends to its images in the other)."""
+    from tests.helpers.ranks import free_port, run_ranks
+
+    folder = save_tiny_vlm_dir(tmp_path / family, family)
+    tokenizer = load_tokenizer(folder, "model.partial_pretrain")
+    vlm = (family, folder, tokenizer, load_processor(folder, tokenizer, "model.partial_pretrain"))
+    batch = collate_sft_batch([multiturn_dataset(vlm, tmp_path)[i] for i in range(4)])
+    model = tiny_vlm(family).train()
+    nll, count = sft_nll_sum(model, batch, True)
+    nll.backward()
+    want = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    out = run_ranks(_sp_rank, free_port(), family, batch, nprocs=2, timeout_s=280)
+    for rank in (0, 1):
+        got = out[rank]
+        assert got["count"] == int(count)
+        assert got["nll"] == pytest.approx(float(nll), rel=1e-5)
+        assert got["grads"].keys() == want.keys()
+        vision = [n for n in want if ".visual." in f".{n}"]
+        assert vision and sum(float(got["grads"][n].abs().sum()) for n in vision) > 0
+        for name, grad in got["grads"].items():
+            torch.testing.assert_close(grad, want[name], rtol=1e-4, atol=1e-5)
 
 
 def test_truncation_never_cuts_an_image(vlm, tmp_path):

@@ -18,10 +18,12 @@ and their rows' `pixel_values` / `image_grid_thw` concatenated in row order, the
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 
-from verl.data.sft_vision import MULTI_MODAL_INPUTS, vision_forward_kwargs
+from verl.data.sft_vision import vision_forward_kwargs
 from verl.models.lora import hf_module
 from verl.models.packing import (
     PackedSequences,
@@ -31,7 +33,7 @@ from verl.models.packing import (
     shard_for_sequence_parallel,
 )
 from verl.models.varlen_attention import packed_forward
-from verl.models.vision import is_vision_language_config
+from verl.models.vision import is_vision_language_config, sequence_parallel_images
 from verl.utils.ulysses import ulysses_sequence_parallel
 
 __all__ = ["trained_positions", "count_trained_tokens", "accepts_logits_to_keep", "padded_nll_sum", "pack",
@@ -122,17 +124,19 @@ def sequence_parallel_nll_sum(module: torch.nn.Module, batch: BatchDict,
     the first token of the next slice. Summed over the group's ranks these are the whole row's sum and count, and
     the sum of the ranks' gradients is the whole row's gradient: no gather of per-token losses is needed.
     """
-    if batch.get(MULTI_MODAL_INPUTS):
-        raise NotImplementedError("ulysses_sequence_parallel_size > 1 with images (data.image_key) is not built; "
-                                  "set ulysses_sequence_parallel_size=1")
     packed, loss_mask = _pack_with_loss_mask(batch)
     shard = shard_for_sequence_parallel(packed, group)
+    images = vision_forward_kwargs(batch)
+    # with images, every rank embeds the whole row with its image features and keeps its slice (as the RL actor)
+    with_images = (sequence_parallel_images(module, packed.input_ids, shard.pad, shard.start, shard.width,
+                                            images["pixel_values"], images["image_grid_thw"])
+                   if images else contextlib.nullcontext())
     trained = torch.nonzero(loss_mask[:-1]).flatten()
     mine = trained[(trained >= shard.start) & (trained < shard.start + shard.width)]
     count = mine.numel()
     # at least one column, so every rank runs the LM head and the whole backward (the all-to-alls need all ranks)
     columns = mine - shard.start if count else mine.new_zeros(1)
-    with packed_forward(), ulysses_sequence_parallel(group):
+    with packed_forward(), ulysses_sequence_parallel(group), with_images:
         logits = logits_at(module, columns, use_cache=False, **shard.inputs)
     nll = _nll(logits[:, :count], packed.input_ids[:, mine + 1])
     return nll.sum(), torch.tensor(float(count), device=nll.device)

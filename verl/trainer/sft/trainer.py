@@ -304,17 +304,6 @@ def _tracker(config: SFTTrainerConfig, report_dir: str):
                     default_backend=backends, config=config.to_dict(), log_dir=report_dir)
 
 
-def refuse_unbuilt_image_features(config: SFTTrainerConfig, train_dataset) -> None:
-    """Image rows with a feature not built for them stop the run before the model loads, naming the key."""
-    if getattr(train_dataset, "images", None) is None:
-        return
-    if config.ulysses_sequence_parallel_size > 1:
-        raise NotImplementedError(
-            f"ulysses_sequence_parallel_size={config.ulysses_sequence_parallel_size} with images (data.image_key="
-            f"{config.data.image_key!r}) is not built: the vision tokens of a packed row would be split over ranks. "
-            "Set ulysses_sequence_parallel_size=1.")
-
-
 def create_trainer(config: SFTTrainerConfig) -> FSDPSFTTrainer:
     """Join (or make) the process group, load tokenizer and data, and build the trainer for this rank."""
     from verl.models.loader import load_tokenizer
@@ -340,7 +329,6 @@ def create_trainer(config: SFTTrainerConfig) -> FSDPSFTTrainer:
                                        max_samples=data.train_max_samples)
     val_dataset = create_sft_dataset(data.val_files, data, tokenizer, processor, max_samples=data.val_max_samples) \
         if data.val_files else None
-    refuse_unbuilt_image_features(config, train_dataset)
     return FSDPSFTTrainer(config, mesh, ulysses_mesh, tokenizer, train_dataset, val_dataset, processor=processor)
 
 
