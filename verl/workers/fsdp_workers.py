@@ -81,10 +81,11 @@ class _FSDPWorkerBase(Worker):
     def _dp_size(self) -> int:
         return self._sp.dp_size if self._sp is not None else self.world_size
 
-    def _init_distributed(self, fsdp_size: int = -1) -> None:
-        """The process group, and the mesh FSDP2 shards over: all ranks, or HSDP (replicas of fsdp_size-rank
-        shard groups) when the role's fsdp_config.fsdp_size is smaller than the world."""
-        self.init_torch_distributed()
+    def _init_distributed(self, fsdp_size: int = -1, timeout_seconds: float | None = None) -> None:
+        """The process group (its collectives time out after ``timeout_seconds``, torch's default when None), and
+        the mesh FSDP2 shards over: all ranks, or HSDP (replicas of fsdp_size-rank shard groups) when the role's
+        fsdp_config.fsdp_size is smaller than the world."""
+        self.init_torch_distributed(timeout_seconds=timeout_seconds)
         self.device_mesh = create_device_mesh(dist.get_world_size(), fsdp_size)
 
     def _model_dtype(self, fsdp_config, key: str) -> torch.dtype:
@@ -142,7 +143,8 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         cfg = self.config
         # the actor's fsdp_size shapes the mesh of the module the actor, rollout (and a LoRA reference) share
         trains_or_generates = self._is_actor or self._is_rollout
-        self._init_distributed((cfg.actor if trains_or_generates else cfg.ref).fsdp_config.fsdp_size)
+        self._init_distributed((cfg.actor if trains_or_generates else cfg.ref).fsdp_config.fsdp_size,
+                               timeout_seconds=cfg.nccl_timeout)
         torch.manual_seed(MODEL_INIT_SEED + self.rank)
         self._sp = _actor_sequence_parallel(cfg)
         self.tokenizer = None

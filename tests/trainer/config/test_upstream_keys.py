@@ -195,3 +195,15 @@ def test_layered_summon_is_accepted_with_a_note_saying_the_sync_already_streams(
     total = len(list(model.parameters()))
     ahead = [len(started) - k for k, _ in enumerate(fsdp_vllm.full_named_weights(model, None, tied_lm_head=True))]
     assert len(ahead) >= total > 3 and max(ahead) <= 3
+
+
+def test_sglang_only_rollout_keys_are_noted_or_refused(cfg):
+    set_keys(cfg, actor_rollout_ref__rollout__update_weights_bucket_megabytes=1024)
+    typed, messages = _validate(cfg)
+    assert typed.actor_rollout_ref.rollout.update_weights_bucket_megabytes == 1024
+    (line,) = [m for m in messages if m.startswith(f"{ARR}.rollout.update_weights_bucket_megabytes=1024")]
+    assert "in process" in line
+    set_keys(cfg, actor_rollout_ref__rollout__update_weights_bucket_megabytes=512,
+             actor_rollout_ref__rollout__multi_stage_wake_up=True)
+    (problem,) = [p for p in problems_of(cfg) if p.startswith(f"{ARR}.rollout.multi_stage_wake_up")]
+    assert "SGLang" in problem and "multi_stage_wake_up=false" in problem

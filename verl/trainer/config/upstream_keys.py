@@ -10,6 +10,7 @@
 - `fsdp_config.use_orig_params` / `forward_prefetch` (FSDP1 options), `trainer.use_legacy_worker_impl=disable`:
   accepted, each with a note.
 - `model.use_shm` with several nodes: refused, the copy is made on the driver's node only.
+- `rollout.update_weights_bucket_megabytes`: accepted with a note when changed (an SGLang request size).
 - `rollout.layered_summon`: accepted with a note; the weight sync always streams parameter by parameter.
 - `model.lora_adapter_path` with `lora_rank: 0`: as upstream, the adapter decides: its `r`, `lora_alpha` and
   `target_modules` (adapter_config.json) become the model section's, with a note; an unreadable folder is refused.
@@ -122,6 +123,10 @@ def _notes(cfg: PPOTrainerConfig) -> None:
         if fsdp.forward_prefetch:
             _note(f"{prefix}.fsdp_config.forward_prefetch=true is an FSDP1 option (upstream ignores it under fsdp2): "
                   "FSDP2, used here, prefetches the next layer's parameters by itself.")
+    if arr.rollout.update_weights_bucket_megabytes != 512:
+        _note(f"{ARR}.rollout.update_weights_bucket_megabytes={arr.rollout.update_weights_bucket_megabytes}: upstream "
+              "sizes SGLang's weight-update requests with it; the engines here take the weights in process, "
+              "parameter by parameter, so there is no request to size.")
     if arr.rollout.layered_summon:
         _note(f"{ARR}.rollout.layered_summon=true: the weight sync to the rollout engine already gathers the FSDP "
               "shards parameter by parameter (two all-gathers in flight), never the whole model at once, so the "

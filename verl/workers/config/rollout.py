@@ -153,6 +153,12 @@ class RolloutConfig(BaseConfig):
     disable_log_stats: bool = True
     enable_chunked_prefill: bool = True
     n: int = at_least(1, 1)  # responses per prompt
+    # SGLang's staged wake-up of its engine's memory; the engines here (vLLM, HF) wake in one step
+    multi_stage_wake_up: bool = refused_values(False, {True: Refusal(
+        "staged wake-up is an SGLang engine option (upstream ignores it for vLLM); SGLang is not built here",
+        "Set actor_rollout_ref.rollout.multi_stage_wake_up=false.")})
+    # upstream's per-request weight-update payload (SGLang); the in-process engines load weights as they stream
+    update_weights_bucket_megabytes: int = at_least(512, 1)
     # training calls of the agent loop: once (1 - rate) x the rank's trajectories finished, the others are aborted
     # and kept with an empty response (nothing trained on them), as upstream; 0: off (checked to be in [0, 1))
     over_sample_rate: float = 0.0
