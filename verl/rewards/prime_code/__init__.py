@@ -13,12 +13,11 @@ cases that pass, each run on its own.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from verl.rewards.prime_code.utils import DEFAULT_MEMORY_LIMIT_MB, check_correctness
-from verl.rewards.sandbox_fusion import extract_code
+from verl.rewards.sandbox_fusion import extract_code, parse_test_cases
 
 # upstream's name for the same function
 apps_check_correctness = check_correctness
@@ -33,24 +32,6 @@ _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 def remove_think_tags(text: str) -> str:
     """The text without its <think>...</think> spans: code drafted while thinking is not the answer."""
     return _THINK.sub("", text)
-
-
-def parse_test_cases(test_cases: Any) -> dict[str, Any]:
-    """The ground truth as a dict with "inputs" and "outputs" (and "fn_name" when given); ValueError otherwise."""
-    if isinstance(test_cases, str | bytes):
-        try:
-            test_cases = json.loads(test_cases)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"test_cases (the ground truth) is not valid JSON: {err}") from err
-    if not isinstance(test_cases, dict) or "inputs" not in test_cases or "outputs" not in test_cases:
-        raise ValueError(
-            'test_cases (the ground truth) must be {"inputs": [...], "outputs": [...]} (optionally with "fn_name"), '
-            f"or that as a JSON string; got {type(test_cases).__name__}"
-        )
-    cases = {"inputs": list(test_cases["inputs"]), "outputs": list(test_cases["outputs"])}
-    if test_cases.get("fn_name"):
-        cases["fn_name"] = str(test_cases["fn_name"])
-    return cases
 
 
 def _single(cases: dict[str, Any], index: int) -> dict[str, Any]:

@@ -27,7 +27,9 @@ def extract_code(completion: str) -> str:
     return completion
 
 
-def parse_test_cases(test_cases: Any) -> dict[str, list]:
+def parse_test_cases(test_cases: Any) -> dict[str, Any]:
+    """The ground truth as a dict with "inputs" and "outputs" (and "fn_name" for call-based tests, when given);
+    ValueError otherwise. Shared with prime_code."""
     if isinstance(test_cases, str | bytes):
         try:
             test_cases = json.loads(test_cases)
@@ -35,10 +37,13 @@ def parse_test_cases(test_cases: Any) -> dict[str, list]:
             raise ValueError(f"test_cases (the ground truth) is not valid JSON: {err}") from err
     if not isinstance(test_cases, dict) or "inputs" not in test_cases or "outputs" not in test_cases:
         raise ValueError(
-            'test_cases (the ground truth) must be {"inputs": [...], "outputs": [...]} (or that as a JSON string), '
-            f"got {type(test_cases).__name__}"
+            'test_cases (the ground truth) must be {"inputs": [...], "outputs": [...]} (optionally with "fn_name"), '
+            f"or that as a JSON string; got {type(test_cases).__name__}"
         )
-    return {"inputs": list(test_cases["inputs"]), "outputs": list(test_cases["outputs"])}
+    cases = {"inputs": list(test_cases["inputs"]), "outputs": list(test_cases["outputs"])}
+    if test_cases.get("fn_name"):
+        cases["fn_name"] = str(test_cases["fn_name"])
+    return cases
 
 
 def compute_score(
