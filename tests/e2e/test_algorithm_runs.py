@@ -52,6 +52,7 @@ def _probe_sequences(trainer) -> DataProto:
     return trainer.actor_rollout_wg.generate_sequences(batch)
 
 
+@pytest.mark.slow  # CI keeps a small e2e set; make test-all runs this
 def test_remax_baseline_is_the_reward_of_the_greedy_response(tmp_path: Path) -> None:
     from verl.trainer.ppo.reward import compute_reward
 
@@ -138,6 +139,7 @@ def test_grpo_kl_loss_against_a_frozen_reference(tmp_path: Path) -> None:
         assert 0 < step["actor/entropy"] <= math.log(result["vocab"]) + 1e-4  # at most uniform's
 
 
+@pytest.mark.slow  # CI keeps a small e2e set; make test-all runs this
 def test_ppo_kl_in_reward_with_the_adaptive_controller(tmp_path: Path) -> None:
     horizon, target, init = 10, 0.01, 0.1
     final: dict[str, float] = {}
@@ -211,6 +213,7 @@ def test_dynamic_sampling_run_resumes_at_the_exact_data_position(tmp_path: Path)
     assert first_rounds + resumed_rounds == full_rounds  # not one prompt skipped or repeated
 
 
+@pytest.mark.slow  # CI keeps a small e2e set; make test-all runs this
 def test_optimal_token_baseline_runs_on_the_log_prob_pass_sum_pi_squared(tmp_path: Path) -> None:
     """adv_estimator=optimal_token_baseline with actor.calculate_sum_pi_squared: the log-prob pass runs (it is not
     skipped) and returns sum_pi_squared, which the advantages are computed from."""
@@ -244,6 +247,7 @@ def test_optimal_token_baseline_runs_on_the_log_prob_pass_sum_pi_squared(tmp_pat
         assert step["advantages"][step["mask"]].abs().sum() > 0
 
 
+@pytest.mark.slow  # CI keeps a small e2e set; make test-all runs this
 def test_a_curriculum_sampler_orders_training_and_sees_every_batch(tmp_path: Path) -> None:
     """data.sampler.class_path / class_name from the command line: the sampler decides the training order and its
     update() gets each trained batch."""

@@ -43,6 +43,7 @@ def test_grpo_scores_come_from_the_judge_engine(tmp_path: Path) -> None:
     assert seen["completed"] == 16 and seen["failed"] == 0 and seen["stopped"]
 
 
+@pytest.mark.slow  # CI keeps a small e2e set; make test-all runs this
 def test_grpo_scores_come_from_a_discriminative_reward_model_on_the_engine(tmp_path: Path) -> None:
     """No custom reward function: reward_model.model.path is a discriminative reward model, served behind /classify
     and asked about each sample as it finishes (upstream's disrm path). Its head scores every input 0.25."""

@@ -112,6 +112,7 @@ def test_the_vllm_judge_engine_answers_as_the_hf_one(folders):
     assert vllm["stats"]["completed"] == 2 * len(QUESTIONS) and vllm["stats"]["failed"] == 0
 
 
+@pytest.mark.slow  # CI keeps a small e2e set; make test-all runs this
 def test_the_judge_scores_verdict_token_probabilities_through_vllm(folders):
     out = _child(_verdict_scores, folders["yn"])
     assert 0.5 < out["vllm"] < 0.99  # 'Y' at logit 10 with 'N' at 9.9 close behind

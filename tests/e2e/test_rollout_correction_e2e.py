@@ -36,6 +36,7 @@ def test_decoupled_token_tis_and_rejection_run(tmp_path: Path) -> None:
         assert "training/rollout_probs_diff_mean" in row  # the actor's log-prob pass ran
 
 
+@pytest.mark.slow  # CI keeps a small e2e set; make test-all runs this
 def test_bypass_mode_reinforce_run(tmp_path: Path) -> None:
     steps = _run(tmp_path, f"{RC}.bypass_mode=true", f"{RC}.loss_type=reinforce", f"{RC}.rollout_is=sequence")
     assert [r["step"] for r in steps] == [1, 2]

@@ -27,7 +27,7 @@ TOL = 1e-3  # probability gap, fp32 engine vs fp32 actor (tests/e2e/test_vllm_sy
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("mode", ["async", "sync"])
+@pytest.mark.parametrize("mode", ["async", pytest.param("sync", marks=pytest.mark.slow)])
 def test_grpo_on_images_with_vllm_samples_from_the_actor(tmp_path: Path, mode: str) -> None:
     model_dir = Path(save_tiny_vllm_vlm_dir(tmp_path / "model", "qwen2_vl"))
     data_dir = _visual_count_data(tmp_path / "data")

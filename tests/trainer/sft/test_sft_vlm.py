@@ -321,8 +321,10 @@ def checkpoint_loss(folder: str, train: str) -> float:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("overrides", [["use_remove_padding=true"], ["use_remove_padding=false"],
-                                       ["model.lora_rank=8", "model.lora_alpha=16"]],
+@pytest.mark.parametrize("overrides", [["use_remove_padding=true"],
+                                       pytest.param(["use_remove_padding=false"], marks=pytest.mark.slow),
+                                       pytest.param(["model.lora_rank=8", "model.lora_alpha=16"],
+                                                    marks=pytest.mark.slow)],
                          ids=["packed", "padded", "lora"])
 def test_sft_steps_through_the_cli_lower_the_loss_on_image_rows(tmp_path, overrides):
     """Four image rows (one without an image), one batch per step: the same batch every step. The checkpoint

@@ -201,6 +201,7 @@ def _tensor_parallel_scenario(rank: int, port: int, tmp: str, results) -> None:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow  # CI keeps a small e2e set; make test-all runs this
 def test_tensor_parallel_engine_spans_two_ranks_and_returns_each_its_rows(tmp_path):
     results = run_ranks(_tensor_parallel_scenario, free_port(), str(tmp_path), nprocs=2, timeout_s=560)
     for rank in range(2):

@@ -181,7 +181,8 @@ def _with_images(out, prompts):
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("family", [pytest.param("qwen2_vl", marks=pytest.mark.slow), "qwen2_5_vl",
+                                    pytest.param("qwen3_vl", marks=pytest.mark.slow)])
 def test_vllm_rollout_with_images_matches_the_actor_and_syncs_the_vision_tower(tmp_path, family):
     r = run_ranks(_scenario, free_port(), str(tmp_path), family, nprocs=1, timeout_s=560)[0]
     assert r["greedy_tokens"] >= 8 and r["sampled_tokens"] >= 8, r
