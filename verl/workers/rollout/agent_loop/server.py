@@ -136,16 +136,19 @@ class EngineLoop:
             self._live -= 1
             self._finished += 1
 
+    def _abort_due_locked(self) -> bool:
+        return (self.abort_after is not None and not self.aborted and self._finished >= self.abort_after
+                and self._live > 0)
+
     def _abort_due(self) -> bool:
         with self._lock:
-            return (self.abort_after is not None and not self.aborted and self._finished >= self.abort_after
-                    and self._live > 0)
+            return self._abort_due_locked()
 
     def _abort_if_enough(self) -> None:
         """rollout.over_sample_rate: once ``abort_after`` trajectories have finished, every request still queued or
         in the engine, and any a live trajectory sends later, ends with RolloutAborted."""
         with self._lock:
-            if self.abort_after is None or self.aborted or self._finished < self.abort_after or self._live <= 0:
+            if not self._abort_due_locked():
                 return
             self.aborted = True
             self._waiting = 0
