@@ -6,6 +6,12 @@ spelling sets the same key; giving both with different values is an error rather
 Keys upstream users must append with `+` because upstream's yaml lacks them (e.g.
 `+actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=bf16`) are declared in ours, where Hydra would
 refuse the append ("Could not append to config"): such a `+key=value` sets the key instead.
+
+The reverse holds for the engines' free-form `engine_kwargs` sections: older upstream yamls declared some of their
+keys (`engine_kwargs.vllm.disable_mm_preprocessor_cache`, `swap_space`, `sglang.attention_backend`), so upstream's
+example scripts set them without `+`, while newer yamls declare an empty section. Ours is empty too, so such a
+`key=value` is appended; what the engine then does with the name is checked before Ray like any other engine kwarg
+(`engine_kwargs_checks.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ from collections.abc import Sequence
 
 from verl.trainer.config.yaml_files import yaml_keys
 from verl.utils.config_errors import ConfigError
+
+# free-form sections whose undeclared keys are appended even when written without `+`
+APPENDED_WITHOUT_PLUS = ("actor_rollout_ref.rollout.engine_kwargs.", "reward_model.rollout.engine_kwargs.")
 
 # new spelling (prefix) -> the key this schema has
 KEY_ALIASES: dict[str, str] = {
@@ -56,6 +65,8 @@ def rewrite_aliases(overrides: Sequence[str]) -> list[str]:
         written = key
         if plus == "+" and canonical is None and _declared(key):
             plus = ""  # upstream's yaml lacks the key, so its users append it; ours declares it: set it instead
+        elif plus == "" and key.startswith(APPENDED_WITHOUT_PLUS) and not _declared(key):
+            plus = "+"  # an engine kwarg older upstream yamls declared (see the module docstring)
         if canonical is not None:
             override = f"{canonical}={value}"
             key = canonical

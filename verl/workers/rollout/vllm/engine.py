@@ -55,8 +55,9 @@ def _in_process_env() -> None:
 
 def vllm_engine_kwargs(config: RolloutConfig) -> dict[str, Any]:
     """``rollout.engine_kwargs.vllm``: a free-form section (names checked before Ray), passed to ``vllm.LLM``;
-    upstream's ``disable_mm_preprocessor_cache`` becomes vLLM's current ``mm_processor_cache_gb=0``."""
-    kwargs = dict(config.engine_kwargs.get("vllm") or {})
+    upstream's ``disable_mm_preprocessor_cache`` becomes vLLM's current ``mm_processor_cache_gb=0``. A null value
+    means "vLLM's default", as upstream: the name is dropped (older yamls declared ``swap_space: null``)."""
+    kwargs = {k: v for k, v in dict(config.engine_kwargs.get("vllm") or {}).items() if v is not None}
     if kwargs.pop("disable_mm_preprocessor_cache", False):
         kwargs.setdefault("mm_processor_cache_gb", 0)
     return kwargs
