@@ -24,9 +24,11 @@ from tensordict import TensorDict
 
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, register
+from verl.utils.profiler import DistProfiler
 from verl.workers.fsdp_utils import apply_fsdp2
 from verl.workers.fsdp_workers import MODEL_INIT_SEED, _FSDPWorkerBase
 from verl.workers.micro_batching import forwards_context, make_micro_batches, module_device, restore_order
+from verl.workers.profiling import role_profiler
 from verl.workers.reward_model_inputs import (
     last_token_index,
     response_score_index,
@@ -56,6 +58,7 @@ class RewardModelWorker(_FSDPWorkerBase):
         """`config`: the typed RewardModelConfig (the ``reward_model`` section)."""
         super().__init__()
         self.config = config
+        self.profiler = role_profiler(self.rank, config.profiler, "reward_model")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -156,6 +159,7 @@ class RewardModelWorker(_FSDPWorkerBase):
         return restore_order(outputs, indices)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @DistProfiler.annotate()
     def compute_rm_score(self, data: DataProto) -> DataProto:
         """``rm_scores`` (bs, response_length): the score on each row's last real response token."""
         start = time.perf_counter()

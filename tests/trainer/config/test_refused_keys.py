@@ -13,7 +13,6 @@ FORMERLY_SILENT = [
      "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template"),
     ("actor_rollout_ref.rollout.agent.custom_async_server.path=my.server",
      "actor_rollout_ref.rollout.agent.custom_async_server.path"),
-    ("trainer.profile_steps=[1]", "trainer.profile_steps"),
     ("actor_rollout_ref.rollout.name=sglang", "actor_rollout_ref.rollout.name"),
     ("trainer.logger=[console,clearml,vemlp_wandb]", "trainer.logger"),
 ]

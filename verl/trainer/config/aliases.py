@@ -27,6 +27,11 @@ APPENDED_WITHOUT_PLUS = ("actor_rollout_ref.rollout.engine_kwargs.", "reward_mod
 # new spelling (prefix) -> the key this schema has
 KEY_ALIASES: dict[str, str] = {
     "reward.sandbox_fusion": "reward_model.sandbox_fusion",
+    # older upstream's per-role nsys option (verl.trainer.config.deprecated); the rollout's follows the actor's
+    "actor_rollout_ref.actor.profiler.discrete": "actor_rollout_ref.actor.profiler.tool_config.nsys.discrete",
+    "actor_rollout_ref.rollout.profiler.discrete": "actor_rollout_ref.actor.profiler.tool_config.nsys.discrete",
+    "actor_rollout_ref.ref.profiler.discrete": "actor_rollout_ref.ref.profiler.tool_config.nsys.discrete",
+    "critic.profiler.discrete": "critic.profiler.tool_config.nsys.discrete",
 }
 
 

@@ -6,6 +6,9 @@
   set too, the `_per_gpu` key wins. For the actor's and the critic's update sizes that is settled on the composed
   config before it is typed (`fold_both_update_sizes`): upstream's ActorConfig / CriticConfig, built in Python with
   both, raise ValueError (so do ours), while its trainer runs the scripts that set both.
+- `trainer.profile_steps` (older upstream): `global_profiler.steps` with the tool of that time, nsys, and each
+  role whose `profiler.ranks` / `all_ranks` chose ranks enabled (`fold_profile_steps`). `<role>.profiler.discrete`
+  (older upstream) is `<role>.profiler.tool_config.nsys.discrete` (verl.trainer.config.aliases).
 - `data.val_batch_size`: upstream generates the validation set in batches of that many prompts (the trainer's
   val dataloader does the same here); unset, the whole set is one batch.
 
@@ -80,6 +83,41 @@ def fold_both_update_sizes(node: Any) -> dict[str, Any]:
         with read_write(node), open_dict(node):
             OmegaConf.update(node, f"{prefix}.{legacy}", None, merge=False)
         writes[f"{prefix}.{legacy}"] = None
+    return writes
+
+
+_PROFILED_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic", "reward_model")
+
+
+def fold_profile_steps(node: Any) -> dict[str, Any]:
+    """Older upstream's `trainer.profile_steps` on the composed config, before typing: it is
+    `global_profiler.steps`, its tool was nsys (the only one then), and a role was profiled when its
+    `profiler.ranks` or `all_ranks` chose ranks (there was no `enable`). Folded so with a warning; both steps keys set
+    to different values stay for the check to refuse. Returns the writes for the caller's config."""
+    from omegaconf import open_dict, read_write
+
+    steps = OmegaConf.select(node, "trainer.profile_steps")
+    if steps is None:
+        return {}
+    steps = list(steps)
+    current = OmegaConf.select(node, "global_profiler.steps")
+    if current is not None and list(current) != steps:
+        return {}  # profiler_checks refuses the pair
+    writes: dict[str, Any] = {"global_profiler.steps": steps, "trainer.profile_steps": None}
+    if OmegaConf.select(node, "global_profiler.tool") is None:
+        writes["global_profiler.tool"] = "nsys"
+    for role in _PROFILED_ROLES:
+        section = OmegaConf.select(node, f"{role}.profiler")
+        if section is not None and not section.get("enable") and (section.get("all_ranks") or section.get("ranks")):
+            writes[f"{role}.profiler.enable"] = True
+    tool = writes.get("global_profiler.tool", OmegaConf.select(node, "global_profiler.tool"))
+    enabled = sorted(k for k in writes if k.endswith(".enable"))
+    _warn(f"trainer.profile_steps={steps} is older upstream's spelling: run as global_profiler.steps={steps} with "
+          f"global_profiler.tool={tool}" + (f" and {', '.join(f'{k}=true' for k in enabled)}" if enabled else "")
+          + "; write those keys instead.")
+    with read_write(node), open_dict(node):
+        for key, value in writes.items():
+            OmegaConf.update(node, key, value, merge=False)
     return writes
 
 

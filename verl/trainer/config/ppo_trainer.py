@@ -10,6 +10,7 @@ from verl.trainer.config.old_log_prob_reuse import OldLogProbReuse, decide_old_l
 from verl.trainer.config.reward import CustomRewardFunctionConfig, FSDPRewardModelConfig
 from verl.trainer.config.trainer import RayKwargsConfig, TrainerConfig
 from verl.utils.config_schema import MutableConfig
+from verl.utils.profiler.config import GlobalProfilerConfig
 from verl.workers.config import ActorRolloutRefConfig, FSDPCriticConfig
 
 
@@ -23,6 +24,8 @@ class PPOTrainerConfig(MutableConfig):
     algorithm: AlgoConfig = field(default_factory=AlgoConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
+    # which steps are profiled and how (verl.utils.profiler; the roles' `profiler` sections say who)
+    global_profiler: GlobalProfilerConfig = field(default_factory=GlobalProfilerConfig)
 
     @property
     def use_critic(self) -> bool:

@@ -1,29 +1,142 @@
-"""``ProfilerConfig``: which ranks a role would profile, at upstream's path ``verl.utils.profiler``."""
+"""The profiler's typed config, at upstream's path ``verl.utils.profiler.config``.
+
+A role's ``profiler`` section (``actor_rollout_ref.actor.profiler``, ``ref``, ``rollout``, ``critic``,
+``reward_model``) and the run's ``global_profiler`` are both ``ProfilerConfig``, as in upstream's yaml: the global
+one carries ``steps``, ``profile_continuous_steps`` and ``global_tool_config``; a role's carries ``enable``, the
+ranks and ``tool_config``. What each tool does here (``torch`` everywhere, ``torch_memory`` on CUDA, ``nsys`` and
+``npu`` refused) is docs/profiling.md.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from verl.base_config import BaseConfig
+from verl.utils.config_schema import at_least, choice, dict_field, list_field, refused
+
+__all__ = ["TOOLS", "NsightToolConfig", "GlobalNsightToolConfig", "GlobalProfilerConfig", "NPUToolConfig", "TorchProfilerToolConfig", "TorchMemoryToolConfig",
+           "ProfilerToolConfig", "GlobalTorchMemoryConfig", "GlobalToolConfig", "ProfilerConfig"]
+
+TOOLS = ("nsys", "npu", "torch", "torch_memory")
+DEFAULT_SAVE_PATH = "outputs/profile"
+
+_NSYS = ("Nsight Systems profiling is not built here: it needs the workers started under nsys (Ray's nsight "
+         "runtime_env) on a CUDA machine", "Leave it at its default; profile with global_profiler.tool=torch.")
+_NPU = ("the Ascend NPU profiler needs an NPU and torch_npu, which this build does not support",
+        "Leave it at its default; profile with global_profiler.tool=torch.")
+_STACK_DEPTH = ("torch.cuda.memory._record_memory_history (torch 2.13) has no stack-depth setting",
+                "Leave it at 32; global_tool_config.torch_memory.stacks=python records Python frames only.")
+_NSIGHT_OPTIONS = {"trace": "cuda,nvtx,cublas,ucx", "cuda-memory-usage": "true", "cuda-graph-trace": "graph"}
 
 
 @dataclass
-class ProfilerConfig:
-    """A role's profiler settings, as upstream's dataclass.
+class NsightToolConfig(BaseConfig):
+    """A role's ``tool_config.nsys``."""
 
-    Args:
-        tool: the profiler (``nsys``, ``torch``, ...); None: none chosen.
-        enable: profile this role.
-        all_ranks: profile every rank (``ranks`` is then ignored).
-        ranks: the ranks to profile when ``all_ranks`` is off.
-        save_path: where the traces would go.
-        discrete: one trace per task instead of one per step.
+    discrete: bool = refused(False, *_NSYS)  # one database per task instead of one per step
+
+
+@dataclass
+class GlobalNsightToolConfig(NsightToolConfig):
+    """``global_profiler.global_tool_config.nsys``: also nsys's launch options for the driver and the workers."""
+
+    _target_aliases: ClassVar[tuple[str, ...]] = ("verl.utils.profiler.config.NsightToolConfig",)
+
+    controller_nsight_options: dict[str, Any] = refused(dict_field(_NSIGHT_OPTIONS), *_NSYS)
+    worker_nsight_options: dict[str, Any] = refused(
+        dict_field({**_NSIGHT_OPTIONS, "capture-range": "cudaProfilerApi", "capture-range-end": None,
+                    "kill": "none"}), *_NSYS)
+
+
+@dataclass
+class NPUToolConfig(BaseConfig):
+    """``tool_config.npu``: the Ascend profiler's options (upstream's yaml defaults)."""
+
+    contents: list[str] = refused(list_field([]), *_NPU)  # npu, cpu, memory, shapes, module, stack
+    level: str = refused("level1", *_NPU)  # level_none | level0 | level1 | level2
+    analysis: bool = refused(True, *_NPU)
+    discrete: bool = refused(False, *_NPU)
+
+
+@dataclass
+class TorchProfilerToolConfig(BaseConfig):
+    """``tool_config.torch``: which optimizer steps of the role's update a profiled step records.
+
+    Upstream: "step_start: start step in update_policy; step_end: end step". Counted from 0 over the optimizer
+    steps of one update call (epochs x mini-batches). The defaults (0, null) record the whole training step;
+    otherwise the trace holds optimizer steps step_start .. step_end - 1 (null: to the end of the update).
     """
 
-    tool: str | None = None
+    step_start: int = 0
+    step_end: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.step_start < 0:
+            raise ValueError(f"tool_config.torch.step_start must be >= 0, got {self.step_start}")
+        if self.step_end is not None and self.step_end <= self.step_start:
+            raise ValueError(f"tool_config.torch.step_end ({self.step_end}) must be greater than step_start "
+                             f"({self.step_start}), or null")
+
+    @property
+    def whole_step(self) -> bool:
+        return self.step_start == 0 and self.step_end is None
+
+
+@dataclass
+class TorchMemoryToolConfig(BaseConfig):
+    """``tool_config.torch_memory``: CUDA allocator history kept for the step's memory snapshot."""
+
+    trace_alloc_max_entries: int = at_least(100_000, 1)
+    stack_depth: int = refused(32, *_STACK_DEPTH)
+
+
+@dataclass
+class ProfilerToolConfig(BaseConfig):
+    """A role's ``tool_config``: one section per tool (upstream keeps it untyped)."""
+
+    nsys: NsightToolConfig = field(default_factory=NsightToolConfig)
+    npu: NPUToolConfig = field(default_factory=NPUToolConfig)
+    torch: TorchProfilerToolConfig = field(default_factory=TorchProfilerToolConfig)
+    torch_memory: TorchMemoryToolConfig = field(default_factory=TorchMemoryToolConfig)
+
+
+@dataclass
+class GlobalTorchMemoryConfig(BaseConfig):
+    """``global_profiler.global_tool_config.torch_memory``: torch.cuda.memory._record_memory_history's arguments."""
+
+    trace_alloc_max_entries: int = at_least(100_000, 1)  # the roles' tool_config.torch_memory follow it
+    stack_depth: int = refused(32, *_STACK_DEPTH)
+    context: str = choice("all", ("state", "alloc", "all"))
+    stacks: str = choice("all", ("python", "all"))
+    kw_args: dict[str, Any] = dict_field()
+
+
+@dataclass
+class GlobalToolConfig(BaseConfig):
+    nsys: GlobalNsightToolConfig = field(default_factory=GlobalNsightToolConfig)
+    torch_memory: GlobalTorchMemoryConfig = field(default_factory=GlobalTorchMemoryConfig)
+
+
+@dataclass
+class ProfilerConfig(BaseConfig):
+    """A role's profiler (``<role>.profiler``), as upstream's class.
+
+    Args:
+        tool: nsys | npu | torch | torch_memory; null: no profiler. Follows global_profiler.tool in the yaml.
+        enable: profile this role in the steps global_profiler.steps names.
+        all_ranks: profile every rank of the role; else ``ranks`` (empty: rank 0, as upstream).
+        ranks: the ranks to profile.
+        save_path: where traces go (follows global_profiler.save_path).
+        tool_config: the per-tool options.
+    """
+
+    tool: str | None = choice(None, TOOLS)
     enable: bool = False
     all_ranks: bool = False
     ranks: list[int] = field(default_factory=list)
-    save_path: str | None = None
-    discrete: bool = False
+    save_path: str | None = DEFAULT_SAVE_PATH
+    tool_config: ProfilerToolConfig | None = field(default_factory=ProfilerToolConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.ranks, (list, tuple, set)):
@@ -31,12 +144,18 @@ class ProfilerConfig:
             raise AssertionError(f"ProfilerConfig.ranks must be a list of ranks, got {type(self.ranks).__name__} "
                                  f"{self.ranks!r}")
 
+    def profiles_rank(self, rank: int) -> bool:
+        """Whether ``rank`` is profiled when the role is enabled (upstream: no ranks given means rank 0)."""
+        if self.all_ranks:
+            return True
+        return rank in self.ranks if self.ranks else rank == 0
+
     def union(self, other: ProfilerConfig) -> ProfilerConfig:
         """Profile what either config profiles."""
         return ProfilerConfig(tool=self.tool or other.tool, enable=self.enable or other.enable,
                               all_ranks=self.all_ranks or other.all_ranks,
                               ranks=sorted(set(self.ranks) | set(other.ranks)),
-                              save_path=self.save_path or other.save_path, discrete=self.discrete or other.discrete)
+                              save_path=self.save_path or other.save_path, tool_config=self.tool_config)
 
     def intersect(self, other: ProfilerConfig) -> ProfilerConfig:
         """Profile only what both configs profile."""
@@ -44,4 +163,33 @@ class ProfilerConfig:
                               enable=self.enable and other.enable, all_ranks=self.all_ranks and other.all_ranks,
                               ranks=sorted(set(self.ranks) & set(other.ranks)),
                               save_path=self.save_path if self.save_path == other.save_path else None,
-                              discrete=self.discrete and other.discrete)
+                              tool_config=self.tool_config)
+
+
+@dataclass
+class GlobalProfilerConfig(BaseConfig):
+    """``global_profiler``: which training steps are profiled and with which tool; the roles say who.
+
+    Upstream's yaml names ``verl.utils.profiler.ProfilerConfig`` for this section, which upstream never builds
+    into that class (it has no ``steps``); here it is built as this one.
+
+    Args:
+        tool: the tool every role's ``profiler.tool`` follows; null: no profiling.
+        steps: the training steps to profile, counted from 1; null: none.
+        profile_continuous_steps: consecutive steps in ``steps`` share one trace (started at the first, stopped
+            after the last) instead of one trace each.
+        save_path: where traces go (the roles' save_path follow it).
+        global_tool_config: the tools' run-wide options.
+    """
+
+    _target_aliases: ClassVar[tuple[str, ...]] = ("verl.utils.profiler.ProfilerConfig",
+                                                  "verl.utils.profiler.config.ProfilerConfig")
+
+    tool: str | None = choice(None, TOOLS)
+    steps: list[int] | None = None
+    profile_continuous_steps: bool = False
+    save_path: str = DEFAULT_SAVE_PATH
+    global_tool_config: GlobalToolConfig = field(default_factory=GlobalToolConfig)
+
+    def profiled(self, step: int) -> bool:
+        return bool(self.steps) and step in self.steps
