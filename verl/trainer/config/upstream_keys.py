@@ -11,7 +11,8 @@
   accepted, each with a note.
 - `model.use_shm` with several nodes: refused, the copy is made on the driver's node only.
 - `rollout.update_weights_bucket_megabytes`: accepted with a note when changed (an SGLang request size).
-- `rollout.layered_summon`: accepted with a note; the weight sync always streams parameter by parameter.
+- `rollout.layered_summon`: accepted with a note; the weight sync streams parameter by parameter, in buckets
+  of `rollout.checkpoint_engine.update_weights_bucket_megabytes`.
 - `model.lora_adapter_path` with `lora_rank: 0`: as upstream, the adapter decides: its `r`, `lora_alpha` and
   `target_modules` (adapter_config.json) become the model section's, with a note; an unreadable folder is refused.
 """
@@ -129,8 +130,9 @@ def _notes(cfg: PPOTrainerConfig) -> None:
               "parameter by parameter, so there is no request to size.")
     if arr.rollout.layered_summon:
         _note(f"{ARR}.rollout.layered_summon=true: the weight sync to the rollout engine already gathers the FSDP "
-              "shards parameter by parameter (two all-gathers in flight), never the whole model at once, so the "
-              "peak memory it saves upstream is saved here with or without it.")
+              "shards parameter by parameter, in buckets of at most "
+              f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes, never the whole model at once "
+              "unless it fits one bucket, so the peak memory it saves upstream is bounded here with or without it.")
     if cfg.trainer.use_legacy_worker_impl == "disable":
         _note("trainer.use_legacy_worker_impl=disable selects upstream's engine-based workers; this build has one "
               "worker implementation (verl/workers/fsdp_workers.py, FSDP2), which runs for every value.")

@@ -42,7 +42,8 @@ def _build_vllm(config, module, tokenizer, model_path, device_mesh, trust_remote
                           rank=int(env.get("RANK", 0)), local_rank=int(env.get("LOCAL_RANK", 0)),
                           local_world_size=int(env.get("LOCAL_WORLD_SIZE", 1)),
                           trust_remote_code=trust_remote_code)
-    return rollout, FSDPVLLMShardingManager(module, rollout, tp_size=config.tensor_model_parallel_size)
+    return rollout, FSDPVLLMShardingManager(module, rollout, tp_size=config.tensor_model_parallel_size,
+                                            bucket_megabytes=config.checkpoint_engine.update_weights_bucket_megabytes)
 
 
 def build_rollout(config: RolloutConfig, module, tokenizer, model_path: str, device_mesh, *, trust_remote_code: bool = False):

@@ -1,9 +1,11 @@
 """FSDP2 actor -> in-process vLLM engine: the hand-over around every rollout (verl's 3D-HybridEngine on one host).
 
-Entering: wake the engine, gather the actor's current weights one parameter at a time, cast to the engine's dtype
-before the all-gather (a collective every rank runs in the same order; the next two are in flight while the engine
-loads the current one), and stream each into the engine, which copies it into its own (repacked) layout — so only
-a few full parameters exist outside the engine at a time and nothing touches the disk. Leaving: put the KV cache to sleep so training never holds it.
+Entering: wake the engine, gather the actor's current weights in buckets of at most
+``rollout.checkpoint_engine.update_weights_bucket_megabytes`` (upstream's naive, colocated checkpoint engine), cast
+to the engine's dtype before the all-gather (a collective every rank runs in the same order; a bucket's gathers are
+issued together and the engine loads its first tensors while the others arrive), and stream each into the engine,
+which copies it into its own (repacked) layout — so at most one bucket of full parameters exists outside the engine
+at a time and nothing touches the disk. Leaving: put the KV cache to sleep so training never holds it.
 
 A LoRA (peft) actor hands over merged weights: each adapted layer's base weight and its lora_A/lora_B are gathered
 at the training dtype, merged as W + scaling * B @ A in fp32, cast to the engine's dtype and streamed under the
@@ -74,18 +76,31 @@ class _Gathered:
         return self.tensor
 
 
+def _full_bytes(param: torch.Tensor, dtype: torch.dtype | None) -> int:
+    """Bytes of ``param``'s full (gathered) tensor in ``dtype`` (its own when None)."""
+    return param.numel() * torch.empty((), dtype=dtype or param.dtype).element_size()
+
+
 def full_named_weights(module: torch.nn.Module, dtype: torch.dtype | None, tied_lm_head: bool,
-                       prefetch: int = 2) -> Iterator[tuple[str, torch.Tensor]]:
-    """(HF name, full tensor) for every parameter, gathered lazily with ``prefetch`` all-gathers in flight. Every
-    rank must consume the whole iterator: the gathers are collectives, issued in the same order everywhere. A tied
-    parameter is gathered once and yielded under each of its names (vLLM expects ``lm_head.weight`` even when it
-    is the embedding); it is appended if the module lists it once."""
+                       prefetch: int = 2, bucket_bytes: int | None = None,
+                       buckets: list[tuple[int, int]] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, full tensor) for every parameter, gathered lazily. Every rank must consume the whole iterator: the
+    gathers are collectives, issued in the same order everywhere. A tied parameter is gathered once and yielded under
+    each of its names (vLLM expects ``lm_head.weight`` even when it is the embedding); it is appended if the module
+    lists it once.
+
+    Without ``bucket_bytes``: ``prefetch`` all-gathers in flight beyond the tensor handed over. With it (the sync's
+    ``rollout.checkpoint_engine.update_weights_bucket_megabytes``): the parameters are taken in buckets of at most
+    that many bytes of full tensors (a larger one is a bucket of its own); a bucket's all-gathers are issued together,
+    then its tensors handed over one by one, then the next bucket starts. ``buckets`` (a list) receives
+    (tensors, bytes) for each bucket."""
     params = list(module.named_parameters(remove_duplicate=False))
     uses = Counter(id(p) for _, p in params)
     started: dict[int, _Gathered] = {}
     pending: deque[tuple[str, int]] = deque()
     names = set()
     embed: torch.Tensor | None = None
+    bucket = [0, 0]  # tensors and bytes of the open bucket
 
     def finish() -> tuple[str, torch.Tensor]:
         nonlocal embed
@@ -98,28 +113,40 @@ def full_named_weights(module: torch.nn.Module, dtype: torch.dtype | None, tied_
             embed = tensor
         return hf_name, tensor
 
+    def close_bucket() -> Iterator[tuple[str, torch.Tensor]]:
+        while pending:
+            yield finish()
+        if buckets is not None and bucket[0]:
+            buckets.append((bucket[0], bucket[1]))
+        bucket[:] = [0, 0]
+
     for name, param in params:
         key = id(param)
+        size = 0 if key in started else _full_bytes(param, dtype)
+        if bucket_bytes is not None and bucket[0] and bucket[1] + size > bucket_bytes:
+            yield from close_bucket()
         if key not in started:
             started[key] = _Gathered(param, dtype)
         hf_name = _hf_name(name)
         names.add(hf_name)
         pending.append((hf_name, key))
-        while len(pending) > prefetch:
+        bucket[0] += 1
+        bucket[1] += size
+        while bucket_bytes is None and len(pending) > prefetch:
             yield finish()
-    while pending:
-        yield finish()
+    yield from close_bucket()
     if tied_lm_head and "lm_head.weight" not in names and embed is not None:
         yield "lm_head.weight", embed
 
 
 def merged_lora_named_weights(module: torch.nn.Module, dtype: torch.dtype | None, tied_lm_head: bool,
-                              scalings: dict[str, float]) -> Iterator[tuple[str, torch.Tensor]]:
+                              scalings: dict[str, float], bucket_bytes: int | None = None,
+                              buckets: list[tuple[int, int]] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """The merged plain model's (HF name, full tensor) of a peft ``module``, gathered lazily like
     ``full_named_weights`` (every rank must consume it), cast to ``dtype`` after merging."""
     names = set()
     embed = None
-    stream = full_named_weights(module, None, tied_lm_head=False)
+    stream = full_named_weights(module, None, tied_lm_head=False, bucket_bytes=bucket_bytes, buckets=buckets)
     for name, tensor in merged_named_weights(((_hf_name(n), t) for n, t in stream), scalings, dtype=dtype):
         names.add(name)
         if name == "model.embed_tokens.weight":
@@ -130,10 +157,15 @@ def merged_lora_named_weights(module: torch.nn.Module, dtype: torch.dtype | None
 
 
 class FSDPVLLMShardingManager:
-    def __init__(self, module: torch.nn.Module, rollout, tp_size: int = 1) -> None:
+    """``bucket_megabytes``: rollout.checkpoint_engine.update_weights_bucket_megabytes (None: two gathers ahead of
+    the engine, no buckets); ``last_sync_buckets``: (tensors, bytes) of each bucket of the last sync."""
+
+    def __init__(self, module: torch.nn.Module, rollout, tp_size: int = 1, bucket_megabytes: int | None = None) -> None:
         self.module = module
         self.rollout = rollout
         self.tp_size = int(tp_size)
+        self.bucket_bytes = None if bucket_megabytes is None else int(bucket_megabytes) * 2**20
+        self.last_sync_buckets: list[tuple[int, int]] = []
         dtype = rollout.engine_kwargs.get("dtype", "auto")
         self.engine_dtype = getattr(torch, dtype) if dtype != "auto" else getattr(rollout.model_hf_config, "dtype", None)
         self.tied_lm_head = bool(getattr(rollout, "tied_embeddings", False))
@@ -153,15 +185,18 @@ class FSDPVLLMShardingManager:
     def sync_weights(self) -> float:
         """Push the actor's current weights into the engine; returns the seconds it took (gather + load)."""
         start = time.perf_counter()
+        buckets: list[tuple[int, int]] = []
         with torch.no_grad():
             if self.lora_scalings is not None:
                 weights = merged_lora_named_weights(self.module, self.engine_dtype, self.tied_lm_head,
-                                                    self.lora_scalings)
+                                                    self.lora_scalings, self.bucket_bytes, buckets)
             else:
-                weights = full_named_weights(self.module, self.engine_dtype, self.tied_lm_head)
+                weights = full_named_weights(self.module, self.engine_dtype, self.tied_lm_head,
+                                             bucket_bytes=self.bucket_bytes, buckets=buckets)
             self.rollout.update_weights(weights)
         self.last_sync_s = time.perf_counter() - start
-        logger.debug("weight sync into vLLM took %.3fs", self.last_sync_s)
+        self.last_sync_buckets = buckets
+        logger.debug("weight sync into vLLM took %.3fs in %d bucket(s)", self.last_sync_s, len(buckets))
         return self.last_sync_s
 
     # -- data across a vLLM tensor-parallel group -----------------------------------------------------------------

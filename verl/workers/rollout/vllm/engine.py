@@ -22,6 +22,7 @@ import torch
 
 from verl.utils.device import get_device_name, hardware_compute_dtype, has_fast_bf16
 from verl.workers.config import RolloutConfig
+from verl.workers.rollout.prometheus import served_model_name
 from verl.workers.rollout.vllm.vision import is_vision_config, prepare_vision_engine, vision_engine_kwargs
 
 logger = logging.getLogger(__name__)
@@ -151,6 +152,9 @@ def engine_kwargs(config: RolloutConfig, model_path: str, hf_config, seed: int, 
         # requests arrive as token ids and leave as token ids; EOS ids come from the trainer's meta_info
         skip_tokenizer_init=config.skip_tokenizer_init,
     )
+    name = served_model_name(config.prometheus)  # rollout.prometheus: the metrics' model_name label
+    if name is not None:
+        kwargs["served_model_name"] = name
     if get_device_name() == "cpu":
         engine_dtype = getattr(torch, kwargs["dtype"]) if kwargs["dtype"] != "auto" else torch.bfloat16
         kwargs["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(config, hf_config, max_model_len, engine_dtype,

@@ -27,6 +27,7 @@ from verl.protocol import DataProto
 from verl.utils.device import get_device_name
 from verl.workers.config import RolloutConfig
 from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.prometheus import MetricsEndpoint, node_address
 from verl.workers.rollout.seeding import SamplingSeeds, seeded
 from verl.workers.rollout.vllm.batching import prompt_token_lists, response_log_prob_rows, responses_to_batch
 from verl.workers.rollout.vllm.engine import (
@@ -119,6 +120,12 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
                     kwargs["dtype"], f", KV cache {kv / 2**20:.0f} MiB" if kv else "", self.core, self.threads)
         # vLLM zero-fills the whole KV cache at start; give it back until the first rollout needs it
         self.sleeper.sleep()
+        # rollout.prometheus: this process's registry, where the engine records its metrics, served for scraping
+        self.metrics_endpoint = self.metrics_address = None
+        if config.prometheus.enable:
+            self.metrics_endpoint = MetricsEndpoint()
+            self.metrics_address = self.metrics_endpoint.start(node_address())
+            logger.info("vLLM metrics (rank %d) at http://%s/metrics", rank, self.metrics_address)
 
     # -- generation -----------------------------------------------------------------------------------------------
 
@@ -246,6 +253,9 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
         """Stop the engine now (else at interpreter exit). vLLM's teardown also destroys torch.distributed's default
         process group, which it shares with FSDP: call this only when the process is done with both."""
         self.llm.llm_engine.engine_core.shutdown()
+        endpoint = getattr(self, "metrics_endpoint", None)
+        if endpoint is not None:
+            endpoint.stop()
 
     def _require_weights(self) -> None:
         if self.needs_weights:
