@@ -62,6 +62,11 @@ AGENT_LOOP = Condition("actor_rollout_ref.rollout.mode=async", lambda c: c.actor
 OLD_LOG_PROB_PASS = Condition("the actor's old-log-prob pass runs, or rollout_correction.bypass_mode: not when the "
                               "update's first forward stands in for it (config.old_log_prob_reuse)",
                               lambda c: not c.old_log_prob_reuse.reuse)
+# R3: the rollout records it; R2: the old-log-prob pass does, when it runs (config.old_log_prob_reuse)
+ROUTER_REPLAY = Condition(
+    "actor_rollout_ref.actor.router_replay.mode=R3, or R2 with the old-log-prob pass",
+    lambda c: c.actor_rollout_ref.actor.router_replay.mode == "R3"
+    or (c.actor_rollout_ref.actor.router_replay.mode == "R2" and not c.old_log_prob_reuse.reuse))
 TOOL_AGENT = Condition("actor_rollout_ref.rollout.multi_turn.enable=true (rows of the tool agent)",
                        lambda c: c.actor_rollout_ref.rollout.multi_turn.enable)
 
@@ -145,6 +150,10 @@ def _specs() -> list[KeySpec]:
                 when=TOOL_AGENT, optional=True),
         KeySpec("tool_rewards", o, _OBJECT, _ROWS, _AGENT_OUT, "each tool call's step reward (list)",
                 when=TOOL_AGENT, optional=True),
+        KeySpec("routed_experts", t, torch.int16, ("batch", "sequence_length", "moe_layers", "top_k"),
+                "verl.models.router_replay:RouterReplay.take_record", "each token's MoE top-k experts, one slot per MoE "
+                "layer, -1 where none was recorded; recorded by the hf rollout (R3) or the actor's old-log-prob pass "
+                "(R2: ActorRolloutRefWorker.compute_log_prob), replayed by the update", when=ROUTER_REPLAY),
         # -- log-probs and values ---------------------------------------------------------------------------------
         KeySpec("old_log_probs", t, f32, _RESP, "verl.workers.fsdp_workers:ActorRolloutRefWorker.compute_log_prob",
                 "log-prob of each response token under the policy before this step's update", when=OLD_LOG_PROB_PASS),

