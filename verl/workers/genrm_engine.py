@@ -1,12 +1,14 @@
-"""A generative reward model on its own engine (``reward_model.rollout.*``): upstream's RewardModelManager.
+"""A reward model on its own engine (``reward_model.rollout.*``): upstream's RewardModelManager.
 
 ``GenRMServer`` loads ``reward_model.model.path`` into an engine (``reward_model.rollout.name``: ``hf``, HF generate
 through the HF rollout; ``vllm``, the in-process vLLM engine of the vLLM rollout) and serves it as an
-OpenAI-compatible chat endpoint (verl.workers.rollout.chat_server) on the host's loopback. ``RewardModelManager``
-runs one ``GenRMServer`` in a Ray actor of its own (its own CPUs; with ``reward_model.enable_resource_pool`` its own
-``n_gpus_per_node x nnodes`` devices) and hands its ``host:port`` to the reward functions as
-``reward_router_address``, with the judge's tokenizer as ``reward_model_tokenizer`` (upstream's arguments):
-``GenRMEndpoint`` carries both into every process that scores.
+OpenAI-compatible chat endpoint (verl.workers.rollout.chat_server) on the host's loopback; a discriminative reward
+model is served behind vLLM's ``/classify`` instead (an HF forward, or vLLM's pooling runner).
+``RewardModelManager`` runs ``num_replicas`` of them, each in a Ray actor of its own (one CPU, or with
+``reward_model.enable_resource_pool`` one of its ``n_gpus_per_node x nnodes`` devices), with the reward router
+(verl.workers.rollout.reward_router) in front when there are several, and hands the router's ``host:port`` (the one
+server's) to the reward functions as ``reward_router_address``, with the judge's tokenizer as
+``reward_model_tokenizer`` (upstream's arguments): ``GenRMEndpoint`` carries both into every process that scores.
 """
 
 from __future__ import annotations
@@ -178,19 +180,105 @@ def _vllm_backend(rm: Any) -> Any:
 
 
 def _classify_server(rm: Any, tokenizer: Any, device: str) -> Any:
-    """A discriminative reward model on HF behind ``/classify``, inputs of up to prompt_length + response_length."""
-    from verl.models.value_head import load_reward_model
-    from verl.workers.rollout.classify_server import ClassifyServer
+    """A discriminative reward model behind ``/classify`` on ``rollout.name``'s engine (HF forward or vLLM's pooling
+    runner), inputs of up to prompt_length + response_length tokens."""
+    from verl.workers.rollout.classify_server import ClassifyServer, HFClassifier
 
-    if rm.rollout.name != "hf":
-        raise ValueError(f"reward_model.rollout.name={rm.rollout.name}: a discriminative reward model is served on "
-                         "the HF engine here (vLLM's pooling runner is not built); set reward_model.rollout.name=hf")
-    model = load_reward_model(rm.model.path, "reward_model.model.path", trust_remote_code=rm.model.trust_remote_code,
-                              dtype=_torch_dtype(rm.rollout.dtype)).to(device)
-    model.eval().requires_grad_(False)
-    return ClassifyServer(model, tokenizer, [rm.model.path, "reward_model"],
+    if rm.rollout.name == "vllm":
+        scorer = _vllm_classifier(rm)
+    else:
+        from verl.models.value_head import load_reward_model
+
+        model = load_reward_model(rm.model.path, "reward_model.model.path",
+                                  trust_remote_code=rm.model.trust_remote_code,
+                                  dtype=_torch_dtype(rm.rollout.dtype)).to(device)
+        model.eval().requires_grad_(False)
+        scorer = HFClassifier(model, _pad_id(tokenizer))
+    return ClassifyServer(scorer, tokenizer, [rm.model.path, "reward_model"],
                           rm.rollout.prompt_length + rm.rollout.response_length,
                           "reward_model.rollout.prompt_length + response_length")
+
+
+_TOKEN_CLS, _SEQ_CLS = "ForTokenClassification", "ForSequenceClassification"
+
+
+def pooling_architecture(hf_config: Any, path: str, check_vllm: bool = True) -> str:
+    """The architecture vLLM's pooling runner builds for a one-label reward model at ``path``: a sequence classifier
+    as is; a token classifier (upstream's reward-model format) as the sequence classifier of the same trunk, which
+    reads the same weights (``model.*``, ``score.weight``, ``score.bias``) and scores the last token, as the token
+    classifier's last position does. Anything else is refused, naming the key. ``check_vllm``: also ask vLLM's
+    model registry whether it can build that class (imports vLLM)."""
+    key = f"reward_model.model.path={path!r}"
+    if getattr(hf_config, "vision_config", None) is not None:
+        raise ValueError(f"{key} is a vision-language reward model; on vLLM's pooling runner only text reward "
+                         "models are served here: set reward_model.rollout.name=hf")
+    arch = (getattr(hf_config, "architectures", None) or [""])[0]
+    if arch.endswith(_TOKEN_CLS):
+        arch = arch[: -len(_TOKEN_CLS)] + _SEQ_CLS
+    elif not arch.endswith(_SEQ_CLS):
+        raise ValueError(f"{key} has architecture {arch or 'none'!r}, not a token- or sequence-classification "
+                         "reward model (a score head with one label); point the key at one (examples/reward_model/ "
+                         "builds one), or set custom_reward_function.path for a generative judge")
+    labels = getattr(hf_config, "num_labels", 1)
+    if labels != 1:
+        raise ValueError(f"{key} has num_labels={labels}; a reward model outputs one score (train it with "
+                         "num_labels=1)")
+    if _has_score_head(path) is False:
+        raise ValueError(f"{key} has no trained score head (score.weight is missing): it is not a reward model. "
+                         "Point the key at a token- or sequence-classification checkpoint.")
+    if not check_vllm:
+        return arch
+    from vllm import ModelRegistry
+
+    supported = set(ModelRegistry.get_supported_archs())
+    if arch not in supported and arch[: -len(_SEQ_CLS)] + "ForCausalLM" not in supported:
+        raise ValueError(f"{key}: vLLM {_vllm_version()} has neither {arch} nor "
+                         f"{arch[: -len(_SEQ_CLS)]}ForCausalLM to build the classifier on; set "
+                         "reward_model.rollout.name=hf")
+    return arch
+
+
+def _vllm_version() -> str:
+    import vllm
+
+    return str(getattr(vllm, "__version__", "?"))
+
+
+def _has_score_head(path: str) -> bool | None:
+    """Whether the folder's safetensors hold ``score.weight`` (None: no safetensors to look in)."""
+    import glob
+    import os
+
+    from safetensors import safe_open
+
+    files = glob.glob(os.path.join(path, "*.safetensors"))
+    if not files:
+        return None
+    for name in files:
+        with safe_open(name, framework="pt") as handle:
+            if "score.weight" in handle.keys():
+                return True
+    return False
+
+
+def _vllm_classifier(rm: Any) -> Any:
+    """vLLM's pooling runner (``runner="pooling"``) on ``model.path``, in this process, from the judge's keys."""
+    from transformers import AutoConfig
+
+    from verl.workers.rollout.classify_server import VLLMClassifier
+    from verl.workers.rollout.vllm.engine import build_llm, engine_kwargs
+
+    path = rm.model.path
+    hf_config = AutoConfig.from_pretrained(path, trust_remote_code=rm.model.trust_remote_code)
+    arch = pooling_architecture(hf_config, path)
+    kwargs = engine_kwargs(vllm_judge_config(rm), path, hf_config, seed=0, engines_per_node=1,
+                           trust_remote_code=rm.model.trust_remote_code)
+    for generation_only in ("logprobs_mode", "generation_config", "skip_tokenizer_init"):
+        kwargs.pop(generation_only, None)
+    kwargs["runner"] = "pooling"
+    if arch != (hf_config.architectures or [None])[0]:
+        kwargs["hf_overrides"] = {**(kwargs.get("hf_overrides") or {}), "architectures": [arch]}
+    return VLLMClassifier(build_llm(kwargs))
 
 
 def _eos_ids(module: Any, tokenizer: Any) -> list[int]:
@@ -213,8 +301,8 @@ class GenRMServer:
     ``reward_model`` section; ``host``: where to listen (loopback unless the cluster spans nodes).
 
     ``discriminative``: ``model.path`` is a discriminative reward model (no custom reward function is set, as
-    upstream decides): it is served on HF behind vLLM's ``/classify`` (verl.workers.rollout.classify_server) instead
-    of a chat endpoint."""
+    upstream decides): it is served behind vLLM's ``/classify`` (verl.workers.rollout.classify_server; on HF, or on
+    vLLM's pooling runner) instead of a chat endpoint."""
 
     def __init__(self, rm: Any, host: str = "127.0.0.1", num_threads: int | None = None,
                  start_engine: bool = True, discriminative: bool = False) -> None:
@@ -261,48 +349,108 @@ class GenRMServer:
         return stats
 
 
+def num_replicas(rm: Any) -> int:
+    """How many judge engines serve (upstream's rule): with its own pool, the pool's size
+    (``n_gpus_per_node x nnodes``) over one engine's (``rollout.tensor_model_parallel_size``); else one."""
+    if not rm.enable_resource_pool:
+        return 1
+    return max(1, rm.n_gpus_per_node * rm.nnodes // max(1, rm.rollout.tensor_model_parallel_size))
+
+
+def merge_replica_stats(replicas: list[dict[str, Any]]) -> dict[str, Any]:
+    """The replicas' counters as one server's: sums, but ``max_*`` the largest; ``replicas``: each one's own."""
+    merged: dict[str, Any] = {}
+    for stats in replicas:
+        for key, value in stats.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                merged[key] = max(merged.get(key, value), value) if key.startswith("max_") else \
+                    merged.get(key, 0) + value
+    return {**merged, "replicas": replicas}
+
+
 class RewardModelManager:
-    """Upstream's name: starts the judge server in a Ray actor (``reward_model.rollout.*``), ``get_router_address()``
-    is its ``host:port``, ``shutdown()`` stops it and returns its counters. ``device``: trainer.device;
-    ``discriminative``: serve ``model.path`` as a discriminative reward model (``/classify``)."""
+    """Upstream's name: starts the judge servers in Ray actors (``reward_model.rollout.*``) and, when there are
+    several, the reward router in front of them (verl.workers.rollout.reward_router); ``get_router_address()`` is
+    where the reward functions ask (the router's ``host:port``, or the one server's); ``shutdown()`` stops them and
+    returns their counters. ``device``: trainer.device; ``discriminative``: serve ``model.path`` as a
+    discriminative reward model (``/classify``).
+
+    Replicas: ``num_replicas(rm)``, each a Ray actor of its own with ``tensor_model_parallel_size`` CPUs (its torch
+    threads) or, on a GPU machine with ``enable_resource_pool``, as many GPUs."""
 
     def __init__(self, rm: Any, device: str = "cpu", discriminative: bool = False) -> None:
         import ray
 
-        own_pool = rm.enable_resource_pool
-        size = max(1, rm.n_gpus_per_node * rm.nnodes) if own_pool else 1
-        use_gpu = device != "cpu" and own_pool
+        count = num_replicas(rm)
+        per_replica = max(1, rm.rollout.tensor_model_parallel_size) if rm.enable_resource_pool else 1
+        use_gpu = device != "cpu" and rm.enable_resource_pool
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-        host = "127.0.0.1" if len(nodes) <= 1 else "0.0.0.0"  # noqa: S104 - several nodes: reachable from them
-        options = {"num_cpus": size, "num_gpus": size if use_gpu else 0, "name": f"verl_genrm_{id(self):x}"}
-        self.actor = ray.remote(GenRMServer).options(**options).remote(rm, host=host, num_threads=size,
-                                                                        discriminative=discriminative)
-        address = ray.get(self.actor.address.remote())
-        if host == "0.0.0.0":  # noqa: S104
-            node_ip = ray.get(self.actor.__ray_call__.remote(lambda _self: ray.util.get_node_ip_address()))
-            address = f"{node_ip}:{address.rsplit(':', 1)[1]}"
-        self.router_address = address
+        self.host = "127.0.0.1" if len(nodes) <= 1 else "0.0.0.0"  # noqa: S104 - several nodes: reachable from them
+        options = {"num_cpus": per_replica, "num_gpus": per_replica if use_gpu else 0}
+        self.actors = [ray.remote(GenRMServer).options(**options, name=f"verl_genrm_{id(self):x}_{i}").remote(
+            rm, host=self.host, num_threads=per_replica, discriminative=discriminative) for i in range(count)]
+        self.router = None
         self.stats: dict[str, Any] = {}
+        try:
+            self.replica_addresses = [self._reachable(actor, address) for actor, address in
+                                      zip(self.actors, ray.get([actor.address.remote() for actor in self.actors]))]
+            self.router_address = self.replica_addresses[0]
+            if count > 1:
+                from verl.workers.rollout.reward_router import RewardRouter
+
+                self.router = ray.remote(RewardRouter).options(num_cpus=0, name=f"verl_reward_router_{id(self):x}") \
+                    .remote(self.replica_addresses)
+                self.router_address = self._reachable(self.router, ray.get(self.router.start.remote(self.host, 0)))
+        except BaseException:
+            self._kill()
+            raise
+
+    def _reachable(self, actor: Any, address: str) -> str:
+        """``address`` as the other nodes reach it (the actor's node address when it listens on all of them)."""
+        import ray
+
+        if self.host != "0.0.0.0":  # noqa: S104
+            return address
+        node_ip = ray.get(actor.__ray_call__.remote(lambda _self: ray.util.get_node_ip_address()))
+        return f"{node_ip}:{address.rsplit(':', 1)[1]}"
 
     def get_router_address(self) -> str:
         return self.router_address
 
     def current_stats(self) -> dict[str, Any]:
+        """The servers' counters (merged over the replicas, with the router's under ``router``)."""
         import ray
 
-        return ray.get(self.actor.stats.remote())
+        if len(self.actors) == 1:
+            return ray.get(self.actors[0].stats.remote())
+        stats = merge_replica_stats(ray.get([actor.stats.remote() for actor in self.actors]))
+        return {**stats, "router": ray.get(self.router.stats.remote())}
 
-    def shutdown(self) -> dict[str, Any]:
+    def shutdown(self, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Stop the router and every replica; a replica that died is reported as ``{"dead": why}``."""
         import ray
 
-        if self.actor is None:
+        if not self.actors:
             return self.stats
         try:
-            self.stats = ray.get(self.actor.shutdown.remote())
+            router = ray.get(self.router.stop.remote(), timeout=timeout_s) if self.router is not None else None
+            replicas = []
+            for actor in self.actors:
+                try:
+                    replicas.append(ray.get(actor.shutdown.remote(), timeout=timeout_s))
+                except (ray.exceptions.RayError, TimeoutError) as err:
+                    replicas.append({"dead": f"{type(err).__name__}: {str(err)[:200]}"})
+            self.stats = replicas[0] if router is None else {**merge_replica_stats(replicas), "router": router}
         finally:
-            ray.kill(self.actor)
-            self.actor = None
+            self._kill()
         return self.stats
+
+    def _kill(self) -> None:
+        import ray
+
+        for actor in [*self.actors, *([self.router] if self.router is not None else [])]:
+            ray.kill(actor)
+        self.actors, self.router = [], None
 
 
 class GenRMEndpoint:

@@ -156,7 +156,6 @@ def test_the_trainer_serves_a_discriminative_model_only_without_a_reward_functio
     from verl.models.loader import load_tokenizer
     from verl.trainer.ppo.genrm import genrm_endpoint
     from verl.trainer.ppo.reward import load_reward_manager
-    from verl.utils.config_errors import RewardFunctionError
     from verl.workers.reward_loop.disrm import DisRMRewardManager
 
     tokenizer = load_tokenizer(str(default_tokenizer_dir()), "test")
@@ -166,8 +165,47 @@ def test_the_trainer_serves_a_discriminative_model_only_without_a_reward_functio
     assert isinstance(manager.manager, DisRMRewardManager) and genrm_endpoint(cfg).discriminative
     judged = _check(UPSTREAM_STYLE)
     assert not isinstance(load_reward_manager(judged, tokenizer, num_examine=0).manager, DisRMRewardManager)
-    with pytest.raises(RewardFunctionError, match="rollout.name=hf"):
-        load_reward_manager(_check([*no_function, "reward_model.rollout.name=vllm"]), tokenizer, num_examine=0)
+    on_vllm = _check([*no_function, f"reward_model.model.path={rm_dir}", "reward_model.rollout.name=vllm"])
+    assert isinstance(load_reward_manager(on_vllm, tokenizer, num_examine=0).manager, DisRMRewardManager)
+
+
+def _edited_copy(src: str, dst, **config_changes) -> str:
+    import shutil
+
+    shutil.copytree(src, dst)
+    config = json.loads((dst / "config.json").read_text())
+    config.update(config_changes)
+    (dst / "config.json").write_text(json.dumps(config))
+    return str(dst)
+
+
+def test_what_vllms_pooling_runner_cannot_serve_is_refused_before_ray(rm_dir, tmp_path):
+    """rollout.name=vllm with no reward function: the folder must be a one-label token- or sequence-classification
+    model with its score head; anything else is refused when the reward manager is built (before Ray)."""
+    from tests.helpers.e2e import default_tokenizer_dir
+    from tests.helpers.tiny_model import tiny_llama
+    from tests.workers.reward_manager.test_genrm_engine import UPSTREAM_STYLE, _check
+    from verl.models.loader import load_tokenizer
+    from verl.trainer.ppo.reward import load_reward_manager
+    from verl.utils.config_errors import RewardFunctionError
+
+    tokenizer = load_tokenizer(str(default_tokenizer_dir()), "test")
+    causal = tmp_path / "causal"
+    tiny_llama(seed=0).save_pretrained(causal)
+    folders = {
+        "not a token- or sequence-classification": str(causal),
+        "num_labels=2": _edited_copy(rm_dir, tmp_path / "two", num_labels=2,
+                                     id2label={"0": "a", "1": "b"}, label2id={"a": 0, "b": 1}),
+        "score.weight is missing": _edited_copy(str(causal), tmp_path / "headless",
+                                                architectures=["LlamaForTokenClassification"], num_labels=1,
+                                                id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0}),
+    }
+    no_function = [o for o in UPSTREAM_STYLE if not o.startswith("custom_reward_function.path")]
+    for named, folder in folders.items():
+        cfg = _check([*no_function, f"reward_model.model.path={folder}", "reward_model.rollout.name=vllm"])
+        with pytest.raises(RewardFunctionError, match=named) as info:
+            load_reward_manager(cfg, tokenizer, num_examine=0)
+        assert "reward_model.model.path" in str(info.value)
 
 
 @pytest.mark.parametrize("device, own_pool, warned", [("cuda", False, True), ("cuda", True, False),
@@ -181,6 +219,8 @@ def test_start_genrm_resolves_the_device_and_says_when_the_engine_leaves_the_gpu
     started = {}
 
     class Manager:
+        replica_addresses = ["127.0.0.1:1"]
+
         def __init__(self, rm, device, discriminative):
             started.update(device=device, discriminative=discriminative)
 
@@ -194,3 +234,13 @@ def test_start_genrm_resolves_the_device_and_says_when_the_engine_leaves_the_gpu
     genrm.start_genrm(cfg)
     assert started == {"device": device, "discriminative": False}  # "auto" resolved, never passed on as is
     assert ("colocated mode" in capsys.readouterr().err) is warned
+
+
+def test_the_reward_loop_without_a_reward_model_says_what_it_scores(capsys):
+    from tests.workers.reward_manager.test_genrm_engine import _check
+    from verl.trainer.ppo import genrm
+
+    assert genrm.start_genrm(_check(["reward_model.use_reward_loop=true"])) is None
+    out = capsys.readouterr().out
+    assert "reward_model.use_reward_loop=true without a reward model" in out and "per sample" in out
+    assert genrm.start_genrm(_check([])) is None and capsys.readouterr().out == ""  # no loop, no note

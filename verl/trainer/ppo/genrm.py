@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from verl.utils.config_errors import RewardFunctionError
-from verl.workers.genrm_engine import GenRMEndpoint, RewardModelManager, bind_reward_router
+from verl.workers.genrm_engine import GenRMEndpoint, RewardModelManager, bind_reward_router, pooling_architecture
 
 __all__ = ["ROUTER_KWARGS", "bind_genrm", "disrm_manager", "genrm_enabled", "genrm_endpoint", "start_genrm",
            "stop_genrm"]
@@ -49,17 +49,20 @@ def bind_genrm(config: Any, compute_score: Any, custom: bool) -> Any:
 
 def disrm_manager(config: Any, tokenizer: Any) -> Any:
     """The reward loop's per-sample manager asking the discriminative reward model served on the engine (upstream:
-    ``reward_model.rollout.name`` without a custom reward function). Marks the endpoint so that ``start_genrm``
-    serves ``/classify`` instead of a chat endpoint."""
+    ``reward_model.rollout.name`` without a custom reward function: HF, or vLLM's pooling runner). Marks the
+    endpoint so that ``start_genrm`` serves ``/classify`` instead of a chat endpoint."""
     from verl.workers.reward_loop.disrm import DisRMRewardManager
 
-    engine = config.reward_model.rollout.name
-    if engine != "hf":
-        raise RewardFunctionError(
-            f"reward_model.rollout.name={engine} with no custom_reward_function.path serves reward_model.model.path "
-            "as a discriminative reward model (upstream's /classify), which is built on the HF engine only; set "
-            "reward_model.rollout.name=hf, or set custom_reward_function.path to a function that asks a generative "
-            "judge at reward_router_address (examples/reward_loop/llm_judge.py is one).")
+    rm = config.reward_model
+    if rm.rollout.name == "vllm":  # what vLLM's pooling runner cannot serve is refused here, before Ray
+        from transformers import AutoConfig
+
+        try:
+            hf_config = AutoConfig.from_pretrained(rm.model.path, trust_remote_code=rm.model.trust_remote_code)
+            pooling_architecture(hf_config, rm.model.path, check_vllm=False)
+        except (OSError, ValueError) as err:
+            raise RewardFunctionError(f"reward_model.rollout.name=vllm with no custom_reward_function.path serves "
+                                      f"reward_model.model.path as a discriminative reward model: {err}") from err
     endpoint = genrm_endpoint(config)
     endpoint.discriminative = True
     return DisRMRewardManager(config, tokenizer, endpoint)
@@ -86,9 +89,13 @@ def _check_router_kwargs(fn: Any) -> None:
 
 def start_genrm(config: Any) -> RewardModelManager | None:
     """Start the judge server (when configured) and publish its address to the reward functions."""
-    if not genrm_enabled(config):
-        return None
     rm = config.reward_model
+    if not genrm_enabled(config):
+        if rm.use_reward_loop and not rm.enable:
+            print("[reward] note: reward_model.use_reward_loop=true without a reward model (reward_model.enable=false):"
+                  " the loop scores the reward function (rule rewards, or custom_reward_function.path) per sample, as "
+                  "each rollout finishes.", flush=True)
+        return None
     from verl.utils.device import get_device_name
 
     device = get_device_name()  # trainer.device resolved ("auto": cuda where a GPU is visible)
@@ -102,8 +109,10 @@ def start_genrm(config: Any) -> RewardModelManager | None:
     endpoint.address = manager.get_router_address()
     what = "reward model" if endpoint.discriminative else "judge engine"
     route = "/classify" if endpoint.discriminative else "/v1"
-    print(f"[reward] {what} ({rm.rollout.name}) for {rm.model.path} at http://{manager.get_router_address()}{route}",
-          flush=True)
+    replicas = len(manager.replica_addresses)
+    behind = f" (router over {replicas} replicas: {', '.join(manager.replica_addresses)})" if replicas > 1 else ""
+    print(f"[reward] {what} ({rm.rollout.name}) for {rm.model.path} at http://{manager.get_router_address()}{route}"
+          f"{behind}", flush=True)
     return manager
 
 

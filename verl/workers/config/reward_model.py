@@ -74,8 +74,9 @@ class RewardScoringConfig(MutableConfig):
 
 GENRM_ENGINES = ("hf", "vllm", "sglang", "trtllm")
 NO_GENRM_TP = (
-    "the judge engine runs in one process (one Ray actor); tensor parallelism across several of them is not built",
-    "Set it to 1 (use reward_model.enable_resource_pool with n_gpus_per_node to give the judge more CPUs).",
+    "each judge engine runs in one process (one Ray actor); tensor parallelism across several of them is not built",
+    "Set it to 1 (use reward_model.enable_resource_pool with n_gpus_per_node to run more judge replicas behind the "
+    "reward router).",
 )
 
 
@@ -99,12 +100,6 @@ class RewardModelRolloutConfig(MutableConfig):
     response_length: int = at_least(2048, 1)  # the most tokens one answer may have (max_tokens is clipped to it)
     enable_prefix_caching: bool = True  # vllm's prefix cache; hf never caches across requests
     engine_kwargs: dict[str, Any] = dict_field({"vllm": {}, "sglang": {}})  # vllm: passed to vllm.LLM
-
-
-NO_RM_PROFILER = (
-    "the per-role profiler is not built (trainer.profile_steps is refused for the same reason)",
-    "Remove it; time the reward model with the timing_s/reward metrics instead.",
-)
 
 
 @dataclass
@@ -146,7 +141,7 @@ class RewardModelConfig(BaseConfig):
     estimated_tokens_per_request: float = at_least(2000.0, 1)
     timeout: float | None = at_least(None, 0)  # seconds; null: reward_model.scoring.timeout
     rollout: RewardModelRolloutConfig = field(default_factory=RewardModelRolloutConfig)
-    profiler: ProfilerConfig = refused(field(default_factory=ProfilerConfig), *NO_RM_PROFILER)
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)  # the reward-model worker's (verl.utils.profiler)
 
     def __post_init__(self) -> None:
         # upstream's rule at construction (ValueError); from the yaml the builder reports it under `reward_model`

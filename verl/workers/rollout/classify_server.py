@@ -1,4 +1,4 @@
-"""A discriminative reward model behind vLLM's ``/classify`` endpoint, on HF: what upstream's reward loop asks when
+"""A discriminative reward model behind vLLM's ``/classify`` endpoint: what upstream's reward loop asks when
 ``reward_model.rollout.name`` serves a reward model and no custom reward function is set.
 
 ``POST /classify`` (also ``/v1/classify``) with ``{"model", "input": text or [texts], "use_activation",
@@ -10,7 +10,9 @@ reward loop asks for. ``add_special_tokens`` defaults to true, as vLLM's does. O
 answer are answered with HTTP 400 naming the field. An input longer than ``max_tokens`` tokens is a 400 naming the
 budget's keys.
 
-Requests waiting together are scored in one right-padded forward by the engine thread, up to ``max_batch`` rows.
+Requests waiting together are scored as one batch by the engine thread, up to ``max_batch`` rows, by a scorer:
+``HFClassifier`` (one right-padded HF forward) or ``VLLMClassifier`` (vLLM's pooling runner, ``LLM.classify`` on
+token ids with ``use_activation=False``; built by verl.workers.genrm_engine).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 
 from verl.utils.json_http import json_reply, read_json
 
-__all__ = ["ClassifyServer", "ClassifyRequestError"]
+__all__ = ["ClassifyRequestError", "ClassifyServer", "HFClassifier", "VLLMClassifier"]
 
 _CLASSIFY_PATHS = ("/classify", "/v1/classify")
 _FIELDS = {"model", "input", "use_activation", "activation", "add_special_tokens", "user"}
@@ -39,20 +41,71 @@ class ClassifyRequestError(ValueError):
         self.status = status
 
 
-class ClassifyServer:
+class HFClassifier:
     """``model``: a one-label token-classification model (verl.models.value_head.load_reward_model), in eval mode on
-    its device; ``tokenizer``: the reward model's; ``served_names``: the ``model`` values accepted;
-    ``max_tokens``: the longest input (tokens); ``budget_keys``: the keys that set it, for the error."""
+    its device; ``pad_id``: the tokenizer's pad (else EOS) id. ``score(rows)``: each row's raw score."""
 
-    def __init__(self, model: Any, tokenizer: Any, served_names: list[str], max_tokens: int, budget_keys: str,
-                 max_batch: int = 64) -> None:
+    def __init__(self, model: Any, pad_id: int) -> None:
         self.model = model
+        self.pad_id = int(pad_id)
+
+    @torch.no_grad()
+    def score(self, rows: list[list[int]]) -> list[float]:
+        from verl.models.value_head import values_from_output
+        from verl.workers.reward_model_inputs import last_token_index
+
+        width = max(len(ids) for ids in rows)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, ids in enumerate(rows):
+            input_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            mask[i, : len(ids)] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        device = next(self.model.parameters()).device
+        output = self.model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+                            position_ids=positions.to(device), use_cache=False)
+        last = last_token_index(mask).to(device)
+        return values_from_output(output)[torch.arange(len(rows), device=device), last].float().cpu().tolist()
+
+
+class VLLMClassifier:
+    """``llm``: a ``vllm.LLM`` on the pooling runner (``runner="pooling"``) whose model is a one-label sequence
+    classifier. ``score(rows)``: each row's raw score (``use_activation=False``), the last token's, as vLLM's
+    classifiers pool. Called from the classify server's engine thread only (vLLM's offline engine is not
+    thread-safe)."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+
+    def score(self, rows: list[list[int]]) -> list[float]:
+        from vllm import TokensPrompt
+        from vllm.pooling_params import PoolingParams
+
+        outputs = self.llm.classify([TokensPrompt(prompt_token_ids=list(ids)) for ids in rows], use_tqdm=False,
+                                    pooling_params=PoolingParams(use_activation=False))
+        scores = []
+        for output in outputs:
+            probs = list(output.outputs.probs)
+            if len(probs) != 1:
+                raise RuntimeError(f"the vLLM classifier answered {len(probs)} values per input; a reward model has "
+                                   "one label")
+            scores.append(float(probs[0]))
+        return scores
+
+
+class ClassifyServer:
+    """``scorer``: ``HFClassifier`` or ``VLLMClassifier``; ``tokenizer``: the reward model's; ``served_names``: the
+    ``model`` values accepted; ``max_tokens``: the longest input (tokens); ``budget_keys``: the keys that set it,
+    for the error."""
+
+    def __init__(self, scorer: Any, tokenizer: Any, served_names: list[str], max_tokens: int, budget_keys: str,
+                 max_batch: int = 64) -> None:
+        self.scorer = scorer
         self.tokenizer = tokenizer
         self.served_names = [n for n in served_names if n]
         self.max_tokens = int(max_tokens)
         self.budget_keys = budget_keys
         self.max_batch = max(1, int(max_batch))
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.counters = {"requests": 0, "completed": 0, "failed": 0, "prompt_tokens": 0, "batches": 0,
                          "max_batch_rows": 0}
         self._queue: queue.SimpleQueue[tuple[list[int], Future]] = queue.SimpleQueue()
@@ -179,27 +232,12 @@ class ClassifyServer:
             for (_, future), score in zip(batch, scores):
                 future.set_result(score)
 
-    @torch.no_grad()
     def _score(self, rows: list[list[int]]) -> list[float]:
-        from verl.models.value_head import values_from_output
-        from verl.workers.reward_model_inputs import last_token_index
-
-        width = max(len(ids) for ids in rows)
-        input_ids = torch.full((len(rows), width), int(self.pad_id), dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, ids in enumerate(rows):
-            input_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            mask[i, : len(ids)] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        device = next(self.model.parameters()).device
-        output = self.model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
-                            position_ids=positions.to(device), use_cache=False)
-        last = last_token_index(mask).to(device)
-        values = values_from_output(output)[torch.arange(len(rows), device=device), last]
+        scores = self.scorer.score(rows)
         with self._lock:
             self.counters["batches"] += 1
             self.counters["max_batch_rows"] = max(self.counters["max_batch_rows"], len(rows))
-        return values.float().cpu().tolist()
+        return scores
 
     # -- HTTP ----------------------------------------------------------------------------------------------------
 
