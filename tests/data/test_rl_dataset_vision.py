@@ -96,11 +96,14 @@ def test_image_tokens_count_toward_max_prompt_length(tmp_path, vlm):
     assert len(kept) == 1 and kept[0]["extra_info"]["index"] == 10
 
 
-def test_video_column_refused(tmp_path, vlm):
+def test_video_column_is_read_through_data_video_key(tmp_path, vlm):
+    """Videos themselves: tests/data/test_rl_dataset_video.py. Here: the column data.video_key names is read."""
+    from verl.data.video import VideoError
+
     tokenizer, processor = vlm
     path = write_rows(tmp_path / "v.parquet", [{**make_row("<video>What happens?", index=0), "videos": ["a.mp4"]}])
-    with pytest.raises(NotImplementedError, match="'videos' \\(data.video_key\\) holds videos"):
-        RLHFDataset(path, tokenizer, config(), processor=processor)
+    with pytest.raises(VideoError, match="row 0 column 'videos' \\(data.video_key\\) video 0: video file 'a.mp4'"):
+        RLHFDataset(path, tokenizer, config(), processor=processor)[0]
     assert torch.is_tensor(RLHFDataset(path, tokenizer, config(video_key="clips"), processor=processor)[0]["input_ids"])
 
 

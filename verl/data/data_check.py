@@ -190,45 +190,68 @@ def prompt_lengths(prompts: Sequence[Any], tokenizer: Any, prompt_key: str,
     return lengths, malformed
 
 
+def _media_problems(key: str, data: Any, processor: Any, columns: list[str]) -> str | None:
+    """Why the split's image / video columns cannot be read with ``processor`` (None: they can)."""
+    from verl.data.rl_vision import check_media_columns
+
+    try:
+        check_media_columns(columns, [key], data, processor)
+    except NotImplementedError as err:
+        return str(err).replace(f"{[key]}: ", f"{key}: ", 1)
+    return None
+
+
 def _vision_lengths(key: str, table: Any, data: Any, processor: Any, prompt_key: str, report: SplitReport,
                     rows_text: Callable[..., str]) -> list[int] | None:
-    """Prompt lengths with image tokens counted (the processor on every row, as RLHFDataset renders it); rows with
-    missing or unreadable images, or a placeholder count that differs from their images, become problems. None
-    when the split has no image column."""
+    """Prompt lengths with image and video tokens counted (the processor on every row, as RLHFDataset renders
+    it); rows with missing or unreadable images or videos, or a placeholder count that differs from them, become
+    problems. None when the split has no image or video column."""
     columns = table.column_names
-    if data.video_key in columns:
-        report.problems.append(f"{key}: column {data.video_key!r} (data.video_key) holds videos, which are not built "
-                               "here; drop the column (images work: data.image_key).")
-    if data.image_key not in columns:
+    media = [c for c in (data.image_key, data.video_key) if c and c in columns]
+    if not media:
         return None
-    if processor is None:
-        report.problems.append(
-            f"{key}: column {data.image_key!r} (data.image_key) holds images, but the model folder has no "
-            "multi-modal processor; use a vision-language model (Qwen2-VL / Qwen2.5-VL) or drop the column.")
+    problem = _media_problems(key, data, processor, columns)
+    if problem:
+        report.problems.append(problem)
         return None
     from verl.data.prompt_text import as_messages
     from verl.data.rl_vision import vision_prompt_length
+    from verl.data.video import VideoError
     from verl.data.vision import ImageError
 
-    prompts, images = table.column(prompt_key).to_pylist(), table.column(data.image_key).to_pylist()
-    lengths, unreadable, mismatched, reasons = [-1] * len(prompts), [], [], {}
-    for row, (prompt, entries) in enumerate(zip(prompts, images)):
+    prompts = table.column(prompt_key).to_pylist()
+    values = {c: table.column(c).to_pylist() for c in media}
+    video_key = data.video_key if data.video_key in columns else None
+    lengths = [-1] * len(prompts)
+    bad: dict[str, list[int]] = {"image": [], "video": [], "image placeholders": [], "video placeholders": []}
+    reasons: dict[int, str] = {}
+    for row, prompt in enumerate(prompts):
         try:
             lengths[row] = vision_prompt_length(processor, as_messages(prompt, row, prompt_key),
-                                                {data.image_key: entries}, data.image_key, row,
-                                                dict(getattr(data, "apply_chat_template_kwargs", None) or {}))
+                                                {c: values[c][row] for c in media}, data.image_key, row,
+                                                dict(getattr(data, "apply_chat_template_kwargs", None) or {}),
+                                                video_key)
+        except VideoError as err:
+            bad["video"].append(row)
+            reasons[row] = str(err).split(": ", 1)[-1]
         except ImageError as err:
-            unreadable.append(row)
+            bad["image"].append(row)
             reasons[row] = str(err).split(": ", 1)[-1]
         except ValueError as err:
-            (mismatched if "placeholders" in str(err) else unreadable).append(row)
-            reasons[row] = str(err).split(": ", 1)[-1]
-    if unreadable:
-        report.problems.append(f"{key}: {len(unreadable)} rows have a missing or unreadable image in column "
-                               f"{data.image_key!r} (data.image_key): {rows_text(unreadable, reasons.get)}.")
-    if mismatched:
-        report.problems.append(f"{key}: {len(mismatched)} rows have a different number of <image> placeholders "
-                               f"than images in column {data.image_key!r}: {rows_text(mismatched, reasons.get)}.")
+            text = str(err)
+            kind = "video placeholders" if "<video>" in text else "image placeholders" if "placeholders" in text else \
+                "image"
+            bad[kind].append(row)
+            reasons[row] = text.split(": ", 1)[-1]
+    for kind, column, name in (("image", data.image_key, "data.image_key"), ("video", data.video_key,
+                                                                             "data.video_key")):
+        if bad[kind]:
+            report.problems.append(f"{key}: {len(bad[kind])} rows have a missing or unreadable {kind} in column "
+                                   f"{column!r} ({name}): {rows_text(bad[kind], reasons.get)}.")
+        if bad[f"{kind} placeholders"]:
+            report.problems.append(f"{key}: {len(bad[f'{kind} placeholders'])} rows have a different number of "
+                                   f"<{kind}> placeholders than {kind}s in column {column!r}: "
+                                   f"{rows_text(bad[f'{kind} placeholders'], reasons.get)}.")
     return lengths
 
 
@@ -295,7 +318,8 @@ def check_split(key: str, files: Sequence[str], data: Any, tokenizer: Any, needs
     if overlong and data.filter_overlong_prompts:
         report.filtered = len(overlong)
     elif overlong and (data.truncation == "error" or vision is not None):
-        counted = " and image tokens counted" if vision is not None else ""
+        media = "image / video" if getattr(data, "video_key", None) in table.column_names else "image"
+        counted = f" and {media} tokens counted" if vision is not None else ""
         tail = ("an image prompt cannot be truncated." if vision is not None else
                 "or set data.truncation to left/right/middle.")
         report.problems.append(

@@ -100,6 +100,8 @@ class RLHFDataset(Dataset):
         self.dataframe = read_parquet_files(self.data_files, required_column=self.prompt_key, column_hint=hint)
         self.vision = check_media_columns(list(self.dataframe.column_names), self.data_files, self.config,
                                           self.processor)
+        # videos (data.video_key): the trainer checks what runs with them before Ray
+        self.videos = self.vision and self.config.video_key in self.dataframe.column_names
         self.dataframe = self._take_max_samples(self.dataframe)
         if self.filter_overlong_prompts:
             self.dataframe = self._drop_overlong(self.dataframe)
@@ -119,7 +121,8 @@ class RLHFDataset(Dataset):
         workers = self.filter_overlong_prompts_workers
         if self.vision:  # image tokens counted: the processor runs on every row (in this process)
             lengths = [vision_prompt_length(self.processor, _as_messages(row[self.prompt_key], i, self.prompt_key),
-                                            row, self.config.image_key, i) for i, row in enumerate(frame)]
+                                            row, self.config.image_key, i, self.template_kwargs,
+                                            self.config.video_key) for i, row in enumerate(frame)]
         else:
             lengths = self._text_lengths(frame, workers)
         keep = [row for row, length in enumerate(lengths) if length <= self.max_prompt_length]

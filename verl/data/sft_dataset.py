@@ -26,7 +26,7 @@ from torch.utils.data import Dataset
 
 from verl.data.chat_templates import named_template
 from verl.data.parquet_files import read_parquet_files
-from verl.data.sft_vision import VisionSFTEncoder, check_placeholder_count, row_images, uses_images
+from verl.data.sft_vision import VisionSFTEncoder, check_placeholder_count, row_images, row_videos, uses_images
 from verl.utils.torch_functional import compute_position_id_with_mask
 
 
@@ -187,15 +187,18 @@ def pad_right(ids: list[int], trained: list[int], max_length: int, pad_token_id:
 
 
 class ImageRows:
-    """The image column of an SFT dataset whose model folder has a processor: checks every row up front (a bad
-    image or a placeholder count that differs from the row's images stops the run before training, naming the row
-    and the column) and builds the rows' items through VisionSFTEncoder."""
+    """The image (and video) columns of an SFT dataset whose model folder has a processor: checks every row up front
+    (a bad image or video, or a placeholder count that differs from the row's, stops the run before training, naming
+    the row and the column) and builds the rows' items through VisionSFTEncoder."""
 
-    def __init__(self, column: Sequence[Any], image_key: str, processor: Any, encoder: VisionSFTEncoder) -> None:
+    def __init__(self, column: Sequence[Any] | None, image_key: str, processor: Any, encoder: VisionSFTEncoder,
+                 video_column: Sequence[Any] | None = None, video_key: str | None = None) -> None:
         self.column = column
         self.image_key = image_key
         self.processor = processor
         self.encoder = encoder
+        self.video_column = video_column
+        self.video_key = video_key
 
     @classmethod
     def build(cls, frame: Any, files: Sequence[str], config: Any, processor: Any,
@@ -206,18 +209,27 @@ class ImageRows:
         if config.chat_template:  # the processor renders image rows, so it takes the override too
             processor.chat_template = named_template(config.chat_template)
         encoder = VisionSFTEncoder(processor, config.max_length, config.truncation, pad_token_id)
-        return cls(frame[config.image_key], config.image_key, processor, encoder)
+        columns = frame.column_names
+        images = frame[config.image_key] if config.image_key in columns else None
+        videos = frame[config.video_key] if config.video_key and config.video_key in columns else None
+        return cls(images, config.image_key, processor, encoder, videos, config.video_key)
 
     def images(self, row: int) -> list[Any]:
-        return row_images(self.column[row], self.image_key, row)
+        return [] if self.column is None else row_images(self.column[row], self.image_key, row)
+
+    def videos(self, row: int) -> list[Any]:
+        """The row's videos as (frames, metadata) pairs (verl.data.video)."""
+        if self.video_column is None:
+            return []
+        return row_videos(self.video_column[row], self.video_key, row, self.processor)
 
     def check(self, conversations: Sequence[Sequence[dict]]) -> None:
         for row, messages in enumerate(conversations):
-            check_placeholder_count(messages, self.images(row), self.image_key, row)
+            check_placeholder_count(messages, self.images(row), self.image_key, row, self.videos(row), self.video_key)
 
     def item(self, pieces: Sequence[tuple[str, bool]], row: int) -> dict[str, torch.Tensor]:
         encoder = self.encoder
-        ids, trained, inputs = encoder.encode(pieces, self.images(row), row)
+        ids, trained, inputs = encoder.encode(pieces, self.images(row), row, self.videos(row))
         item = pad_right(ids, trained, encoder.max_length, encoder.pad_token_id)
         item["position_ids"] = encoder.position_ids(item["input_ids"], item["attention_mask"], inputs)
         item.update(inputs)

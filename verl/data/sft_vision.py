@@ -10,7 +10,9 @@ are never trained (they are inputs, not text the model writes), even inside an a
 
 An item holds ``input_ids``, ``attention_mask``, ``loss_mask`` (the SFT datasets' convention), ``position_ids`` of
 shape (4, max_length) (text positions, then the three mrope rows; ``verl.data.vision.vision_position_ids``) and,
-when the row has images, ``pixel_values`` / ``image_grid_thw`` — upstream's item keys. ``collate_sft_batch`` keeps
+when the row has images, ``pixel_values`` / ``image_grid_thw`` — upstream's item keys. Videos (``<video>``
+placeholders, the ``data.video_key`` column, read by ``verl.data.video``; Qwen2-VL / Qwen2.5-VL / Qwen3-VL) go the
+same way and add ``pixel_values_videos`` / ``video_grid_thw`` (/ ``second_per_grid_ts``). ``collate_sft_batch`` keeps
 those per row in a ``multi_modal_inputs`` list, since rows hold different numbers of images (or none).
 """
 
@@ -22,14 +24,15 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-from verl.data.rl_vision import check_media_columns
+from verl.data.rl_vision import check_media_columns, video_position_kwargs
+from verl.data.video import row_videos
 from verl.data.vision import count_placeholders, load_image, split_placeholders, vision_position_ids
 
 __all__ = ["IMAGE_INPUT_KEYS", "MULTI_MODAL_INPUTS", "VisionSFTEncoder", "VisionSampleTooLongError", "row_images",
-           "check_placeholder_count", "collate_sft_batch", "uses_images", "vision_forward_kwargs"]
+           "check_placeholder_count", "collate_sft_batch", "uses_images", "vision_forward_kwargs", "row_videos"]
 
-# the processor outputs an item carries for the model's forward (upstream's item keys)
-IMAGE_INPUT_KEYS = ("pixel_values", "image_grid_thw")
+# the processor outputs an item carries for the model's forward (upstream's item keys), images then videos
+IMAGE_INPUT_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
 # the collated batch's per-row list of {pixel_values, image_grid_thw} ({} for a row without images)
 MULTI_MODAL_INPUTS = "multi_modal_inputs"
 
@@ -39,8 +42,8 @@ class VisionSampleTooLongError(ValueError):
 
 
 def uses_images(column_names: Sequence[str], files: Sequence[str], config: Any, processor: Any) -> bool:
-    """Whether the files' rows carry images for ``processor``. Refuses a ``data.video_key`` column (videos are not
-    built) and an image column for a text-only model folder, each naming its key."""
+    """Whether the files' rows carry images or videos for ``processor``. Refuses them for a text-only model folder,
+    and videos for a folder without a video processor, each naming its key."""
     return check_media_columns(list(column_names), list(files), config, processor)
 
 
@@ -54,11 +57,16 @@ def row_images(value: Any, image_key: str, row: int) -> list[Any]:
     return [load_image(entry, f"{where} image {i}") for i, entry in enumerate(list(value))]
 
 
-def check_placeholder_count(messages: Sequence[dict], images: Sequence[Any], image_key: str, row: int) -> None:
+def check_placeholder_count(messages: Sequence[dict], images: Sequence[Any], image_key: str, row: int,
+                            videos: Sequence[Any] = (), video_key: str | None = None) -> None:
     placeholders = count_placeholders([dict(m) for m in messages])
     if placeholders != len(images):
         raise ValueError(f"row {row}: the messages hold {placeholders} <image> placeholders but column {image_key!r} "
                          f"(data.image_key) holds {len(images)} images; they must match one to one, in order")
+    placeholders = count_placeholders([dict(m) for m in messages], "<video>")
+    if placeholders != len(videos):
+        raise ValueError(f"row {row}: the messages hold {placeholders} <video> placeholders but column {video_key!r} "
+                         f"(data.video_key) holds {len(videos)} videos; they must match one to one, in order")
 
 
 class VisionSFTEncoder:
@@ -73,37 +81,54 @@ class VisionSFTEncoder:
         self.image_token = processor.image_token
         self.image_token_id = int(processor.image_token_id)
         self.merge_size = int(processor.image_processor.merge_size)
+        video_token_id = getattr(processor, "video_token_id", None)
+        self.video_token = getattr(processor, "video_token", None)
+        self.vision_token_ids = {self.image_token_id} | ({int(video_token_id)} if video_token_id is not None else set())
 
     @staticmethod
     def typed_messages(messages: Sequence[dict]) -> list[dict]:
         """Messages whose ``<image>`` placeholders became the image parts the processor's chat template renders."""
         return split_placeholders([dict(m) for m in messages])
 
-    def _encode(self, pieces: Sequence[tuple[str, bool]], images: Sequence[Any],
-                row: int) -> tuple[list[int], list[int], dict[str, torch.Tensor]]:
+    def _piece_videos(self, text: str, videos: Sequence[Any], used: int, row: int) -> dict[str, Any]:
+        count = text.count(self.video_token) if self.video_token else 0
+        if used + count > len(videos):
+            raise ValueError(f"row {row}: the rendered conversation holds more video tokens than its {len(videos)} "
+                             f"videos (does the text itself contain {self.video_token!r}?)")
+        clips = list(videos[used:used + count])
+        if not clips:
+            return {}
+        return {"videos": [c[0] for c in clips], "video_metadata": [c[1] for c in clips], "do_sample_frames": False}
+
+    def _encode(self, pieces: Sequence[tuple[str, bool]], images: Sequence[Any], row: int,
+                videos: Sequence[Any] = ()) -> tuple[list[int], list[int], dict[str, torch.Tensor]]:
         ids: list[int] = []
         trained: list[int] = []
         outputs: dict[str, list[torch.Tensor]] = {key: [] for key in IMAGE_INPUT_KEYS}
-        used = 0
+        used = used_videos = 0
         for text, is_trained in pieces:
             count = text.count(self.image_token)
             if used + count > len(images):
                 raise ValueError(f"row {row}: the rendered conversation holds more image tokens than its "
                                  f"{len(images)} images (does the text itself contain {self.image_token!r}?)")
+            media = self._piece_videos(text, videos, used_videos, row)
             out = self.processor(text=[text], images=list(images[used:used + count]) or None, return_tensors="pt",
-                                 add_special_tokens=False)
+                                 add_special_tokens=False, **media)
             used += count
+            used_videos += len(media.get("videos", ()))
             piece = out["input_ids"][0].tolist()
             ids.extend(piece)
             # vision tokens are inputs, never targets, even in an assistant turn
-            trained.extend(int(is_trained and token != self.image_token_id) for token in piece)
+            trained.extend(int(is_trained and token not in self.vision_token_ids) for token in piece)
             for key in IMAGE_INPUT_KEYS:
                 if out.get(key) is not None:
                     outputs[key].append(out[key])
-        if used != len(images):
-            raise ValueError(f"row {row}: the chat template rendered {used} of the row's {len(images)} images; every "
-                             "<image> placeholder must sit in a message's string content")
-        return ids, trained, {key: torch.cat(parts) for key, parts in outputs.items() if parts}
+        if used != len(images) or used_videos != len(videos):
+            raise ValueError(f"row {row}: the chat template rendered {used} of the row's {len(images)} images and "
+                             f"{used_videos} of its {len(videos)} videos; every <image> / <video> placeholder must sit "
+                             "in a message's string content")
+        return ids, trained, {key: torch.cat([torch.as_tensor(p) for p in parts]) for key, parts in outputs.items()
+                              if parts}
 
     def _fit(self, ids: list[int], trained: list[int], row: int) -> tuple[list[int], list[int]]:
         """Cut to data.max_length like the text datasets, but never through an image (its pixel values would no
@@ -111,7 +136,7 @@ class VisionSFTEncoder:
         excess = len(ids) - self.max_length
         if excess <= 0:
             return ids, trained
-        image_at = [i for i, token in enumerate(ids) if token == self.image_token_id]
+        image_at = [i for i, token in enumerate(ids) if token in self.vision_token_ids]
         if self.truncation == "left":  # drops ids[:excess]
             keeps_images = not image_at or image_at[0] >= excess
         elif self.truncation == "right":  # drops ids[max_length:]
@@ -130,10 +155,11 @@ class VisionSFTEncoder:
             return ids[excess:], trained[excess:]
         return ids[:self.max_length], trained[:self.max_length]
 
-    def encode(self, pieces: Sequence[tuple[str, bool]], images: Sequence[Any],
-               row: int) -> tuple[list[int], list[int], dict[str, torch.Tensor]]:
-        """(token ids, trained flags, {pixel_values, image_grid_thw}) of a sample, cut to data.max_length."""
-        ids, trained, inputs = self._encode(pieces, images, row)
+    def encode(self, pieces: Sequence[tuple[str, bool]], images: Sequence[Any], row: int,
+               videos: Sequence[Any] = ()) -> tuple[list[int], list[int], dict[str, torch.Tensor]]:
+        """(token ids, trained flags, {pixel_values, image_grid_thw, video inputs}) of a sample, cut to
+        data.max_length. ``videos``: (frames, metadata) pairs (``verl.data.video``)."""
+        ids, trained, inputs = self._encode(pieces, images, row, videos)
         ids, trained = self._fit(ids, trained, row)
         return ids, trained, inputs
 
@@ -142,7 +168,7 @@ class VisionSFTEncoder:
         """(4, L) positions of a right-padded sample. After a left cut they start at 0 again: every axis shifts by
         the same amount, so attention (which sees position differences only) is unchanged."""
         return vision_position_ids(input_ids, attention_mask, inputs.get("image_grid_thw"), self.image_token_id,
-                                   self.merge_size)
+                                   self.merge_size, **video_position_kwargs(self.processor, inputs))
 
 
 def collate_sft_batch(items: list[dict[str, Any]]) -> dict[str, Any]:

@@ -8,8 +8,9 @@ Without torchvision, transformers 5.16-5.19 fail while *checking* the processor'
 
 So: ``AutoProcessor`` when it works (a GPU machine with a matching torchvision); otherwise the processor class named
 by the folder, built from its tokenizer and its image processor (transformers' PIL backend,
-``Qwen2VLImageProcessorPil``) with no video processor. Images work the same; videos are refused where they are
-read (``data.video_key``). Text-only folders give None, as upstream's ``hf_processor`` does.
+``Qwen2VLImageProcessorPil``). Its video slot holds verl's torchvision-free video processor
+(``verl.models.video_processor``) for Qwen2-VL, Qwen2.5-VL and Qwen3-VL. Text-only folders give None, as upstream's
+``hf_processor`` does.
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ import json
 import os
 from typing import Any
 
-__all__ = ["load_processor", "image_only_processor", "processor_class_name", "torchvision_usable"]
+__all__ = ["load_processor", "image_only_processor", "processor_class_name", "torchvision_usable",
+           "VIDEO_PROCESSOR_CLASSES"]
+
+# the processor classes whose videos verl's video processor serves (Qwen3-VL's with timestamps in the text)
+VIDEO_PROCESSOR_CLASSES = ("Qwen2VLProcessor", "Qwen2_5_VLProcessor", "Qwen3VLProcessor")
 
 _PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 
@@ -45,15 +50,30 @@ def processor_class_name(path: str) -> str | None:
 
 
 def image_only_processor(processor_cls: type, image_processor: Any, tokenizer: Any,
-                         chat_template: str | None = None) -> Any:
+                         chat_template: str | None = None, video_processor: Any = None) -> Any:
     """An instance of ``processor_cls`` (a transformers ProcessorMixin with a video_processor slot) holding no video
-    processor: the argument check transformers runs on ``video_processor=None`` is skipped, nothing else changes."""
+    processor or verl's (``verl.models.video_processor.QwenVideoProcessor``): the argument check transformers runs
+    on the video slot is skipped for those, nothing else changes."""
+    from verl.models.video_processor import QwenVideoProcessor
 
     class ImageOnly(processor_cls):  # type: ignore[misc, valid-type]
         def check_argument_for_proper_class(self, argument_name, argument):
-            if argument is None and argument_name == "video_processor":
+            if argument_name == "video_processor" and (argument is None or isinstance(argument, QwenVideoProcessor)):
                 return None
             return super().check_argument_for_proper_class(argument_name, argument)
+
+        def to_dict(self):
+            """transformers' dict (what repr prints), verl's video processor as its settings."""
+            video = self.__dict__.get("video_processor")
+            if not isinstance(video, QwenVideoProcessor):
+                return super().to_dict()
+            self.__dict__["video_processor"] = None
+            try:
+                output = super().to_dict()
+            finally:
+                self.__dict__["video_processor"] = video
+            output["video_processor"] = video.to_dict()
+            return output
 
         def save_pretrained(self, save_directory, **kwargs):
             """What a checkpoint's HF folder needs to load this processor again (transformers' own save stops at
@@ -68,13 +88,15 @@ def image_only_processor(processor_cls: type, image_processor: Any, tokenizer: A
             with open(file, "w", encoding="utf-8") as handle:
                 json.dump(config, handle, indent=2)
             self.tokenizer.save_pretrained(save_directory)
+            if self.video_processor is not None:
+                self.video_processor.save_pretrained(save_directory)
             if self.chat_template:
                 with open(os.path.join(save_directory, "chat_template.json"), "w", encoding="utf-8") as handle:
                     json.dump({"chat_template": self.chat_template}, handle)
             return [file]
 
     ImageOnly.__name__ = ImageOnly.__qualname__ = processor_cls.__name__
-    return ImageOnly(image_processor=image_processor, tokenizer=tokenizer, video_processor=None,
+    return ImageOnly(image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor,
                      chat_template=chat_template)
 
 
@@ -101,7 +123,19 @@ def _build_without_video(path: str, tokenizer: Any, trust_remote_code: bool) -> 
     if "video_processor" not in inspect.signature(processor_cls.__init__).parameters:
         return None
     image_processor = AutoImageProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
-    return image_only_processor(processor_cls, image_processor, tokenizer, _folder_chat_template(path, tokenizer))
+    video_processor = None
+    if name in VIDEO_PROCESSOR_CLASSES:
+        from verl.models.video_processor import load_video_processor
+
+        config_file = os.path.join(path, "config.json")
+        hf_config = None
+        if os.path.isfile(config_file):
+            with open(config_file, encoding="utf-8") as handle:
+                hf_config = json.load(handle)
+        video_processor = load_video_processor(path, image_processor, hf_config,
+                                               timestamps=name == "Qwen3VLProcessor")
+    return image_only_processor(processor_cls, image_processor, tokenizer, _folder_chat_template(path, tokenizer),
+                                video_processor)
 
 
 def load_processor(path: str, tokenizer: Any, key: str, trust_remote_code: bool = False) -> Any:

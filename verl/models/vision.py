@@ -138,12 +138,14 @@ def _with_local_deepstack(module, args, kwargs):
 @dataclasses.dataclass
 class _ImageShard:
     input_ids: torch.Tensor  # (1, T + pad): the whole packed row, padded as the SP shards are
-    pixel_values: torch.Tensor
-    image_grid_thw: torch.Tensor
+    pixel_values: torch.Tensor | None
+    image_grid_thw: torch.Tensor | None
     start: int
     width: int
     # Qwen3-VL: (this window's visual-position mask, its rows of each deepstack layer's features), set by the forward
     deepstack: tuple[torch.Tensor, list[torch.Tensor]] | None = None
+    pixel_values_videos: torch.Tensor | None = None
+    video_grid_thw: torch.Tensor | None = None
 
 
 _SEQUENCE_PARALLEL_IMAGES: contextvars.ContextVar[_ImageShard | None] = contextvars.ContextVar(
@@ -152,36 +154,66 @@ _SEQUENCE_PARALLEL_IMAGES: contextvars.ContextVar[_ImageShard | None] = contextv
 
 @contextlib.contextmanager
 def sequence_parallel_images(model: torch.nn.Module, input_ids: torch.Tensor, pad: int, start: int, width: int,
-                             pixel_values: torch.Tensor, image_grid_thw: torch.Tensor):
-    """Ulysses with images: within the block, the VLM's forward on this rank's slice (``start``, ``width``) of the
-    packed row ``input_ids`` (1, T) builds the embeddings of the whole row, the images' features scattered into
-    their tokens (the images may sit in any rank's slice), and runs the language model on its slice of them.
-    Every rank of the SP group runs the vision tower on all the images; each rank's loss reaches the features of
-    the tokens in its slice, so the gradients the group reduces add up to the whole row's."""
+                             pixel_values: torch.Tensor | None, image_grid_thw: torch.Tensor | None,
+                             pixel_values_videos: torch.Tensor | None = None,
+                             video_grid_thw: torch.Tensor | None = None):
+    """Ulysses with images (and videos): within the block, the VLM's forward on this rank's slice (``start``,
+    ``width``) of the packed row ``input_ids`` (1, T) builds the embeddings of the whole row, the images' and videos'
+    features scattered into their tokens (they may sit in any rank's slice), and runs the language model on its slice
+    of them. Every rank of the SP group runs the vision tower on all of them; each rank's loss reaches the features
+    of the tokens in its slice, so the gradients the group reduces add up to the whole row's."""
     enable_blank_image_forward(model)
     full = torch.nn.functional.pad(input_ids, (0, pad), value=0) if pad else input_ids
-    token = _SEQUENCE_PARALLEL_IMAGES.set(_ImageShard(full, pixel_values, image_grid_thw, start, width))
+    token = _SEQUENCE_PARALLEL_IMAGES.set(_ImageShard(full, pixel_values, image_grid_thw, start, width,
+                                                      pixel_values_videos=pixel_values_videos,
+                                                      video_grid_thw=video_grid_thw))
     try:
         yield
     finally:
         _SEQUENCE_PARALLEL_IMAGES.reset(token)
 
 
-def _local_embeds_with_images(owner: torch.nn.Module, shard: _ImageShard) -> torch.Tensor:
-    embeds = owner.get_input_embeddings()(shard.input_ids)
-    output = owner.get_image_features(shard.pixel_values, shard.image_grid_thw)
+def _scatter_features(embeds: torch.Tensor, tokens: torch.Tensor, output) -> tuple[torch.Tensor, list | None]:
+    """``embeds`` with the vision tower's ``output`` in the positions of ``tokens``; its deepstack layers (Qwen3-VL)."""
     features = getattr(output, "pooler_output", output)
     if isinstance(features, (list, tuple)):
         features = torch.cat(list(features))
-    image_tokens = shard.input_ids == owner.config.image_token_id
-    embeds = embeds.masked_scatter(image_tokens[..., None].expand_as(embeds), features.to(embeds.dtype))
-    window = slice(shard.start, shard.start + shard.width)
+    embeds = embeds.masked_scatter(tokens[..., None].expand_as(embeds), features.to(embeds.dtype))
     deepstack = getattr(output, "deepstack_features", None)
-    if deepstack:  # Qwen3-VL: the rows of the image tokens before and inside this window, in token order
-        before = int(image_tokens[:, : shard.start].sum())
-        inside = int(image_tokens[:, window].sum())
-        layers = [torch.cat(list(f)) if isinstance(f, (list, tuple)) else f for f in deepstack]
-        shard.deepstack = (image_tokens[:, window], [f[before: before + inside].to(embeds.dtype) for f in layers])
+    layers = [torch.cat(list(f)) if isinstance(f, (list, tuple)) else f for f in deepstack] if deepstack else None
+    return embeds, layers
+
+
+def _local_embeds_with_images(owner: torch.nn.Module, shard: _ImageShard) -> torch.Tensor:
+    embeds = owner.get_input_embeddings()(shard.input_ids)
+    parts = []  # (token mask, deepstack layers) per modality
+    if shard.pixel_values is not None:
+        tokens = shard.input_ids == owner.config.image_token_id
+        embeds, layers = _scatter_features(embeds, tokens,
+                                           owner.get_image_features(shard.pixel_values, shard.image_grid_thw))
+        parts.append((tokens, layers))
+    if shard.pixel_values_videos is not None:
+        tokens = shard.input_ids == owner.config.video_token_id
+        embeds, layers = _scatter_features(embeds, tokens, owner.get_video_features(shard.pixel_values_videos,
+                                                                                    shard.video_grid_thw))
+        parts.append((tokens, layers))
+    window = slice(shard.start, shard.start + shard.width)
+    if parts and all(layers for _, layers in parts):
+        # Qwen3-VL: the deepstack rows of the vision tokens (images and videos joined in token order, as the model's
+        # forward joins them) before and inside this window
+        visual = parts[0][0]
+        for tokens, _ in parts[1:]:
+            visual = visual | tokens
+        joint = []
+        for depth in range(len(parts[0][1])):
+            first = parts[0][1][depth]
+            rows = first.new_zeros(int(visual.sum()), first.shape[-1])
+            for tokens, layers in parts:
+                rows[tokens[visual]] = layers[depth].to(rows.dtype)
+            joint.append(rows)
+        before = int(visual[:, : shard.start].sum())
+        inside = int(visual[:, window].sum())
+        shard.deepstack = (visual[:, window], [f[before: before + inside].to(embeds.dtype) for f in joint])
     return embeds[:, window]
 
 

@@ -66,8 +66,8 @@ HONOURED_SFT = {
     "data.val_max_samples": _SK + "test_max_samples_limit_the_datasets_and_the_epoch",
     "data.custom_cls.path": _DS + "test_custom_dataset_class",
     "data.custom_cls.name": _DS + "test_custom_dataset_class",
-    "data.image_key": _VLM + "test_image_key_names_the_column_and_videos_and_text_models_are_refused",
-    "data.video_key": _VLM + "test_image_key_names_the_column_and_videos_and_text_models_are_refused",
+    "data.image_key": _VLM + "test_image_key_names_the_column_and_text_models_are_refused",
+    "data.video_key": "tests/trainer/sft/test_sft_video.py::test_items_expand_videos_and_train_only_assistant_text",
     # SFTFSDPConfig.to_engine hands mixed_precision to apply_fsdp2 (test_fsdp_keys_reach_the_shared_fsdp_config)
     "model.fsdp_config.mixed_precision.param_dtype": _MIXED,
     "model.fsdp_config.mixed_precision.reduce_dtype": _MIXED,

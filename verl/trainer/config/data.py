@@ -65,7 +65,7 @@ class DataConfig(MutableConfig):
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     # vision-language rows (docs/vlm.md): the column of {"bytes"|"path"} image entries, one per <image> placeholder
     image_key: str = "images"
-    # the video column: a file that has it is refused (videos are not built)
+    # the video column (<video> rows, Qwen2-VL / Qwen2.5-VL / Qwen3-VL; docs/vlm.md#videos)
     video_key: str = "videos"
     # items carry the processor's pixel_values / image_grid_thw (multi_modal_inputs) for the actor's forward
     return_multi_modal_inputs: bool = True

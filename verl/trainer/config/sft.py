@@ -65,7 +65,7 @@ class SFTDataConfig(MutableConfig):
     multiturn: SFTMultiTurnConfig = field(default_factory=SFTMultiTurnConfig)
     # image-text rows (upstream's MultiTurnSFTDataset keys): the images column, for a vision-language model folder
     image_key: str = "images"
-    video_key: str = "videos"  # a column of this name is refused: videos are not built
+    video_key: str = "videos"  # the video column (<video> rows; Qwen2-VL / Qwen2.5-VL / Qwen3-VL): docs/vlm.md#videos
     max_length: int = at_least(1024, 2)
     truncation: str = choice("error", SFT_TRUNCATION_MODES)
     # Upstream's false is a per-rank token mean; here the loss is always the global token mean (upstream's true).

@@ -82,7 +82,7 @@ def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, cal
     from verl.trainer.ppo.resume_guard import early_checks, preflight
     from verl.trainer.ppo.reward import load_reward_manager
     from verl.trainer.ppo.sandbox_service import start_run_sandbox
-    from verl.trainer.ppo.vision_checks import vision_run_problems
+    from verl.trainer.ppo.vision_checks import video_run_problems, vision_run_problems
     from verl.trainer.resolved_defaults import log_defaults, resolve_ppo_defaults
     from verl.trainer.tracking import Tracking
     from verl.utils.config_errors import ConfigError
@@ -119,10 +119,13 @@ def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, cal
     if getattr(train_dataset, "vision", False) or getattr(val_dataset, "vision", False):
         # what would ignore the images, or is not verified with them, stops here (docs/vlm.md)
         problems = vision_run_problems(config)
+        if getattr(train_dataset, "videos", False) or getattr(val_dataset, "videos", False):
+            problems += video_run_problems(config)
         if problems:
             raise NotImplementedError(
-                f"data.train_files / data.val_files hold images (column {data.image_key!r}, data.image_key) for "
-                f"{model.path}; these settings do not run with images:\n- " + "\n- ".join(problems) +
+                f"data.train_files / data.val_files hold images or videos (columns {data.image_key!r} / "
+                f"{data.video_key!r}, data.image_key / data.video_key) for {model.path}; these settings do not run "
+                "with them:\n- " + "\n- ".join(problems) +
                 "\nSee docs/vlm.md.")
     # before Ray and before anything is written to the run's folder: a different run's checkpoint is refused, a
     # finished run raises RunFinished, and then the folder is locked against a second run

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["vision_run_problems"]
+__all__ = ["vision_run_problems", "video_run_problems"]
 
 
 def vision_run_problems(config: Any) -> list[str]:
@@ -69,3 +69,27 @@ def _reward_model_problems(rm: Any) -> list[str]:
                 "a rule or custom_reward_function"]
     return []
 
+
+def video_run_problems(config: Any) -> list[str]:
+    """What cannot run with video rows (data.video_key). Built: the HF rollout (sync and the agent loops; the tool /
+    interaction loop for Qwen2-VL / Qwen2.5-VL videos), the actor, the reference, the critic and a vision-language
+    reward model (vision_run_problems checks which reward model), padded, packed and with Ulysses, on Qwen2-VL /
+    Qwen2.5-VL / Qwen3-VL."""
+    arr = config.actor_rollout_ref
+    problems = []
+    if arr.rollout.name != "hf":
+        problems.append(f"actor_rollout_ref.rollout.name={arr.rollout.name} with videos (data.video_key): only the HF "
+                        "rollout takes videos here (the vLLM engine runs with no video input: its video path is not "
+                        "built); set actor_rollout_ref.rollout.name=hf")
+    if arr.rollout.multi_turn.enable and _processor_class(arr) == "Qwen3VLProcessor":
+        problems.append("actor_rollout_ref.rollout.multi_turn.enable=true with Qwen3-VL videos (data.video_key): the "
+                        "tool / interaction loop renders Qwen2-VL / Qwen2.5-VL videos only (Qwen3-VL's processor "
+                        "writes timestamps into the prompt); use the single-turn loop (multi_turn.enable=false)")
+    return problems
+
+
+def _processor_class(arr: Any) -> str | None:
+    from verl.models.loader import resolve_model_path
+    from verl.models.processor import processor_class_name
+
+    return processor_class_name(resolve_model_path(arr.model.path, "actor_rollout_ref.model.path"))

@@ -129,7 +129,8 @@ def sequence_parallel_nll_sum(module: torch.nn.Module, batch: BatchDict,
     images = vision_forward_kwargs(batch)
     # with images, every rank embeds the whole row with its image features and keeps its slice (as the RL actor)
     with_images = (sequence_parallel_images(module, packed.input_ids, shard.pad, shard.start, shard.width,
-                                            images["pixel_values"], images["image_grid_thw"])
+                                            images.get("pixel_values"), images.get("image_grid_thw"),
+                                            images.get("pixel_values_videos"), images.get("video_grid_thw"))
                    if images else contextlib.nullcontext())
     trained = torch.nonzero(loss_mask[:-1]).flatten()
     mine = trained[(trained >= shard.start) & (trained < shard.start + shard.width)]

@@ -50,6 +50,9 @@ class VLLMBackend:
         if request.image_data and not self.vision:
             raise ValueError(f"agent-loop request {request.request_id} carries images (image_data) but the rollout "
                              "model is text-only; actor_rollout_ref.model.path must be a vision-language model")
+        if request.video_data:  # refused before Ray too (verl.trainer.ppo.vision_checks.video_run_problems)
+            raise NotImplementedError(f"agent-loop request {request.request_id} carries videos (video_data): the vLLM "
+                                      "rollout takes no videos here; set actor_rollout_ref.rollout.name=hf")
         if request.sampling_params.get("seed") is None:
             # set on the request itself: a tensor-parallel leader forwards these params to its followers (lockstep.py)
             request.sampling_params = seeded(request.sampling_params, self.request_seed(request.order))
@@ -128,7 +131,8 @@ class HFBackend:
     """HF ``generate`` on the actor's module (through ``HFRollout``), one call per batch of queued requests with
     the same sampling settings; prompts are left-padded to at least ``prompt_length``, as the sync rollout's are.
     A request's images (``image_data``) become its row's pixel_values / image_grid_thw through ``processor``'s image
-    processor (the model folder's, as the dataset used), which the HF rollout hands to generate."""
+    processor (the model folder's, as the dataset used), and its videos (``video_data``) pixel_values_videos /
+    video_grid_thw (/ second_per_grid_ts) through its video processor; the HF rollout hands them to generate."""
 
     def __init__(self, rollout: Any, meta: dict[str, Any], prompt_length: int, processor: Any = None) -> None:
         self.rollout = rollout
@@ -190,16 +194,25 @@ class HFBackend:
         return finished
 
     def _image_inputs(self, batch: list[EngineRequest]) -> dict[str, np.ndarray]:
-        """The ``multi_modal_inputs`` column of a batch in which some request has images (else nothing)."""
-        if not any(r.image_data for r in batch):
+        """The ``multi_modal_inputs`` column of a batch in which some request has images or videos (else nothing)."""
+        if not any(r.image_data or r.video_data for r in batch):
             return {}
         if self.processor is None or getattr(self.processor, "image_processor", None) is None:
             raise ValueError("an agent-loop request carries images (image_data) but the rollout has no multi-modal "
                              "processor; actor_rollout_ref.model.path must be a vision-language model folder")
         column = np.empty(len(batch), dtype=object)
-        column[:] = [dict(self.processor.image_processor(images=r.image_data, return_tensors="pt")) if r.image_data
-                     else {} for r in batch]
+        column[:] = [self._request_inputs(r) for r in batch]
         return {"multi_modal_inputs": column}
+
+    def _request_inputs(self, request: EngineRequest) -> dict[str, Any]:
+        inputs = {}
+        if request.image_data:
+            inputs.update(self.processor.image_processor(images=request.image_data, return_tensors="pt"))
+        if request.video_data:
+            from verl.models.video_processor import video_model_inputs
+
+            inputs.update(video_model_inputs(self.processor, request.video_data))
+        return inputs
 
     def _dummy_forward(self) -> None:
         """One greedy token from a one-token prompt: joins the other ranks' sharded forward passes."""

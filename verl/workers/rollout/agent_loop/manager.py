@@ -269,11 +269,13 @@ def _aborted_output(kwargs: dict, outputs: list[AgentLoopOutput | None]) -> Agen
     trained on it), with the finished rows' extra fields set to empty values so the columns stay uniform."""
     template = next((o for o in outputs if o is not None), None)
     images = (kwargs.get("multi_modal_data") or {}).get("image") or None
+    videos = (kwargs.get("multi_modal_data") or {}).get("video") or None
+    media = {**({"image": list(images)} if images else {}), **({"video": list(videos)} if videos else {})}
     return AgentLoopOutput(prompt_ids=list(kwargs["raw_prompt_ids"]), response_ids=[], response_mask=[],
                            response_logprobs=[] if template and template.response_logprobs is not None else None,
                            num_turns=1, extra_fields={k: _empty_like(v) for k, v in (template.extra_fields if template
                                                                                       else {}).items()},
-                           multi_modal_data={"image": list(images)} if images else None)
+                           multi_modal_data=media or None)
 
 
 def _empty_like(value: Any) -> Any:

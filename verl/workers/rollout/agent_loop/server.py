@@ -66,6 +66,7 @@ class EngineRequest:
     future: Future = field(default_factory=Future)
     order: tuple = ()  # (row, the row's call number): requests enter the engine sorted by it
     image_data: list[Any] | None = None  # the prompt's images (PIL), in the order of its image tokens
+    video_data: list[Any] | None = None  # the prompt's videos ((frames, metadata) pairs), in the order of their tokens
 
 
 # The batch row the running coroutine serves, set by the agent-loop worker (a context variable follows the task).
@@ -116,9 +117,11 @@ class EngineLoop:
     # -- called from agent-loop threads ---------------------------------------------------------------------------
 
     def submit(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
-               order: tuple = (), image_data: list[Any] | None = None) -> Future:
+               order: tuple = (), image_data: list[Any] | None = None,
+               video_data: list[Any] | None = None) -> Future:
         request = EngineRequest(f"{request_id}-{next(self._ids)}", list(prompt_ids), dict(sampling_params),
-                                order=order, image_data=list(image_data) if image_data else None)
+                                order=order, image_data=list(image_data) if image_data else None,
+                                video_data=list(video_data) if video_data else None)
         with self._lock:
             if self.aborted:  # a trajectory back from a tool after the call was cut short
                 request.future.set_exception(RolloutAborted(request.request_id))
@@ -243,7 +246,8 @@ class AsyncLLMServerManager:
     ``sampling_params`` are vLLM ``SamplingParams`` fields (temperature, top_p, top_k, logprobs, max_tokens, ...).
     Without ``max_tokens``, a request may fill the rest of the response budget (prompt_length + response_length -
     len(prompt_ids), at most response_length). ``image_data``: the prompt's images (PIL), one per image in
-    ``prompt_ids``, whose image tokens are already expanded (as the processor renders them)."""
+    ``prompt_ids``, whose image tokens are already expanded (as the processor renders them). ``video_data``: the
+    prompt's videos, (frames, metadata) pairs as ``multi_modal_data["video"]`` holds them, expanded likewise."""
 
     def __init__(self, engine_loop: EngineLoop, prompt_length: int, response_length: int) -> None:
         self.engine_loop = engine_loop
@@ -252,7 +256,7 @@ class AsyncLLMServerManager:
 
     @rollout_trace_op
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       image_data: Any = None, **kwargs: Any) -> TokenOutput:
+                       image_data: Any = None, video_data: Any = None, **kwargs: Any) -> TokenOutput:
         import asyncio
 
         params = dict(sampling_params)
@@ -269,4 +273,4 @@ class AsyncLLMServerManager:
         calls[0] += 1
         order = (CURRENT_ROW.get(), calls[0])
         return await asyncio.wrap_future(self.engine_loop.submit(request_id, prompt_ids, params, order=order,
-                                                                 image_data=image_data))
+                                                                 image_data=image_data, video_data=video_data))

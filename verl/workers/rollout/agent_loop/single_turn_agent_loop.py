@@ -1,5 +1,5 @@
 """``single_turn_agent``: one request per row, the row's prompt tokens as the sync rollout sends them (a vision row's
-with its image tokens expanded, and its images as ``image_data``)."""
+with its image and video tokens expanded, its images as ``image_data`` and its videos as ``video_data``)."""
 
 from __future__ import annotations
 
@@ -20,13 +20,24 @@ class SingleTurnAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         # raw_prompt_ids: the prompt exactly as the sync rollout tokenizes and sends it (left padding removed)
         prompt_ids = list(kwargs["raw_prompt_ids"])
-        images = (kwargs.get("multi_modal_data") or {}).get("image") or None
+        media = kwargs.get("multi_modal_data") or {}
+        images, videos = media.get("image") or None, media.get("video") or None
         start = time.perf_counter()
         out = await self.server_manager.generate(uuid.uuid4().hex, prompt_ids=prompt_ids,
-                                                 sampling_params=sampling_params, image_data=images)
+                                                 sampling_params=sampling_params, image_data=images,
+                                                 **({"video_data": videos} if videos else {}))
         response_ids = out.token_ids[: self.response_length]
         log_probs = out.log_probs[: self.response_length] if out.log_probs is not None else None
         return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=response_ids, response_mask=[1] * len(response_ids),
                                response_logprobs=log_probs, num_turns=2,
-                               multi_modal_data={"image": list(images)} if images else None,
+                               multi_modal_data=_media(images, videos),
                                metrics=AgentLoopMetrics(generate_sequences=time.perf_counter() - start))
+
+
+def _media(images: list[Any] | None, videos: list[Any] | None) -> dict[str, list[Any]] | None:
+    media = {}
+    if images:
+        media["image"] = list(images)
+    if videos:
+        media["video"] = list(videos)
+    return media or None

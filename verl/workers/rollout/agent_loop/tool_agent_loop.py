@@ -12,6 +12,8 @@ go with every engine request as ``image_data``; a tool may return images (``Tool
 tool turn as the model's image tokens (expanded to each image's grid, as the dataset expands a prompt's) and join
 the trajectory's images, so the next request carries all of them. The trajectory returns them in
 ``AgentLoopOutput.multi_modal_data``; the manager turns them into the batch's ``multi_modal_inputs`` (vision.py).
+A row's videos (Qwen2-VL / Qwen2.5-VL) go the same way as ``video_data``; a tool's video (``ToolResponse.video``) is
+refused.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ class ToolAgentLoop(AgentLoopBase):
         interaction, interaction_kwargs = self._interaction(kwargs, extra_info)
         state = _Trajectory(uuid.uuid4().hex)
         state.images = list((kwargs.get("multi_modal_data") or {}).get("image") or [])
-        messages, prompt_ids = self._prompt(messages, state.images, kwargs)
+        state.videos = list((kwargs.get("multi_modal_data") or {}).get("video") or [])
+        messages, prompt_ids = self._prompt(messages, state.images, kwargs, state.videos)
         if interaction is not None:
             await interaction.start_interaction(state.request_id, **interaction_kwargs)
         try:
@@ -89,21 +92,26 @@ class ToolAgentLoop(AgentLoopBase):
             extra_fields={"turn_scores": state.turn_scores, "tool_rewards": state.tool_rewards,
                           "__tool_calls__": state.tool_calls, "__tool_errors__": state.tool_errors,
                           "__tokenization_mismatch__": int(not sanity)},
-            multi_modal_data={"image": list(state.images)} if state.images else None)
+            multi_modal_data={**({"image": list(state.images)} if state.images else {}),
+                              **({"video": list(state.videos)} if state.videos else {})} or None)
 
-    def _prompt(self, messages: list[dict], images: list, kwargs: dict) -> tuple[list[dict], list[int]]:
-        """(the messages as rendered, the prompt's ids): with a processor, the row's ``<image>`` placeholders become
-        the model's image text and each image token is expanded to the image's grid (the dataset's grid when the
-        row carries its multi_modal_inputs)."""
+    def _prompt(self, messages: list[dict], images: list, kwargs: dict,
+                videos: list | None = None) -> tuple[list[dict], list[int]]:
+        """(the messages as rendered, the prompt's ids): with a processor, the row's ``<image>`` / ``<video>``
+        placeholders become the model's image / video text and each such token is expanded to its grid (the
+        dataset's grid when the row carries its multi_modal_inputs)."""
+        videos = videos or []
         if self.vision is None:
-            if images:
+            if images or videos:
                 raise ValueError("tool_agent: the row carries images (multi_modal_data) but the rollout has no "
                                  "multi-modal processor; actor_rollout_ref.model.path must be a vision-language model")
             return messages, self.renderer.prompt_ids(messages, self.tool_schemas)
         where = f"tool_agent row (index {kwargs.get('index')!r})"
-        messages = self.vision.messages(messages, len(images), where)
+        messages = self.vision.messages(messages, len(images), where, len(videos))
         grid = self.vision.grid(images, kwargs.get("multi_modal_inputs"))
-        return messages, self.vision.expand(self.renderer.prompt_ids(messages, self.tool_schemas), grid, where)
+        video_grid = self.vision.video_grid(videos, kwargs.get("multi_modal_inputs")) if videos else None
+        return messages, self.vision.expand(self.renderer.prompt_ids(messages, self.tool_schemas), grid, where,
+                                            video_grid)
 
     # -- the turn loop ---------------------------------------------------------------------------------------------
 
@@ -116,8 +124,11 @@ class ToolAgentLoop(AgentLoopBase):
             if budget <= 0:
                 return
             start = time.perf_counter()
-            # every request carries all of the trajectory's images so far (the prompt's, then the tools')
+            # every request carries all of the trajectory's images so far (the prompt's, then the tools'), and the
+            # row's videos
             images = {"image_data": list(state.images)} if state.images else {}
+            if state.videos:
+                images["video_data"] = list(state.videos)
             out = await self.server_manager.generate(state.request_id, prompt_ids=prompt_ids + state.response_ids,
                                                      sampling_params={**sampling_params, "max_tokens": budget},
                                                      **images)
@@ -205,7 +216,8 @@ class ToolAgentLoop(AgentLoopBase):
         """A tool's ToolResponse.image as RGB PIL images. Unlike the model's mistakes, media the rollout cannot
         take are the tool's or the setup's, so they stop the run with the tool named."""
         if getattr(response, "video", None):
-            raise NotImplementedError(f"tool {name!r} returned ToolResponse.video; videos are not built (images only)")
+            raise NotImplementedError(f"tool {name!r} returned ToolResponse.video; a tool's video is not built (a row's "
+                                      "videos are, data.video_key); return the frames as ToolResponse.image")
         images = [image for image in (getattr(response, "image", None) or []) if image is not None]
         if not images:
             return []
@@ -257,6 +269,7 @@ class _Trajectory:
         self.tool_calls = self.tool_errors = 0
         self.generate_s = self.tool_s = 0.0
         self.images: list = []  # the row's, then each tool's, in the order of their image tokens
+        self.videos: list = []  # the row's ((frames, metadata) pairs), in the order of their video tokens
 
     def add(self, ids: list[int], mask_value: int, log_probs: list[float] | None) -> None:
         self.response_ids += ids

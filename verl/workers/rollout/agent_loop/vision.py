@@ -11,6 +11,9 @@ tool images in the response (inside masked tool turns). From them the batch gets
 - ``position_ids`` (4, P + R): a row without response images keeps the sync rollout's layout (the prompt's 3-D
   positions, continued by 1, 2, ... over the response); a row with tool images gets the mrope positions of the whole
   sequence with all its grids, since an image in the response moves every position after it.
+
+A row's videos (``multi_modal_data["video"]``, prompt videos only: no loop puts a video in a response) keep the
+dataset's pixel_values_videos / video_grid_thw (/ second_per_grid_ts) and enter the positions with their grids.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.data.rl_vision import video_position_kwargs
 from verl.data.vision import load_image, response_position_ids, split_placeholders, vision_position_ids
 from verl.protocol import DataProto
 from verl.workers.rollout.agent_loop.base import AgentLoopOutput
@@ -92,12 +96,18 @@ class VisionChat:
         self.processor = processor
         self.image_token_id, self.merge = _vision_ids(processor)
         self.placeholder = self._placeholder_text(processor)
+        # a row's videos (prompt videos only): Qwen2-VL / Qwen2.5-VL, whose video text is a placeholder run like an
+        # image's; Qwen3-VL's processor writes timestamps between a video's patches, which this loop does not
+        video_processor = getattr(processor, "video_processor", None)
+        self.video_token_id = getattr(processor, "video_token_id", None)
+        self.video_placeholder = (self._placeholder_text(processor, "video") if video_processor is not None
+                                  and not getattr(video_processor, "timestamps", False) else None)
 
     @staticmethod
-    def _placeholder_text(processor: Any) -> str:
+    def _placeholder_text(processor: Any, kind: str = "image") -> str:
         """Rendered once through the processor's own template, so tool and prompt images look exactly like the
         dataset's prompt images (e.g. Qwen's ``<|vision_start|><|image_pad|><|vision_end|>``)."""
-        parts = [{"type": "text", "text": _MARK_BEFORE}, {"type": "image"}, {"type": "text", "text": _MARK_AFTER}]
+        parts = [{"type": "text", "text": _MARK_BEFORE}, {"type": kind}, {"type": "text", "text": _MARK_AFTER}]
         text = processor.apply_chat_template([{"role": "user", "content": parts}], tokenize=False)
         start, end = text.find(_MARK_BEFORE), text.find(_MARK_AFTER)
         if start < 0 or end < 0:
@@ -105,11 +115,11 @@ class VisionChat:
                              "find how it writes an image")
         return text[start + len(_MARK_BEFORE):end]
 
-    def messages(self, messages: list[dict], image_count: int, where: str) -> list[dict]:
-        """The row's messages with every ``<image>`` placeholder (or ``{"type": "image"}`` part) as the model's image
-        text, string contents, so any chat template (verl_hermes included) renders them; their count must be the
-        row's image count."""
-        out, found = [], 0
+    def messages(self, messages: list[dict], image_count: int, where: str, video_count: int = 0) -> list[dict]:
+        """The row's messages with every ``<image>`` / ``<video>`` placeholder (or typed part) as the model's image /
+        video text, string contents, so any chat template (verl_hermes included) renders them; their counts must be
+        the row's image and video counts."""
+        out, found, videos = [], 0, 0
         for message in split_placeholders(messages):
             content = message.get("content")
             if isinstance(content, list):
@@ -121,6 +131,14 @@ class VisionChat:
                         pieces.append(self.placeholder)
                     elif kind == "text":
                         pieces.append(part.get("text") or "")
+                    elif kind == "video" and self.video_placeholder is not None:
+                        videos += 1
+                        pieces.append(self.video_placeholder)
+                    elif kind == "video":
+                        raise NotImplementedError(
+                            f"{where}: the row holds a video, which the tool / interaction agent loop renders for "
+                            f"Qwen2-VL / Qwen2.5-VL only ({type(self.processor).__name__} writes timestamps into the "
+                            "prompt); use the single-turn loop: actor_rollout_ref.rollout.multi_turn.enable=false")
                     else:
                         raise ValueError(f"{where}: a message part of type {kind!r} is not supported by the tool "
                                          "agent loop (images and text only)")
@@ -129,30 +147,49 @@ class VisionChat:
         if found != image_count:
             raise ValueError(f"{where}: the prompt has {found} <image> placeholders but the row carries {image_count} "
                              "images (multi_modal_data); they must match one to one")
+        if videos != video_count:
+            raise ValueError(f"{where}: the prompt has {videos} <video> placeholders but the row carries {video_count} "
+                             "videos (multi_modal_data); they must match one to one")
         return out
 
     def tool_content(self, text: str, image_count: int) -> str:
         """A tool turn's content: its images first, then its text (upstream's order of content parts)."""
         return self.placeholder * image_count + text
 
-    def expand(self, ids: list[int], grid: torch.Tensor, where: str) -> list[int]:
-        """Each image token of ``ids`` as its image's merged patches (grid rows in token order)."""
-        counts = [int(g.prod()) // (self.merge * self.merge) for g in grid.reshape(-1, 3)]
-        found = sum(1 for token in ids if token == self.image_token_id)
-        if found != len(counts):
-            raise ValueError(f"{where}: the rendered text holds {found} image tokens for {len(counts)} images")
-        out, image = [], 0
+    def expand(self, ids: list[int], grid: torch.Tensor, where: str,
+               video_grid: torch.Tensor | None = None) -> list[int]:
+        """Each image (video) token of ``ids`` as its image's (video's) merged patches (grid rows in token order)."""
+        runs = {self.image_token_id: ("image", grid)}
+        if self.video_token_id is not None:
+            runs[int(self.video_token_id)] = ("video", torch.zeros(0, 3) if video_grid is None else video_grid)
+        counts = {}
+        for token, (kind, rows) in runs.items():
+            counts[token] = [int(g.prod()) // (self.merge * self.merge) for g in torch.as_tensor(rows).reshape(-1, 3)]
+            found = sum(1 for t in ids if t == token)
+            if found != len(counts[token]):
+                raise ValueError(f"{where}: the rendered text holds {found} {kind} tokens for {len(counts[token])} "
+                                 f"{kind}s")
+        out, used = [], dict.fromkeys(counts, 0)
         for token in ids:
-            if token == self.image_token_id:
-                out += [token] * counts[image]
-                image += 1
+            if token in counts:
+                out += [token] * counts[token][used[token]]
+                used[token] += 1
             else:
                 out.append(token)
         return out
 
     def collapse(self, ids: list[int]) -> list[int]:
-        """One image token per run: the text the chat template rendered (for the tokenization check)."""
-        return [t for k, t in enumerate(ids) if t != self.image_token_id or k == 0 or ids[k - 1] != t]
+        """One image / video token per run: the text the chat template rendered (for the tokenization check)."""
+        vision = {self.image_token_id, self.video_token_id}
+        return [t for k, t in enumerate(ids) if t not in vision or k == 0 or ids[k - 1] != t]
+
+    def video_grid(self, videos: list[Any], inputs: dict | None = None) -> torch.Tensor:
+        """The row's videos' grid rows: its dataset inputs' when given, else the video processor's."""
+        if inputs and inputs.get("video_grid_thw") is not None:
+            return torch.as_tensor(inputs["video_grid_thw"]).reshape(-1, 3)
+        from verl.models.video_processor import video_model_inputs
+
+        return video_model_inputs(self.processor, videos)["video_grid_thw"]
 
     def load(self, images: list[Any], where: str) -> list[Any]:
         """A tool's images as RGB PIL images: PIL images, bytes, paths or {"bytes"/"path"} entries as the data takes
@@ -195,9 +232,11 @@ def vision_batch(batch: DataProto, outputs: list[AgentLoopOutput], prompts: Data
     positions, inputs = [], []
     for i, output in enumerate(outputs):
         row_inputs, extra_inputs = _row_media(batch, prompts, processor, i, output, image_token_id, merge)
+        videos = _row_video_inputs(batch, prompts, processor, i, output)
+        video = video_position_kwargs(processor, videos)
         mask = batch.batch["attention_mask"][i]
         prompt = vision_position_ids(batch.batch["prompts"][i], mask[:prompt_length], _grid(row_inputs),
-                                     image_token_id, merge)
+                                     image_token_id, merge, **video)
         if not extra_inputs:  # no image in the response: the sync rollout's layout
             row = torch.cat([prompt, response_position_ids(prompt[None], response_length)[0]], dim=-1)
         else:
@@ -206,15 +245,47 @@ def vision_batch(batch: DataProto, outputs: list[AgentLoopOutput], prompts: Data
             ids[prompt_length:][batch.batch["response_mask"][i].bool() & (ids[prompt_length:] == image_token_id)] = -1
             everything = _concat(row_inputs, extra_inputs)
             try:
-                row = vision_position_ids(ids, mask, _grid(everything), image_token_id, merge)
+                row = vision_position_ids(ids, mask, _grid(everything), image_token_id, merge, **video)
             except ValueError as err:
                 raise ValueError(f"agent loop output {i}: {err}") from err
         positions.append(row)
-        inputs.append(_concat(row_inputs, extra_inputs))
+        inputs.append({**_concat(row_inputs, extra_inputs), **videos})
     batch.batch["position_ids"] = torch.stack(positions)
     column = np.empty(len(outputs), dtype=object)
     column[:] = inputs
     batch.non_tensor_batch["multi_modal_inputs"] = column
+
+
+_VIDEO_KEYS = ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
+
+
+def _row_video_inputs(batch: DataProto, prompts: DataProto, processor: Any, i: int,
+                      output: AgentLoopOutput) -> dict[str, Any]:
+    """The row's video inputs (the dataset's, else the processor's for its videos); {} for a row without videos.
+    The trajectory must carry the row's videos and its prompt their tokens, as the dataset expanded them."""
+    where = f"agent loop output {i}"
+    row_videos = list((_column_item(prompts, "multi_modal_data", i) or {}).get("video") or [])
+    carried = list((output.multi_modal_data or {}).get("video") or [])
+    if len(carried) != len(row_videos):
+        raise ValueError(f"{where}: the trajectory carries {len(carried)} videos but its row has {len(row_videos)}; an "
+                         "agent loop must send its row's videos (video_data) and return them in "
+                         "AgentLoopOutput.multi_modal_data['video'] (tool videos are not built)")
+    if not row_videos:
+        return {}
+    dataset_inputs = _column_item(prompts, "multi_modal_inputs", i) or {}
+    if dataset_inputs.get("video_grid_thw") is not None:
+        inputs = {k: torch.as_tensor(dataset_inputs[k]) for k in _VIDEO_KEYS if dataset_inputs.get(k) is not None}
+    else:
+        from verl.models.video_processor import video_model_inputs
+
+        inputs = video_model_inputs(processor, row_videos)
+    merge = int(processor.video_processor.merge_size)
+    expected = int(torch.as_tensor(inputs["video_grid_thw"]).prod(-1).sum()) // (merge * merge)
+    found = int((batch.batch["prompts"][i] == int(processor.video_token_id)).sum())
+    if found != expected:
+        raise ValueError(f"{where}: the prompt holds {found} video tokens but the row's {len(row_videos)} videos take "
+                         f"{expected}; a loop's prompt must expand each video as the processor does")
+    return inputs
 
 
 def _row_media(batch: DataProto, prompts: DataProto, processor: Any, i: int, output: AgentLoopOutput,

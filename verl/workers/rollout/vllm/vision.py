@@ -13,7 +13,8 @@ Three things in vLLM 0.32 need torchvision only through transformers, and none o
    pipeline uses; vLLM's processor loader is wrapped to return that one, for the registered model folders only.
 
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, engine.py), so all three reach the code
-that builds and runs the multi-modal processor. Videos stay refused (``limit_mm_per_prompt={"video": 0}``).
+that builds and runs the multi-modal processor. Videos stay refused (``limit_mm_per_prompt={"video": 0}``; the engine's
+processor holds no video processor, and video rows with ``rollout.name=vllm`` are refused before Ray).
 """
 
 from __future__ import annotations
@@ -156,8 +157,8 @@ def _our_processor(folder: str, tokenizer: Any, key: str, trust_remote_code: boo
         if processor is None:
             raise ValueError(f"{key}={folder!r}: vLLM needs the folder's multi-modal processor "
                              "(preprocessor_config.json with processor_class) for image rows")
-        if getattr(processor, "video_processor", None) is None:
-            processor.video_processor = _NoVideoProcessor(key, getattr(processor, "image_processor", None))
+        # the engine's own copy: no videos through vLLM (verl's video processor serves the data and the HF rollout)
+        processor.video_processor = _NoVideoProcessor(key, getattr(processor, "image_processor", None))
         _processors[cache_key] = processor
     return _processors[cache_key]
 
