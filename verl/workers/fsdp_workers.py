@@ -27,6 +27,7 @@ from verl.utils.device import get_default_device
 from verl.utils.flops_counter import FlopsCounter, measure_matmul_peak, mfu
 from verl.utils.malloc_tuning import release_free_memory, tune_malloc_for_training
 from verl.utils.memory_stats import peak_memory_metrics
+from verl.utils.profiler import DistProfiler
 from verl.workers.config import (
     ActorConfig,
     ActorRolloutRefConfig,
@@ -43,6 +44,7 @@ from verl.workers.fsdp_utils import (
     mixed_precision_policy,
     to_torch_dtype,
 )
+from verl.workers.profiling import DistProfilerExtension, role_profiler, rollout_beside_actor
 from verl.workers.ulysses_dispatch import SequenceParallelRole
 
 logger = logging.getLogger(__name__)
@@ -71,7 +73,7 @@ def normalize_ppo_batch_sizes(cfg: SectionT, key_prefix: str, dp_size: int) -> S
     return dataclasses.replace(cfg, ppo_mini_batch_size=per_rank, ppo_micro_batch_size_per_gpu=micro)
 
 
-class _FSDPWorkerBase(Worker):
+class _FSDPWorkerBase(Worker, DistProfilerExtension):
     _sp: SequenceParallelRole | None = None  # set by init_model; a worker built without it runs as sp 1
 
     def _sp_gather(self, data: DataProto) -> tuple[DataProto, slice]:
@@ -133,6 +135,10 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         self._is_ref = role in ("ref", "actor_rollout_ref")
         # LoRA: the reference policy is this worker's own module with the adapter disabled, not a second copy
         self._ref_in_actor = self._is_actor and config.model.lora_rank > 0
+        # upstream's choice: the actor's profiler for a worker that trains, else the rollout's, else the ref's
+        section = config.actor if self._is_actor else config.rollout if self._is_rollout else config.ref
+        self.profiler = role_profiler(self.rank, section.profiler, role)
+        self.extra_profilers = rollout_beside_actor(self.rank, config, self.profiler, self._is_actor and self._is_rollout)
 
     # -- building -------------------------------------------------------------------------------------------------
 
@@ -216,9 +222,15 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         self.ref_module = apply_fsdp2(module, fsdp_cfg, mesh)
         self.ref_policy = DataParallelPPOActor(ref_cfg, self.ref_module)
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def prometheus_address(self) -> str | None:
+        """``host:port`` of this rank's vLLM metrics endpoint (rollout.prometheus.enable), else None."""
+        return getattr(getattr(self, "rollout", None), "metrics_address", None)
+
     # -- compute --------------------------------------------------------------------------------------------------
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @DistProfiler.annotate()
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         assert self._is_rollout, f"generate_sequences called on a worker with role {self.role!r}"
         prompts.meta_info.setdefault("eos_token_id", self._eos_token_ids())
@@ -294,6 +306,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         data.meta_info["max_token_len"] = section.log_prob_max_token_len_per_gpu * (self.world_size // self._dp_size)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @DistProfiler.annotate()
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """old_log_probs (and per-token entropy; sum_pi_squared with actor.calculate_sum_pi_squared) under the
         current policy, at the rollout temperature."""
@@ -306,9 +319,12 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
             tensors["entropys"] = entropys[own_rows]
         if spsq:  # actor.calculate_sum_pi_squared: the optimal token baseline's input (verl.algos.otb)
             tensors["sum_pi_squared"] = self.actor.last_sum_pi_squared[own_rows]
+        if self.actor.last_routed_experts is not None:  # actor.router_replay.mode=R2: the update replays it
+            tensors["routed_experts"] = self.actor.last_routed_experts[own_rows]
         return DataProto.from_dict(tensors=tensors, meta_info={"temperature": data.meta_info["temperature"]})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @DistProfiler.annotate()
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         assert self._is_ref or self._ref_in_actor, f"compute_ref_log_prob called on a worker with role {self.role!r}"
         data, own_rows = self._sp_gather(data)
@@ -321,6 +337,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs[own_rows]})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @DistProfiler.annotate(optimizer_attr="actor_optimizer")
     def update_actor(self, data: DataProto) -> DataProto:
         assert self._is_actor, f"update_actor called on a worker with role {self.role!r}"
         data.meta_info.setdefault("temperature", self.config.rollout.temperature)
@@ -370,6 +387,7 @@ class CriticWorker(_FSDPWorkerBase):
         """`config`: the typed FSDPCriticConfig."""
         super().__init__()
         self.config = config
+        self.profiler = role_profiler(self.rank, config.profiler, "critic")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -398,6 +416,7 @@ class CriticWorker(_FSDPWorkerBase):
         self._keep_host_memory_mapped()
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @DistProfiler.annotate()
     def compute_values(self, data: DataProto) -> DataProto:
         data, own_rows = self._sp_gather(data)
         data.meta_info["micro_batch_size"] = _forward_micro_batch(self._cfg, self._dp_size)
@@ -407,6 +426,7 @@ class CriticWorker(_FSDPWorkerBase):
         return DataProto.from_dict(tensors={"values": values[own_rows]})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @DistProfiler.annotate(optimizer_attr="critic_optimizer")
     def update_critic(self, data: DataProto) -> DataProto:
         group_data, _ = self._sp_gather(data)  # as update_actor
         start = time.perf_counter()

@@ -50,6 +50,8 @@ _DYN = "tests/trainer/ppo/test_dynamic_sampling.py"  # DAPO's dynamic sampling
 _TOOL_AGENT = "tests/workers/rollout/agent_loop/test_tool_agent.py"
 _AGENT_KEYS = "tests/workers/rollout/agent_loop/test_agent_keys.py"
 _SKIP = "tests/trainer/ppo/test_rollout_skip_trainer.py"
+_PROM = "tests/workers/rollout/test_prometheus_metrics.py"
+_CKPT_ENGINE = "tests/workers/rollout/test_checkpoint_engine_buckets.py"
 _AGENT_HF = "tests/workers/rollout/agent_loop/test_single_turn_hf.py"
 _SANDBOX = "tests/trainer/ppo/test_sandbox_service.py"
 _RM = "tests/workers/reward_model/test_reward_model_worker.py"
@@ -92,6 +94,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.model.use_shm": f"{_UPSTREAM}::test_use_shm_loads_the_model_from_a_dev_shm_copy",
     f"{ARR}.actor.entropy_from_logits_with_chunking": "tests/workers/actor/test_entropy_keys.py::test_the_actor_update_with_entropy_in_the_loss_is_unchanged",
     f"{ARR}.actor.entropy_checkpointing": "tests/workers/actor/test_entropy_keys.py::test_entropy_checkpointing_keeps_less_and_gives_the_same_gradient",
+    f"{ARR}.actor.use_prefix_grouper": "tests/workers/actor/test_prefix_grouper.py::test_fewer_tokens_through_the_model",
     f"{ARR}.actor.calculate_sum_pi_squared": "tests/algos/test_otb.py::test_the_actor_log_prob_pass_returns_sum_pi_squared_at_the_temperature",
     f"{ARR}.actor.sum_pi_squared_checkpointing": "tests/algos/test_otb.py::test_sum_pi_squared_checkpointing_keeps_less_and_gives_the_same_gradient",
     f"{ARR}.ref.entropy_from_logits_with_chunking": "tests/workers/actor/test_entropy_keys.py::test_the_reference_section_carries_the_same_keys",
@@ -135,7 +138,7 @@ HONOURED: dict[str, str] = {
     "data.custom_cls.name": f"{_DATASET}::test_custom_dataset_class_from_file",
     f"{ARR}.actor.freeze_vision_tower": "tests/workers/actor/test_vlm_actor.py::test_update_reaches_the_vision_tower_unless_frozen",
     "data.image_key": "tests/data/test_rl_dataset_vision.py::test_items_carry_expanded_prompts_mrope_positions_and_multi_modal_inputs",
-    "data.video_key": "tests/data/test_rl_dataset_vision.py::test_video_column_refused",
+    "data.video_key": "tests/data/test_rl_dataset_video.py::test_video_key_names_the_column_and_mixed_images_and_videos_work",
     "data.return_multi_modal_inputs": "tests/data/test_rl_dataset_vision.py::test_items_carry_expanded_prompts_mrope_positions_and_multi_modal_inputs",
     # ------------------------------------------------------------ actor_rollout_ref.model
     f"{ARR}.model.path": "tests/trainer/sft/test_sft_trainer.py::test_checkpoint_is_a_plain_hf_folder_main_ppo_can_load",
@@ -220,6 +223,16 @@ HONOURED: dict[str, str] = {
     f"{ARR}.rollout.trace.backend": "tests/utils/test_rollout_trace.py::test_agent_loop_trajectories_become_mlflow_traces",
     f"{ARR}.rollout.trace.max_samples_per_step_per_worker": "tests/utils/test_rollout_trace.py::test_agent_loop_trajectories_become_mlflow_traces",
     f"{ARR}.rollout.trace.token2text": "tests/utils/test_rollout_trace.py::test_token2text_adds_the_decoded_text",
+    # issue 33: vLLM's metrics for Prometheus, the checkpoint engine's buckets (refused values: the field markers)
+    f"{ARR}.rollout.prometheus.enable": f"{_PROM}::test_vllm_metrics_are_scraped_over_http_after_a_generation",
+    f"{ARR}.rollout.prometheus.served_model_name": f"{_PROM}::test_vllm_metrics_are_scraped_over_http_after_a_generation",
+    f"{ARR}.rollout.prometheus.port": f"{_PROM}::test_scrape_config_is_written_and_the_server_asked_to_reload",
+    f"{ARR}.rollout.prometheus.file": f"{_PROM}::test_scrape_config_is_written_and_the_server_asked_to_reload",
+    f"{ARR}.rollout.checkpoint_engine.backend": f"{_CKPT_ENGINE}::test_bucket_size_sets_how_many_buckets_the_sync_sends",
+    f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes":
+        f"{_CKPT_ENGINE}::test_bucket_size_sets_how_many_buckets_the_sync_sends",
+    f"{ARR}.rollout.checkpoint_engine.engine_kwargs":
+        "tests/trainer/config/test_rollout_services_config.py::test_checkpoint_engine_options_are_checked",
     f"{ARR}.rollout.free_cache_engine": f"{_VLLM}::test_cpu_sleep_resets_the_prefix_cache_and_releases_the_one_buffer",
     f"{ARR}.rollout.load_format": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.tensor_model_parallel_size": "tests/workers/rollout/test_vllm_engine.py::"
@@ -235,6 +248,8 @@ HONOURED: dict[str, str] = {
     f"{ARR}.rollout.enable_chunked_prefill": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.n": f"{_UPDATE}::test_rollout_n_repeats_each_prompt_n_times_interleaved_under_one_uid",
     f"{ARR}.rollout.calculate_log_probs": f"{_HF}::test_rollout_log_probs_match_the_actor",
+    f"{ARR}.rollout.enable_rollout_routing_replay": "tests/workers/actor/test_router_replay_actor.py::test_r3_hf_rollout_records_and_the_actor_replays_it",
+    f"{ARR}.actor.router_replay.mode": "tests/workers/actor/test_router_replay_actor.py::test_r2_update_replays_the_recorded_experts",
     f"{ARR}.rollout.val_kwargs.top_k": f"{_VLLM}::test_validation_sampling_uses_val_kwargs",
     f"{ARR}.rollout.val_kwargs.top_p": f"{_VLLM}::test_validation_sampling_uses_val_kwargs",
     f"{ARR}.rollout.val_kwargs.temperature": f"{_VLLM}::test_validation_sampling_uses_val_kwargs",
@@ -418,3 +433,41 @@ HONOURED: dict[str, str] = {
     "trainer.report_dir": f"{_KEYS}::test_report_dir_is_where_the_run_report_goes",
     "ray_kwargs.ray_init": "tests/single_controller/test_ray_utils.py::test_overrides_from_config_win_and_nulls_are_ignored",
 }
+
+
+def _profiler_keys() -> dict[str, str]:
+    """global_profiler and the roles' profiler sections (verl.utils.profiler; docs/profiling.md)."""
+    torch_t, mem_t, cfg_t = ("tests/utils/test_profiler_torch.py", "tests/utils/test_profiler_torch_memory.py",
+                             "tests/utils/test_profiler_config.py")
+    ranks = f"{torch_t}::test_enable_all_ranks_and_ranks_choose_the_ranks_that_record"
+    wiring = f"{cfg_t}::test_each_worker_builds_its_roles_profiler"
+    follows = f"{cfg_t}::test_the_rollout_and_reward_model_sections_follow_the_actors"
+    memory = f"{mem_t}::test_the_roles_and_the_global_keys_reach_the_allocator_history"
+    out: dict[str, str] = {}
+    for role in (f"{ARR}.actor", f"{ARR}.ref", "critic"):
+        out |= {f"{role}.profiler.{key}": ranks for key in ("tool", "enable", "all_ranks", "ranks")}
+        out[f"{role}.profiler.save_path"] = wiring
+        out[f"{role}.profiler.tool_config.torch.step_start"] = (
+            f"{torch_t}::test_step_start_and_step_end_keep_only_those_optimizer_steps_of_the_update")
+        out[f"{role}.profiler.tool_config.torch.step_end"] = (
+            f"{torch_t}::test_step_start_and_step_end_keep_only_those_optimizer_steps_of_the_update")
+        out[f"{role}.profiler.tool_config.torch_memory.trace_alloc_max_entries"] = memory
+    rollout = f"{cfg_t}::test_the_rollout_section_adds_its_own_copy_where_it_asks_for_more"
+    out |= {f"{ARR}.rollout.profiler.{key}": rollout for key in ("tool", "enable", "all_ranks", "ranks", "save_path")}
+    out[f"{ARR}.rollout.profiler.tool_config"] = follows
+    out |= {f"reward_model.profiler.{key}": follows
+            for key in ("tool", "enable", "all_ranks", "ranks", "save_path", "tool_config")}
+    out |= {
+        "trainer.profile_steps": f"{cfg_t}::test_trainer_profile_steps_runs_as_global_profiler_steps_with_nsys",
+        "global_profiler.tool": f"{cfg_t}::test_each_step_in_steps_is_its_own_trace",
+        "global_profiler.steps": f"{cfg_t}::test_each_step_in_steps_is_its_own_trace",
+        "global_profiler.profile_continuous_steps":
+            f"{cfg_t}::test_profile_continuous_steps_makes_consecutive_steps_one_trace",
+        "global_profiler.save_path": wiring,
+        "global_profiler.global_tool_config.torch_memory.trace_alloc_max_entries": follows,
+    }
+    out |= {f"global_profiler.global_tool_config.torch_memory.{key}": memory for key in ("context", "stacks", "kw_args")}
+    return out
+
+
+HONOURED |= _profiler_keys()

@@ -20,7 +20,11 @@ from verl.trainer.config.engine_kwargs_checks import check_rollout_engine_kwargs
 from verl.trainer.config.hsdp_checks import check_hsdp
 from verl.trainer.config.lora_checks import check_lora
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+from verl.trainer.config.prefix_grouper_checks import check_prefix_grouper
+from verl.trainer.config.profiler_checks import check_profiler
 from verl.trainer.config.reward import check_reward_model
+from verl.trainer.config.rollout_service_checks import check_rollout_services
+from verl.trainer.config.router_replay_checks import check_router_replay
 from verl.trainer.config.ulysses_checks import check_ulysses
 from verl.trainer.config.upstream_keys import SINGLETON_GROUP_ESTIMATORS
 from verl.utils.config_errors import ConfigWarning
@@ -61,10 +65,14 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_lora(cfg)
     problems += check_hsdp(cfg)
     problems += check_ulysses(cfg)
+    problems += check_prefix_grouper(cfg)
     problems += check_attn_implementation(cfg)
     problems += check_rollout_skip(cfg)
     problems += check_rollout_trace(cfg)
     problems += check_rollout_engine_kwargs(cfg.actor_rollout_ref.rollout)
+    problems += check_rollout_services(cfg)
+    problems += check_router_replay(cfg)
+    problems += check_profiler(cfg)
     return problems
 
 

@@ -38,6 +38,7 @@ from verl.trainer.ppo.metric_utils import (
     compute_timing_metrics,
 )
 from verl.trainer.ppo.old_log_prob_reuse import announce, skip_old_log_prob_pass
+from verl.trainer.ppo.profiling import profile_step
 from verl.trainer.ppo.reward import compute_reward, compute_reward_async, reward_metrics
 from verl.trainer.ppo.reward_model_stage import add_rm_scores
 from verl.trainer.ppo.rollout_skip import skip_for_training
@@ -52,6 +53,7 @@ from verl.workers.reward_loop import META_KEY as REWARD_LOOP_META
 from verl.workers.reward_loop import RewardLoopManager
 from verl.workers.rollout.agent_loop.base import with_template_kwargs, with_trace_names
 from verl.workers.rollout.metrics import rollout_probs_diff_metrics
+from verl.workers.rollout.prometheus import write_prometheus_config
 
 
 def _print_placement(pool_name: str, infos: list[dict[str, Any]]) -> None:
@@ -168,6 +170,10 @@ class RayPPOTrainer:
                 wg.init_model()
         if self.use_reference_policy and self.config.ref_in_actor:
             self.ref_policy_wg = self.actor_rollout_wg  # LoRA: the actor with its adapter disabled is the reference
+        prometheus = self.config.actor_rollout_ref.rollout.prometheus
+        if prometheus.enable:  # the engines' metrics endpoints, listed in the scrape configuration upstream writes
+            targets = [a for a in self.actor_rollout_wg.prometheus_address() if a]
+            write_prometheus_config(prometheus, targets, self.config.actor_rollout_ref.rollout.name)
         self.validator.bind(self.actor_rollout_wg)
         self.genrm = start_genrm(self.config)  # before anything is scored; stopped at the end of fit
 
@@ -209,7 +215,8 @@ class RayPPOTrainer:
         while self.global_steps < self.total_training_steps:
             batch_dict = next(self.data_stream)  # a step may draw more (dynamic sampling)
             self.global_steps += 1
-            metrics = self._train_step_noting_failures(batch_dict)
+            with profile_step(self, self.global_steps):  # global_profiler.steps: the workers' traces
+                metrics = self._train_step_noting_failures(batch_dict)
             is_last = self.global_steps >= self.total_training_steps
             if self.validator.enabled and trainer.test_freq > 0 and (
                     is_last or self.global_steps % trainer.test_freq == 0):

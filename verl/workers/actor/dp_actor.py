@@ -44,6 +44,8 @@ from verl.utils.ulysses import gather_outputs_and_unpad, resolve_ulysses_group, 
 from verl.workers.actor.base import BasePPOActor
 from verl.workers.actor.entropy import entropy_function, sum_pi_squared_function
 from verl.workers.actor.on_policy import EntropyTally, check_single_step, wants_on_policy
+from verl.workers.actor.prefix_grouped import enable_prefix_grouping, prefix_grouped_forward
+from verl.workers.actor.router_replay import ActorRouting, log_prob_pass, routed_micro_batch, routing_keys, update_pass
 from verl.workers.config import ActorConfig, RefConfig
 from verl.workers.micro_batching import (
     NonFiniteLossError,
@@ -93,6 +95,11 @@ class DataParallelPPOActor(BasePPOActor):
         self._multi_modal_inputs = None  # the batch's per-row pixel_values / image_grid_thw, during one call
         # a VLM's responses never hold vision tokens: the rollout cannot sample them (verl.models.vision)
         self._vision_token_ids = vision_token_ids(getattr(actor_module, "config", None))
+        # actor.router_replay.mode R2 / R3: record / replay MoE routing (verl.models.router_replay)
+        self._routing = ActorRouting.for_actor(config, actor_module, self.use_remove_padding)
+        self.last_routed_experts: torch.Tensor | None = None  # R2: what the last log-prob pass recorded
+        # actor.use_prefix_grouper: one forward per distinct prompt (verl.workers.actor.prefix_grouped)
+        self.use_prefix_grouper = enable_prefix_grouping(config, actor_module)
 
     def _select(self, data: DataProto, keys: list[str]) -> DataProto:
         """``data`` restricted to ``keys``, plus row numbers when it carries images for the forward."""
@@ -117,6 +124,8 @@ class DataParallelPPOActor(BasePPOActor):
                              sum_pi_squared: list | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs (and entropies) of the response tokens: logits at positions P-1 .. P+R-2 predict them.
         ``sum_pi_squared``: a list that receives the micro-batch's (bs, R) sum_v pi_v^2 (optimal token baseline)."""
+        if self.use_prefix_grouper:
+            return prefix_grouped_forward(self, micro_batch, temperature, calculate_entropy, sum_pi_squared)
         if self.use_remove_padding:
             return self._forward_packed(micro_batch, temperature, calculate_entropy, sum_pi_squared)
         responses = micro_batch["responses"]
@@ -220,16 +229,18 @@ class DataParallelPPOActor(BasePPOActor):
         max_token_len = data.meta_info.get("max_token_len")
         if not use_dynamic_bsz:
             micro_batch_size = require_meta(data, "micro_batch_size", "compute_log_prob")
-        batch = self._select(data, _FORWARD_KEYS).batch
+        batch = self._select(data, _FORWARD_KEYS + routing_keys(self._routing, data.batch.keys())).batch
         micro_batches, indices = make_micro_batches(batch, micro_batch_size, use_dynamic_bsz, max_token_len,
                                                     "meta_info micro_batch_size / max_token_len")
         device = module_device(self.actor_module)
         log_probs, entropys = [], []
         sums = [] if calculate_sum_pi_squared else None
-        with torch.no_grad(), forwards_context(self.actor_module, len(micro_batches)):
+        with torch.no_grad(), forwards_context(self.actor_module, len(micro_batches)), \
+                log_prob_pass(self._routing, batch.keys()):
             for micro_batch in micro_batches:
-                log_prob, entropy = self._forward_micro_batch(micro_batch.to(device), temperature, calculate_entropy,
-                                                              sums)
+                micro_batch = micro_batch.to(device)
+                with routed_micro_batch(self._routing, micro_batch):
+                    log_prob, entropy = self._forward_micro_batch(micro_batch, temperature, calculate_entropy, sums)
                 log_probs.append(log_prob)
                 if entropy is not None:
                     entropys.append(entropy)
@@ -237,6 +248,8 @@ class DataParallelPPOActor(BasePPOActor):
         log_probs_out = restore_order(log_probs, indices).to(out_device)
         entropys_out = restore_order(entropys, indices).to(out_device) if calculate_entropy else None
         self.last_sum_pi_squared = restore_order(sums, indices).to(out_device) if sums is not None else None
+        records = self._routing.take_records() if self._routing is not None else []
+        self.last_routed_experts = restore_order(records, indices) if records else None
         return log_probs_out, entropys_out
 
     # -- update --------------------------------------------------------------------------------------------------
@@ -247,8 +260,9 @@ class DataParallelPPOActor(BasePPOActor):
         old-log-prob pass was skipped, so this forward is pi_old's; its entropy goes to the tally."""
         entropy_coeff = self.config.entropy_coeff
         response_mask = micro_batch["response_mask"]
-        log_prob, entropy = self._forward_micro_batch(micro_batch, temperature,
-                                                      calculate_entropy=entropy_coeff != 0 or on_policy is not None)
+        with routed_micro_batch(self._routing, micro_batch):
+            log_prob, entropy = self._forward_micro_batch(micro_batch, temperature,
+                                                          calculate_entropy=entropy_coeff != 0 or on_policy is not None)
         if on_policy is not None:
             old_log_prob = log_prob.detach()  # one optimizer step after all forwards: ratio 1 here, as in the pass
             on_policy.add(entropy.detach(), response_mask)
@@ -307,12 +321,14 @@ class DataParallelPPOActor(BasePPOActor):
         for optional in ("rollout_log_probs", "rollout_is_weights"):
             if optional in data.batch.keys():
                 select_keys.append(optional)
+        select_keys += routing_keys(self._routing, data.batch.keys())
         seed = self._update_calls
         self._update_calls += 1
-        metrics = ppo_update(self.config, "actor", self.actor_module, self.actor_optimizer,
-                             self._select(data, select_keys),
-                             lambda micro_batch: self._micro_loss(micro_batch, temperature, loss_fn, loss_agg_mode,
-                                                                  tally), seed, self._nonfinite_streak)
+        with update_pass(self._routing, data.batch.keys(), on_policy=tally is not None):
+            metrics = ppo_update(self.config, "actor", self.actor_module, self.actor_optimizer,
+                                 self._select(data, select_keys),
+                                 lambda micro_batch: self._micro_loss(micro_batch, temperature, loss_fn,
+                                                                      loss_agg_mode, tally), seed, self._nonfinite_streak)
         if tally is not None:  # what the pass reported: the whole batch's entropy, replacing per-micro-batch values
             entropy = tally.value(module_device(self.actor_module))
             if entropy is not None:

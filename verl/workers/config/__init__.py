@@ -4,11 +4,18 @@ The yaml's sections name these classes in `_target_`; verl.utils.config.omega_co
 pre-Ray check (verl.trainer.config.validate_config) build them, checking every key with its full dotted name.
 """
 
-from verl.workers.config.actor import ActorConfig, FSDPActorConfig, McoreActorConfig, PolicyLossConfig, RefConfig
+from verl.workers.config.actor import (
+    ActorConfig,
+    FSDPActorConfig,
+    McoreActorConfig,
+    PolicyLossConfig,
+    RefConfig,
+    RouterReplayConfig,
+)
 from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
 from verl.workers.config.critic import CriticConfig, FSDPCriticConfig, FSDPCriticModelCfg, MegatronCriticConfig
 from verl.workers.config.engine import CheckpointConfig, FSDPEngineConfig, MixedPrecisionConfig, WrapPolicyConfig
-from verl.workers.config.model import HFModelConfig
+from verl.workers.config.model import HFModelConfig, MtpConfig
 from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
 from verl.workers.config.reward_model import (
     FSDPRewardModelConfig,
@@ -28,12 +35,14 @@ from verl.workers.config.rollout import (
     SkipConfig,
     TraceConfig,
 )
+from verl.workers.config.rollout_services import CheckpointEngineConfig, PrometheusConfig
 
 __all__ = [
     "ActorConfig",
     "ActorRolloutRefConfig",
     "AgentLoopConfig",
     "CheckpointConfig",
+    "CheckpointEngineConfig",
     "CriticConfig",
     "CustomAsyncServerConfig",
     "FSDPActorConfig",
@@ -47,15 +56,18 @@ __all__ = [
     "McoreRewardModelConfig",
     "MegatronCriticConfig",
     "MixedPrecisionConfig",
+    "MtpConfig",
     "MultiTurnConfig",
     "OptimizerConfig",
     "PolicyLossConfig",
+    "PrometheusConfig",
     "RefConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RewardModelRolloutConfig",
     "RewardScoringConfig",
     "RolloutConfig",
+    "RouterReplayConfig",
     "SamplingConfig",
     "SandboxFusionConfig",
     "SkipConfig",

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from verl.base_config import BaseConfig
-from verl.utils.config_schema import Refusal, at_least, choice, dict_field
+from verl.utils.config_schema import Refusal, at_least, choice, dict_field, refused
+from verl.utils.profiler.config import ProfilerConfig
 from verl.workers.config.engine import (
     MEGATRON_REFUSAL,
     CheckpointConfig,
@@ -39,6 +40,27 @@ class PolicyLossConfig(BaseConfig):
     tau_neg: float = 1.05
 
 
+ROUTER_REPLAY_MODES = ("disabled", "R2", "R3")
+_ROUTER_FILE_TODO = "Leave it null: the routing travels with each sample in the batch (routed_experts)."
+
+
+@dataclass
+class RouterReplayConfig(BaseConfig):
+    """MoE router replay (verl.models.router_replay). R2: the old-log-prob pass records each token's top-k experts
+    and the update's forwards replay them; R3: the rollout records them (rollout.enable_rollout_routing_replay)
+    and both the old-log-prob pass and the update replay them."""
+
+    mode: str = choice("disabled", ROUTER_REPLAY_MODES)
+    record_file: str | None = refused(None, "writing the recorded routing to a file is not built",
+                                      _ROUTER_FILE_TODO)
+    replay_file: str | None = refused(None, "reading the routing to replay from a file is not built",
+                                      _ROUTER_FILE_TODO)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ROUTER_REPLAY_MODES:  # ValueError as upstream's RouterReplayConfig raises
+            raise ValueError(f"Invalid router_replay mode: {self.mode}. Must be one of {list(ROUTER_REPLAY_MODES)}")
+
+
 @dataclass
 class ActorConfig(BaseConfig):
     """The PPO update of the policy, whatever engine trains it."""
@@ -61,6 +83,8 @@ class ActorConfig(BaseConfig):
     loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
     entropy_coeff: float = 0.0
     use_kl_loss: bool = False
+    # one forward per distinct prompt in each micro-batch (verl.models.prefix_grouper); padded path only
+    use_prefix_grouper: bool = False
     # torch.compile of the entropy function (verl.workers.actor.entropy). Upstream's default is true; here false,
     # because the first call compiles for seconds (tens on a 2-core CPU) to fuse one small function
     use_torch_compile: bool = False
@@ -75,7 +99,9 @@ class ActorConfig(BaseConfig):
     tau_neg: float = 1.05
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)  # verl.utils.profiler
     optim: OptimizerConfig = field(default_factory=OptimizerConfig)
+    router_replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)
 
     def __post_init__(self) -> None:
         # Upstream checks these when the object is made, so an ActorConfig built in Python fails as one built from
@@ -172,3 +198,4 @@ class RefConfig(BaseConfig):
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = at_least(16384, 1)
     ulysses_sequence_parallel_size: int = at_least(1, 1)
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)  # verl.utils.profiler

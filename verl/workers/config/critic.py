@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from verl.base_config import BaseConfig
 from verl.utils.config_schema import Refusal, at_least, choice, dict_field, refused
+from verl.utils.profiler.config import ProfilerConfig
 from verl.workers.config.engine import (
     CHECKPOINTING_POLICIES,
     MEGATRON_REFUSAL,
@@ -73,6 +74,7 @@ class CriticConfig(BaseConfig):
     cliprange_value: float = 0.5
     loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)  # verl.utils.profiler
     optim: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=1e-5))  # the engine's class below
     model: FSDPCriticModelCfg = field(default_factory=FSDPCriticModelCfg)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from verl.base_config import BaseConfig
@@ -14,6 +14,38 @@ NO_EXTERNAL_LIB = (
     "importing a module before loading the model is built for the SFT trainer only",
     "Remove it; use a model folder whose classes transformers knows (model.trust_remote_code=true for code "
     "shipped with the model).",
+)
+
+
+@dataclass
+class MtpConfig(BaseConfig):
+    """Upstream's multi-token-prediction (MTP) section (`model.mtp`, and `rollout.mtp`, which follows it): a
+    model's extra next-next-token layers (DeepSeek-V3's ``num_nextn_predict_layers``, MiMo, Qwen3.5's
+    ``mtp_num_hidden_layers``). ``enable`` loads and saves them; ``enable_train`` adds their loss
+    (``mtp_loss_scaling_factor``, ``detach_encoder``); ``enable_rollout`` uses them as the draft model of the
+    engine's speculative decoding (vLLM: ``method``, ``num_speculative_tokens``; SGLang: the ``speculative_*``
+    keys). Only the defaults are accepted here: see MTP_REFUSAL."""
+
+    enable: bool = False
+    enable_train: bool = False
+    enable_rollout: bool = False
+    detach_encoder: bool = False
+    mtp_loss_scaling_factor: float = 0.1
+    speculative_algorithm: str = "EAGLE"
+    speculative_num_steps: int = 3
+    speculative_eagle_topk: int = 1
+    speculative_num_draft_tokens: int = 4
+    method: str = "mtp"
+    num_speculative_tokens: int = 1
+
+
+# Shared by model.mtp and rollout.mtp (rollout.py imports it).
+MTP_REFUSAL = (
+    "multi-token prediction is not built: upstream trains MTP layers only with its Megatron engine (mbridge) on "
+    "NVIDIA GPUs; the FSDP actor here loads the model through transformers, which has no MTP layers (it drops "
+    "num_nextn_predict_layers / mtp_num_hidden_layers weights), so there is nothing to train, save or hand to vLLM "
+    "as the draft model of its speculative decoding",
+    "Leave every actor_rollout_ref.model.mtp key (and rollout.mtp) at its default (enable=false).",
 )
 
 
@@ -53,3 +85,4 @@ class HFModelConfig(BaseConfig):
         "VERL_FUSED_NORM_ROPE=0 turns them off)",
         "Set it to false.",
     )
+    mtp: MtpConfig = refused(field(default_factory=MtpConfig), *MTP_REFUSAL)

@@ -8,6 +8,9 @@ from typing import Any
 
 from verl.base_config import BaseConfig
 from verl.utils.config_schema import Refusal, at_least, choice, dict_field, refused, refused_values
+from verl.utils.profiler.config import ProfilerConfig
+from verl.workers.config.model import MTP_REFUSAL, MtpConfig
+from verl.workers.config.rollout_services import CheckpointEngineConfig, PrometheusConfig
 
 ROLLOUT_NAMES = ("hf", "vllm", "sglang")
 ROLLOUT_MODES = ("sync", "async")
@@ -177,9 +180,20 @@ class RolloutConfig(BaseConfig):
         "Set it to 1 (every rank holds all experts).",
     )
     calculate_log_probs: bool = False
+    # R3 (actor.router_replay.mode=R3): the rollout records each token's MoE top-k experts (routed_experts) for the
+    # actor to replay (verl.models.router_replay); the hf rollout records them, rollout.mode=sync
+    enable_rollout_routing_replay: bool = False
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
     engine_kwargs: dict[str, Any] = dict_field({"vllm": {}, "sglang": {}})
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
     skip: SkipConfig = field(default_factory=SkipConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
+    # in the actor's worker the actor's profiler runs; this one must equal it (verl.trainer.config.profiler_checks)
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
+    # vLLM's metrics served for a Prometheus server (verl.workers.rollout.prometheus)
+    prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
+    # the weight hand-over trainer -> engine: naive (colocated) only, in buckets (sharding_manager/fsdp_vllm.py)
+    checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
+    # upstream's yaml makes it follow actor_rollout_ref.model.mtp; refused unless at its defaults, as that one
+    mtp: MtpConfig = refused(field(default_factory=MtpConfig), *MTP_REFUSAL)

@@ -13,6 +13,7 @@ every axis over the response, so the batch the actor recomputes log-probs on is 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import torch
@@ -21,12 +22,14 @@ from tensordict import TensorDict
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from verl.data.vision import response_position_ids
+from verl.models.router_replay import NOT_ROUTED, ROUTED_EXPERTS_KEY, RouterReplay, generation_record
 from verl.models.vision import suppress_vision_tokens, vision_token_ids
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask, get_response_mask
 from verl.workers.config import RolloutConfig
 from verl.workers.micro_batching import module_device
 from verl.workers.rollout.base import BaseRollout
+from verl.workers.vision_rows import MEDIA_INPUT_KEYS
 
 __all__ = ["HFRollout"]
 
@@ -101,6 +104,12 @@ class HFRollout(BaseRollout):
         self.static_cache = static_cache
         self._off_reason = "rollout.enforce_eager is true or no CUDA device computes"
         self._decoder = None
+        # R3 (rollout.enable_rollout_routing_replay): record every token's MoE experts while generating; the
+        # static-cache replica has no router hooks, so decoding is eager
+        self._routing = RouterReplay.of(module) if config.enable_rollout_routing_replay else None
+        if self._routing is not None and self.static_cache:
+            self.static_cache = False
+            self._off_reason = "rollout.enable_rollout_routing_replay records routing on the module's own forwards"
 
     @property
     def static_cache_off(self) -> str | None:
@@ -173,7 +182,7 @@ class HFRollout(BaseRollout):
             was_training = self.module.training
             self.module.eval()
             try:
-                with torch.no_grad():
+                with torch.no_grad(), self._recording() as records:
                     sequences = self.module.generate(input_ids=idx.to(device), attention_mask=prompt_mask.to(device),
                                                      generation_config=generation_config, synced_gpus=synced,
                                                      logits_processor=processors, **vision)
@@ -198,12 +207,19 @@ class HFRollout(BaseRollout):
             "position_ids": self._position_ids(prompts, attention_mask, response_length),
             "response_mask": response_mask,
         }
+        if self._routing is not None:  # (bs, P + R, moe layers, k) over the tokens the model was fed
+            routed = generation_record(records, idx.size(0), sequences.size(1) - 1, prompt_length + response_length)
+            tensors[ROUTED_EXPERTS_KEY] = routed.cpu().masked_fill(~attention_mask.bool().cpu()[..., None, None],
+                                                                   NOT_ROUTED).to(out_device)
         if sampled_log_probs is not None:
             padded = sampled_log_probs.new_zeros(responses.shape)
             padded[:, : sampled_log_probs.size(1)] = sampled_log_probs
             # zero (not 0 * value) after EOS: those steps scored pad tokens fed to finished rows
             tensors["rollout_log_probs"] = torch.where(response_mask.bool(), padded, torch.zeros_like(padded))
         return DataProto(batch=TensorDict(tensors, batch_size=[idx.size(0)]))
+
+    def _recording(self):
+        return self._routing.record() if self._routing is not None else contextlib.nullcontext([])
 
     def _static_decoder(self, device: torch.device):
         """The static-cache replica with the module's current weights, or None (eager decoding)."""
@@ -243,17 +259,23 @@ class HFRollout(BaseRollout):
         if rows is None:
             return {}
         kwargs = {}
-        for key in ("pixel_values", "image_grid_thw"):
-            parts = [torch.as_tensor(row[key]) for row in rows if row and row.get(key) is not None]
+        for key in MEDIA_INPUT_KEYS:  # images, and videos (with Qwen2.5-VL's second_per_grid_ts)
+            parts = [torch.as_tensor(row[key]).reshape(-1) if key == "second_per_grid_ts" else torch.as_tensor(row[key])
+                     for row in rows if row and row.get(key) is not None]
             if parts:
                 kwargs[key] = torch.cat(parts).to(device)
-        if "image_grid_thw" not in kwargs:
+        if "image_grid_thw" not in kwargs and "video_grid_thw" not in kwargs:
             return {}
-        image_token_id = getattr(getattr(self.module, "config", None), "image_token_id", None)
-        if image_token_id is None:
-            raise ValueError("generate_sequences: the batch carries images (multi_modal_inputs) but the rollout "
-                             "model's config has no image_token_id; use a vision-language model folder")
-        kwargs["mm_token_type_ids"] = (idx == int(image_token_id)).int().to(device)  # 1 = image token
+        config = getattr(self.module, "config", None)
+        image_token_id, video_token_id = getattr(config, "image_token_id", None), getattr(config, "video_token_id", None)
+        if image_token_id is None or ("video_grid_thw" in kwargs and video_token_id is None):
+            raise ValueError("generate_sequences: the batch carries images or videos (multi_modal_inputs) but the "
+                             "rollout model's config has no image_token_id / video_token_id; use a vision-language "
+                             "model folder")
+        types = (idx == int(image_token_id)).int()  # 1 = image token, 2 = video token
+        if video_token_id is not None:
+            types = types + 2 * (idx == int(video_token_id)).int()
+        kwargs["mm_token_type_ids"] = types.to(device)
         return kwargs
 
 
