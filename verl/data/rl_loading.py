@@ -31,6 +31,12 @@ def _load_custom_dataset_cls(path: str, name: str | None) -> type:
     return cls
 
 
+def _reads_datagen(dataset_cls: type) -> bool:
+    from verl.data.dynamic_gen import DynamicGenDataset
+
+    return issubclass(dataset_cls, DynamicGenDataset)
+
+
 def create_rl_dataset(
     data_paths: str | list[str],
     data_config: Any,
@@ -48,6 +54,13 @@ def create_rl_dataset(
     dataset_cls = RLHFDataset
     if custom.path:
         dataset_cls = _load_custom_dataset_cls(custom.path, custom.name)
+    datagen = getattr(data_config, "datagen", None)
+    if (getattr(datagen, "path", None) or getattr(datagen, "name", None)) and not _reads_datagen(dataset_cls):
+        raise ValueError(
+            f"data.datagen.path={datagen.path!r} / name={datagen.name!r} is read only by DynamicGenDataset, and the "
+            f"dataset class is {dataset_cls.__name__}: set data.custom_cls.path="
+            "pkg://verl.experimental.dynamic_dataset.dynamicgen_dataset and data.custom_cls.name=DynamicGenDataset "
+            "(or a subclass of it), or remove data.datagen")
     return dataset_cls(
         data_files=data_paths, tokenizer=tokenizer, config=data_config, processor=processor, max_samples=max_samples
     )

@@ -71,6 +71,24 @@ def load_tokenizer(path: str, key: str, trust_remote_code: bool = False, custom_
     return tokenizer
 
 
+def model_config_path(model: Any, key: str, path: str | None = None) -> tuple[str, str]:
+    """Where ``model``'s HF config (config.json) is read, and the key that named it: ``<key>.hf_config_path`` when
+    set (upstream's HFModelConfig; the weights still come from ``path``), else the model folder ``path``."""
+    hf_config_path = getattr(model, "hf_config_path", None)
+    if hf_config_path:
+        return resolve_model_path(hf_config_path, f"{key}.hf_config_path"), f"{key}.hf_config_path"
+    return path or resolve_model_path(model.path, f"{key}.path"), f"{key}.path"
+
+
+def model_tokenizer_path(model: Any, key: str) -> tuple[str, str]:
+    """The folder of ``model``'s tokenizer (and a VLM's processor), and the key that named it:
+    ``<key>.tokenizer_path`` when set (upstream's HFModelConfig), else the model folder."""
+    tokenizer_path = getattr(model, "tokenizer_path", None)
+    if tokenizer_path:
+        return resolve_model_path(tokenizer_path, f"{key}.tokenizer_path"), f"{key}.tokenizer_path"
+    return resolve_model_path(model.path, f"{key}.path"), f"{key}.path"
+
+
 def load_causal_lm(model: Any, key: str, dtype: torch.dtype = torch.float32, value_head: bool = False):
     """AutoModelForCausalLM (or the critic's token-classification value model) from ``model.path``, where ``model`` is
     a HFModelConfig or a FSDPCriticModelCfg (path, trust_remote_code, override_config, enable_gradient_checkpointing,
@@ -79,10 +97,11 @@ def load_causal_lm(model: Any, key: str, dtype: torch.dtype = torch.float32, val
 
     path = resolve_model_path(model.path, f"{key}.path")
     trust = model.trust_remote_code
+    config_path, config_key = model_config_path(model, key, path)
     try:
-        hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
+        hf_config = AutoConfig.from_pretrained(config_path, trust_remote_code=trust)
     except Exception as err:  # noqa: BLE001
-        raise _explain(err, path, f"{key}.path", "model config") from err
+        raise _explain(err, config_path, config_key, "model config") from err
     overrides = dict(model.override_config)
     # the attention kernel is a from_pretrained argument: set on the config it would be ignored (sdpa loaded)
     attn_implementation = overrides.pop("attn_implementation", None)

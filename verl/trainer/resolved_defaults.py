@@ -68,10 +68,10 @@ def _activation_bytes(model: Any, key: str, tokens: int | None) -> int | None:
         return None
     from transformers import AutoConfig
 
-    from verl.models.loader import resolve_model_path
+    from verl.models.loader import model_config_path
 
     try:
-        hf_config = AutoConfig.from_pretrained(resolve_model_path(model.path, f"{key}.path"),
+        hf_config = AutoConfig.from_pretrained(model_config_path(model, key)[0],
                                                trust_remote_code=model.trust_remote_code)
     except Exception as err:  # noqa: BLE001 - the worker's load reports a bad path with its own error
         print(f"{LOG_PREFIX} {key}: the model config could not be read for the checkpointing estimate ({err})",

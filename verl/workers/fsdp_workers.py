@@ -144,7 +144,7 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        from verl.models.loader import load_causal_lm, load_tokenizer
+        from verl.models.loader import load_causal_lm, load_tokenizer, model_tokenizer_path
 
         cfg = self.config
         # the actor's fsdp_size shapes the mesh of the module the actor, rollout (and a LoRA reference) share
@@ -159,7 +159,8 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
             module, path = load_causal_lm(cfg.model, "actor_rollout_ref.model",
                                           dtype=self._model_dtype(fsdp_cfg, "actor_rollout_ref.actor"))
             self.model_path = path
-            self.tokenizer = load_tokenizer(path, "actor_rollout_ref.model.path",
+            self.tokenizer_path, self._tokenizer_key = model_tokenizer_path(cfg.model, "actor_rollout_ref.model")
+            self.tokenizer = load_tokenizer(self.tokenizer_path, self._tokenizer_key,
                                             trust_remote_code=cfg.model.trust_remote_code,
                                             custom_chat_template=cfg.model.custom_chat_template)
             module = lora_from_model_config(module, cfg.model, "actor_rollout_ref.model")
@@ -213,8 +214,11 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
 
         ref_cfg = self.config.ref
         fsdp_cfg = ref_cfg.fsdp_config
-        module, _ = load_causal_lm(self.config.model, "actor_rollout_ref.model",
-                                   dtype=self._model_dtype(fsdp_cfg, "actor_rollout_ref.ref"))
+        model_cfg, key = self.config.model, "actor_rollout_ref.model"
+        if ref_cfg.model is not None:  # ref.model.path: a different reference model, built as the actor's is
+            model_cfg = dataclasses.replace(model_cfg, path=ref_cfg.model["path"], hf_config_path=None)
+            key = "actor_rollout_ref.ref.model"
+        module, _ = load_causal_lm(model_cfg, key, dtype=self._model_dtype(fsdp_cfg, "actor_rollout_ref.ref"))
         module.requires_grad_(False)
         mesh = self.device_mesh
         if (self._is_actor or self._is_rollout) and fsdp_cfg.fsdp_size != self.config.actor.fsdp_config.fsdp_size:
@@ -288,7 +292,9 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         if not hasattr(self, "_processor"):
             from verl.models.processor import load_processor
 
-            self._processor = load_processor(self.model_path, self.tokenizer, "actor_rollout_ref.model.path",
+            folder = getattr(self, "tokenizer_path", None) or self.model_path  # model.tokenizer_path, else path
+            key = getattr(self, "_tokenizer_key", "actor_rollout_ref.model.path")
+            self._processor = load_processor(folder, self.tokenizer, key,
                                              trust_remote_code=self.config.model.trust_remote_code)
         return self._processor
 

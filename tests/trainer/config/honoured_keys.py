@@ -37,6 +37,7 @@ _TRAINER_KEYS = "tests/trainer/ppo/test_trainer_keys.py"  # helper H1's runtime-
 _BATCHES = "tests/trainer/config/test_config_batch_sizes.py"
 _DEPRECATED = "tests/trainer/config/test_deprecated_keys.py"
 _UPSTREAM = "tests/trainer/config/test_upstream_keys.py"
+_PATHS = "tests/trainer/config/test_model_paths_and_datagen.py"  # model.hf_config_path/tokenizer_path, ref.model, datagen
 _FSDP1_NOTES = "test_fsdp1_options_and_worker_impl_are_accepted_with_a_note"
 _EFFECTS = "tests/trainer/config/test_honoured_effects.py"
 _KEYS = "tests/trainer/config/test_key_effects.py"
@@ -136,6 +137,11 @@ HONOURED: dict[str, str] = {
     "data.val_max_samples": f"{_DATA}::{_FILES}",
     "data.custom_cls.path": f"{_DATASET}::test_custom_dataset_class_from_file",
     "data.custom_cls.name": f"{_DATASET}::test_custom_dataset_class_from_file",
+    "data.datagen.path": f"{_PATHS}::test_datagen_adds_the_generators_rows_when_built_and_after_every_step",
+    "data.datagen.name": f"{_PATHS}::test_datagen_adds_the_generators_rows_when_built_and_after_every_step",
+    f"{ARR}.model.hf_config_path": f"{_PATHS}::test_hf_config_path_builds_the_model_from_that_config_with_the_weights_of_path",
+    f"{ARR}.model.tokenizer_path": f"{_PATHS}::test_tokenizer_path_is_the_drivers_tokenizer",
+    f"{ARR}.ref.model": f"{_PATHS}::test_workers_honour_hf_config_path_tokenizer_path_and_ref_model",
     f"{ARR}.actor.freeze_vision_tower": "tests/workers/actor/test_vlm_actor.py::test_update_reaches_the_vision_tower_unless_frozen",
     "data.image_key": "tests/data/test_rl_dataset_vision.py::test_items_carry_expanded_prompts_mrope_positions_and_multi_modal_inputs",
     "data.video_key": "tests/data/test_rl_dataset_video.py::test_video_key_names_the_column_and_mixed_images_and_videos_work",
@@ -471,3 +477,34 @@ def _profiler_keys() -> dict[str, str]:
 
 
 HONOURED |= _profiler_keys()
+
+
+def _engine_mirror_keys() -> dict[str, str]:
+    """Upstream's fsdp_config copies of role keys (verl.trainer.config.engine_mirror), truncated IS, and the CUDA-graph
+    capture sizes (issue 33)."""
+    t = "tests/trainer/config/test_engine_mirror.py"
+    actor = f"{t}::test_the_actor_fsdp_config_keys_reach_the_role_keys_the_workers_read"
+    names = ("ulysses_sequence_parallel_size", "entropy_from_logits_with_chunking", "use_torch_compile",
+             "entropy_checkpointing")
+    out = {f"{ARR}.actor.fsdp_config.{name}": actor for name in names}
+    out |= {f"{ARR}.ref.fsdp_config.{name}": f"{t}::test_ref_and_critic_engine_keys_apply" for name in names}
+    out[f"{ARR}.ref.fsdp_config.forward_only"] = f"{t}::test_the_reference_is_forward_only_either_way"
+    forward_only = f"{t}::test_forward_only_contradicting_the_role_is_refused"
+    out[f"{ARR}.actor.fsdp_config.forward_only"] = forward_only
+    out["critic.model.fsdp_config.forward_only"] = forward_only
+    out["critic.model.fsdp_config.ulysses_sequence_parallel_size"] = f"{t}::test_ref_and_critic_engine_keys_apply"
+    critic = f"{t}::test_critic_entropy_keys_are_refused_and_compile_noted"
+    out |= {f"critic.model.fsdp_config.{name}": critic for name in names[1:]}
+    out |= {f"reward_model.model.fsdp_config.{name}": f"{t}::test_reward_model_engine_keys" for name in names}
+    out["reward_model.model.fsdp_config.forward_only"] = f"{t}::test_the_reference_is_forward_only_either_way"
+    out[f"{ARR}.actor.tis_imp_ratio_cap"] = "tests/algos/test_tis.py::test_the_actor_update_uses_the_truncated_weights"
+    out[f"{ARR}.rollout.cudagraph_capture_sizes"] = (
+        "tests/workers/rollout/test_cudagraph_capture_sizes.py::test_vllm_gets_the_sizes_in_its_compilation_config")
+    out[f"{ARR}.rollout.enable_prefix_caching"] = (
+        "tests/workers/rollout/test_vllm_prefix_caching.py::test_enable_prefix_caching_reaches_the_engine")
+    out["critic.enable"] = ("tests/trainer/config/test_small_upstream_keys.py::"
+                            "test_critic_enable_null_follows_the_estimator_and_true_with_gae_is_the_same")
+    return out
+
+
+HONOURED |= _engine_mirror_keys()

@@ -22,6 +22,7 @@ from verl.trainer.config.lora_checks import check_lora
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.config.prefix_grouper_checks import check_prefix_grouper
 from verl.trainer.config.profiler_checks import check_profiler
+from verl.trainer.config.ref_model_checks import check_ref_model
 from verl.trainer.config.reward import check_reward_model
 from verl.trainer.config.rollout_service_checks import check_rollout_services
 from verl.trainer.config.router_replay_checks import check_router_replay
@@ -45,6 +46,20 @@ CONDITIONAL_REFUSALS: tuple[tuple[str, str, str, Refusal], ...] = (
             "Set ignore_eos=false, or use actor_rollout_ref.rollout.name=vllm.",
         ),
     ),
+    *(
+        (
+            f"actor_rollout_ref.model.{key}",
+            "a folder",
+            "actor_rollout_ref.rollout.name=vllm",
+            Refusal(
+                f"the vLLM engine reads its {what} from actor_rollout_ref.model.path; handing it a separate {key} is "
+                "built for the FSDP modules and the HF rollout only",
+                f"Put the {what} in the model folder and leave {key} null, or use "
+                "actor_rollout_ref.rollout.name=hf.",
+            ),
+        )
+        for key, what in (("hf_config_path", "config.json"), ("tokenizer_path", "tokenizer"))
+    ),
 )
 
 
@@ -63,6 +78,7 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_conditional_refusals(cfg)
     problems += check_reward_model(cfg)
     problems += check_lora(cfg)
+    problems += check_ref_model(cfg)
     problems += check_hsdp(cfg)
     problems += check_ulysses(cfg)
     problems += check_prefix_grouper(cfg)
@@ -500,7 +516,10 @@ def _over_sample_problems(rollout) -> list[str]:
 
 def check_conditional_refusals(cfg: PPOTrainerConfig) -> list[str]:
     rollout = cfg.actor_rollout_ref.rollout
-    active = {"actor_rollout_ref.rollout.ignore_eos": rollout.ignore_eos and rollout.name == "hf"}
+    model = cfg.actor_rollout_ref.model
+    active = {"actor_rollout_ref.rollout.ignore_eos": rollout.ignore_eos and rollout.name == "hf",
+              "actor_rollout_ref.model.hf_config_path": bool(model.hf_config_path) and rollout.name == "vllm",
+              "actor_rollout_ref.model.tokenizer_path": bool(model.tokenizer_path) and rollout.name == "vllm"}
     problems = []
     for key, value, condition, refusal in CONDITIONAL_REFUSALS:
         if active[key]:

@@ -30,6 +30,15 @@ class CustomClsConfig(MutableConfig):
 
 
 @dataclass
+class DatagenConfig(MutableConfig):
+    """`data.datagen`: the data generator DynamicGenDataset (data.custom_cls) builds (verl.data.dynamic_gen):
+    ``path`` a python file or ``pkg://module``, ``name`` an AbstractDataGenerator subclass in it."""
+
+    path: str | None = None
+    name: str | None = None
+
+
+@dataclass
 class DataConfig(MutableConfig):
     tokenizer: str | None = None
     use_shm: bool = refused(
@@ -63,6 +72,7 @@ class DataConfig(MutableConfig):
     val_max_samples: int = -1
     custom_cls: CustomClsConfig = field(default_factory=CustomClsConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    datagen: DatagenConfig = field(default_factory=DatagenConfig)
     # vision-language rows (docs/vlm.md): the column of {"bytes"|"path"} image entries, one per <image> placeholder
     image_key: str = "images"
     # the video column (<video> rows, Qwen2-VL / Qwen2.5-VL / Qwen3-VL; docs/vlm.md#videos)

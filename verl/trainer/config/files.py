@@ -67,6 +67,10 @@ def check_files(cfg: PPOTrainerConfig) -> list[str]:
             "reward_model.model.path", cfg.reward_model.model.path, "model folder", only_if_local_looking=True
         )
     problems += _local_path("data.tokenizer", cfg.data.tokenizer, "tokenizer", only_if_local_looking=True)
+    for key, path, what in (("model.hf_config_path", model.hf_config_path, "model config folder"),
+                            ("model.tokenizer_path", model.tokenizer_path, "tokenizer folder"),
+                            ("ref.model.path", (cfg.actor_rollout_ref.ref.model or {}).get("path"), "model folder")):
+        problems += _local_path(f"actor_rollout_ref.{key}", path, what, only_if_local_looking=True)
     problems += _local_path("custom_reward_function.path", cfg.custom_reward_function.path, "reward function file")
     problems += _local_path("data.custom_cls.path", cfg.data.custom_cls.path, "dataset class file")
     sampler = cfg.data.sampler

@@ -9,6 +9,13 @@
   baseline, so each advantage is the response's own score (GRPO: divided by std 1), i.e. plain REINFORCE.
 - `fsdp_config.use_orig_params` / `forward_prefetch` (FSDP1 options), `trainer.use_legacy_worker_impl=disable`:
   accepted, each with a note.
+- `fsdp_config.{ulysses_sequence_parallel_size, entropy_from_logits_with_chunking, use_torch_compile,
+  entropy_checkpointing, forward_only}`: the role keys of the same names (verl.trainer.config.engine_mirror).
+- `actor.tis_imp_ratio_cap` > 0 (truncated IS, verl.algos.tis): needs rollout.calculate_log_probs, the vanilla
+  loss, and no rollout_correction.rollout_is beside it (verl.trainer.config.tis_checks).
+- `rollout.cudagraph_capture_sizes`: needs enforce_eager=false (verl.trainer.config.cudagraph_checks).
+- `critic.enable`: null (the estimator decides) or agreeing with it; a contradiction is refused
+  (verl.trainer.config.critic_enable).
 - `model.use_shm` with several nodes: refused, the copy is made on the driver's node only.
 - `rollout.update_weights_bucket_megabytes`: accepted with a note when changed (an SGLang request size).
 - `rollout.layered_summon`: accepted with a note; the weight sync streams parameter by parameter, in buckets
@@ -24,7 +31,11 @@ from typing import Any
 
 from omegaconf import OmegaConf, open_dict, read_write
 
+from verl.trainer.config.critic_enable import critic_enable_problems
+from verl.trainer.config.cudagraph_checks import cudagraph_problems
+from verl.trainer.config.engine_mirror import apply_engine_mirrors
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+from verl.trainer.config.tis_checks import tis_problems
 from verl.utils.config_errors import ConfigWarning
 
 ARR = "actor_rollout_ref"
@@ -43,6 +54,8 @@ def apply_upstream_keys(cfg: PPOTrainerConfig) -> tuple[dict[str, Any], list[str
     problems: list[str] = []
     _clip_grad(cfg, writes, problems)
     _tau(cfg, writes)
+    apply_engine_mirrors(cfg, writes, problems, _note)
+    problems += tis_problems(cfg) + cudagraph_problems(cfg) + critic_enable_problems(cfg)
     _notes(cfg)
     if cfg.actor_rollout_ref.model.use_shm and cfg.trainer.nnodes > 1:
         problems.append(f"{ARR}.model.use_shm=true copies the model to /dev/shm on the driver's node only, but "

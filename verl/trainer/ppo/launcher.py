@@ -73,7 +73,7 @@ def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, cal
     from verl.checkpoint.lock import hold_checkpoint_dir, release_checkpoint_dir
     from verl.data.rl_dataset import collate_fn
     from verl.data.rl_loading import create_rl_dataset, create_rl_sampler
-    from verl.models.loader import load_tokenizer
+    from verl.models.loader import load_tokenizer, model_tokenizer_path
     from verl.models.processor import load_processor
     from verl.trainer.config.ulysses_checks import log_sequence_parallel_layout
     from verl.trainer.ppo.data_check import check_data
@@ -103,11 +103,14 @@ def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, cal
     report_dir = _report_dir(config)
     data = config.data
     model = config.actor_rollout_ref.model
-    tokenizer = load_tokenizer(data.tokenizer or model.path, "data.tokenizer",
+    # data.tokenizer, else actor_rollout_ref.model.tokenizer_path, else the model folder
+    tokenizer_path, tokenizer_key = model_tokenizer_path(model, "actor_rollout_ref.model")
+    if data.tokenizer:
+        tokenizer_path, tokenizer_key = data.tokenizer, "data.tokenizer"
+    tokenizer = load_tokenizer(tokenizer_path, tokenizer_key,
                                trust_remote_code=data.trust_remote_code, custom_chat_template=model.custom_chat_template)
     # a vision-language model's processor (images in the rows); None for a text model
-    processor = load_processor(data.tokenizer or model.path, tokenizer, "actor_rollout_ref.model.path",
-                               trust_remote_code=data.trust_remote_code)
+    processor = load_processor(tokenizer_path, tokenizer, tokenizer_key, trust_remote_code=data.trust_remote_code)
     # every row of the train and val files, before Ray: a bad row must not surface when its batch comes up
     check_data(config, tokenizer, custom_reward=compute_score is not None, processor=processor)
     train_dataset = create_rl_dataset(data.train_files, data, tokenizer, processor=processor,

@@ -321,6 +321,9 @@ class RayPPOTrainer:
         sampler = getattr(self.train_dataloader, "sampler", None)
         if isinstance(sampler, AbstractCurriculumSampler):  # data.sampler: the user's curriculum sees every batch
             sampler.update(batch)
+        dataset = getattr(self.train_dataloader, "dataset", None)
+        if hasattr(dataset, "on_batch_end"):  # data.datagen (DynamicGenDataset): rows added after every step
+            dataset.on_batch_end(batch)
         check_finite_metrics(metrics, self.global_steps)
         metrics["training/global_step"] = self.global_steps
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))

@@ -29,6 +29,7 @@ from tensordict import TensorDict
 
 from verl import algos as core_algos
 from verl.algos.rollout_correction import ROLLOUT_CORRECTION_META_KEY, bypass_mode_policy_loss
+from verl.algos.tis import tis_weights
 from verl.models.packing import (
     accepts_logits_to_keep,
     logits_at,
@@ -273,6 +274,8 @@ class DataParallelPPOActor(BasePPOActor):
         loss_kwargs = {}
         if "rollout_is_weights" in micro_batch.keys():
             loss_kwargs["rollout_is_weights"] = micro_batch["rollout_is_weights"]
+        if self.config.tis_imp_ratio_cap > 0:  # upstream's truncated IS (verl.algos.tis)
+            loss_kwargs["rollout_is_weights"] = tis_weights(old_log_prob, micro_batch, self.config.tis_imp_ratio_cap)
         pg_loss, pg_metrics = loss_fn(old_log_prob=old_log_prob, log_prob=log_prob,
                                       advantages=micro_batch["advantages"], response_mask=response_mask,
                                       loss_agg_mode=loss_agg_mode, config=self.config, **loss_kwargs)

@@ -82,7 +82,13 @@ class ActorConfig(BaseConfig):
     clip_ratio_c: float = 3.0
     loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
     entropy_coeff: float = 0.0
+    # > 0: upstream's truncated IS, each token's loss times min(pi_old / pi_rollout, cap) (verl.algos.tis)
+    tis_imp_ratio_cap: float = -1.0
     use_kl_loss: bool = False
+    # upstream's copy of model.use_fused_kernels (the yaml follows it); refused as that key is
+    use_fused_kernels: bool = refused(False, "the fused GPU log-prob kernels are not built (on CPU the fused "
+                                      "RMSNorm/rotary are on already; VERL_FUSED_NORM_ROPE=0 turns them off)",
+                                      "Set it to false.", follows="actor_rollout_ref.model.use_fused_kernels")
     # one forward per distinct prompt in each micro-batch (verl.models.prefix_grouper); padded path only
     use_prefix_grouper: bool = False
     # torch.compile of the entropy function (verl.workers.actor.entropy). Upstream's default is true; here false,
@@ -153,6 +159,12 @@ class McoreActorConfig(ActorConfig):
     use_rollout_log_probs: bool = False
 
 
+def _role_engine() -> FSDPEngineConfig:
+    """The actor's and reference's fsdp_config: its use_torch_compile follows the role's (false here, see
+    ActorConfig.use_torch_compile) through the yaml, so the built-in default agrees (verl.trainer.config.engine_mirror)."""
+    return FSDPEngineConfig(use_torch_compile=False)
+
+
 @dataclass
 class FSDPActorConfig(ActorConfig):
     """`actor_rollout_ref.actor` trained with FSDP2: ActorConfig plus the engine's own keys."""
@@ -167,7 +179,7 @@ class FSDPActorConfig(ActorConfig):
     # upstream's dataclass default; the yaml sets it from actor_rollout_ref.model.use_remove_padding (true)
     use_remove_padding: bool = False
     optim: FSDPOptimizerConfig = field(default_factory=FSDPOptimizerConfig)
-    fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
+    fsdp_config: FSDPEngineConfig = field(default_factory=_role_engine)  # use_torch_compile: the role's
 
     def validate(self, n_gpus: int, train_batch_size: int, model_config: Mapping | None = None) -> None:
         """ActorConfig.validate, plus upstream's Ulysses rule: sequence parallelism splits the packed (unpadded)
@@ -187,7 +199,7 @@ class RefConfig(BaseConfig):
 
     strategy: str = train_strategy("fsdp")
     use_remove_padding: bool = True  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
-    fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
+    fsdp_config: FSDPEngineConfig = field(default_factory=_role_engine)  # use_torch_compile: the role's
     # as the actor's: the reference actor compiles its entropy function, which the reference pass never calls
     use_torch_compile: bool = False  # ${actor_rollout_ref.actor.use_torch_compile}
     # as the actor's (verl.workers.actor.entropy); the reference pass computes no entropy, so they change nothing
@@ -199,3 +211,6 @@ class RefConfig(BaseConfig):
     log_prob_max_token_len_per_gpu: int = at_least(16384, 1)
     ulysses_sequence_parallel_size: int = at_least(1, 1)
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)  # verl.utils.profiler
+    # upstream's: None, the reference is the actor's model (actor_rollout_ref.model); {path: folder} loads a
+    # different reference model from that folder (same tokenizer; verl.trainer.config.ref_model_checks)
+    model: dict[str, Any] | None = None

@@ -48,6 +48,8 @@ class FSDPCriticModelCfg(BaseConfig):
     lora_alpha: int = 16
     target_modules: str | list[str] = "all-linear"
     trust_remote_code: bool = False
+    use_shm: bool = refused(False, "copying the critic's model folder to /dev/shm is not built",
+                            "Remove it (actor_rollout_ref.model.use_shm copies the actor's model).")
 
 
 @dataclass
@@ -62,6 +64,8 @@ class CriticConfig(BaseConfig):
 
     rollout_n: int = at_least(1, 1)
     strategy: str = train_strategy("fsdp")
+    # upstream: null lets algorithm.adv_estimator decide (gae: on); checked in verl.trainer.config.critic_enable
+    enable: bool | None = None
     ppo_mini_batch_size: int = at_least(4, 1)  # in prompts, like the actor's
     ppo_micro_batch_size: int | None = at_least(None, 1)  # deprecated global size (verl.trainer.config.deprecated)
     ppo_micro_batch_size_per_gpu: int | None = at_least(2, 1)

@@ -88,6 +88,14 @@ class FSDPEngineConfig(BaseConfig):
     strategy: str = train_strategy("fsdp")
     use_orig_params: bool = False
     model_dtype: str = choice("fp32", DTYPES)
+    # Upstream's engine copies of the role keys of the same names: one setting with them, settled before Ray
+    # (verl.trainer.config.engine_mirror): the one changed from its default applies, two different values are
+    # refused. forward_only: whether the role only runs forward passes (the reference: always; actor, critic: never).
+    ulysses_sequence_parallel_size: int = 1
+    entropy_from_logits_with_chunking: bool = False
+    use_torch_compile: bool = True
+    entropy_checkpointing: bool = False
+    forward_only: bool = False
     mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
 
 
@@ -95,3 +103,6 @@ class FSDPEngineConfig(BaseConfig):
 class CheckpointConfig(BaseConfig):
     save_contents: list[str] = list_field(["model", "optimizer", "extra"], CHECKPOINT_CONTENTS)
     load_contents: list[str] = list_field(["model", "optimizer", "extra"], CHECKPOINT_CONTENTS)
+    # upstream: save in the background (Megatron's dist checkpointing only)
+    async_save: bool = refused(False, "saving checkpoints in the background is not built (upstream has it for "
+                               "Megatron's dist checkpointing only)", "Remove it; checkpoints are saved in the step.")

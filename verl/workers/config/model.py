@@ -50,6 +50,14 @@ MTP_REFUSAL = (
 
 
 @dataclass
+class FusedKernelOptions(BaseConfig):
+    """`model.fused_kernel_options`: upstream's backend of the fused log-prob kernels (use_fused_kernels)."""
+
+    impl_backend: str = refused("torch", "it picks the backend of the fused GPU log-prob kernels, which are not "
+                                "built (model.use_fused_kernels is refused)", "Remove it.")
+
+
+@dataclass
 class HFModelConfig(BaseConfig):
     """`actor_rollout_ref.model`: the policy's HF model folder (or hub id), LoRA and the memory knobs."""
 
@@ -57,6 +65,10 @@ class HFModelConfig(BaseConfig):
     _mutable_fields = frozenset({"path", "gradient_checkpointing_policy"})
 
     path: str | None = None  # None: the bundled default model (verl.utils.default_model)
+    # upstream's: the folder whose config.json builds the model (the weights still come from path); None: path
+    hf_config_path: str | None = None
+    # upstream's: the folder of the tokenizer (and a VLM's processor) the trainer and workers use; None: path
+    tokenizer_path: str | None = None
     custom_chat_template: str | None = None
     external_lib: str | None = refused(None, *NO_EXTERNAL_LIB)
     override_config: dict[str, Any] = dict_field()
@@ -85,4 +97,6 @@ class HFModelConfig(BaseConfig):
         "VERL_FUSED_NORM_ROPE=0 turns them off)",
         "Set it to false.",
     )
+    # upstream: the fused log-prob kernels' backend (torch | triton); only read with use_fused_kernels
+    fused_kernel_options: FusedKernelOptions = field(default_factory=lambda: FusedKernelOptions())
     mtp: MtpConfig = refused(field(default_factory=MtpConfig), *MTP_REFUSAL)

@@ -38,6 +38,8 @@ class RewardModelModelConfig(MutableConfig):
     use_remove_padding: bool = False
     use_fused_kernels: bool = refused(False, *NO_RM_FUSED_KERNELS, follows="actor_rollout_ref.model.use_fused_kernels")
     trust_remote_code: bool = False
+    use_shm: bool = refused(False, "copying the reward model's folder to /dev/shm is not built",
+                            "Remove it; the reward model is read from its folder.")
     fsdp_config: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
 
 

@@ -137,10 +137,18 @@ class RolloutConfig(BaseConfig):
     gpu_memory_utilization: float = 0.5
     ignore_eos: bool = False
     enforce_eager: bool = True  # vllm: no CUDA graphs; hf on a GPU: false decodes with CUDA graphs (hf_static.py)
+    # with enforce_eager=false on a CUDA device, the batch sizes captured as CUDA graphs: vllm's
+    # compilation_config.cudagraph_capture_sizes; hf: the padded row counts of the static-cache decoder (hf_static.py)
+    cudagraph_capture_sizes: list[int] | None = None
     free_cache_engine: bool = True
     # vllm: start the engine without its tokenizer (requests and answers are token ids; EOS ids come from the
     # trainer). false loads it too, which changes no token; hf generates on token ids and has none to load
     skip_tokenizer_init: bool = True
+    # upstream's debugging aid: dump the first rollout to skip_dump_dir and replay it instead of generating
+    skip_rollout: bool = refused(False, "replaying dumped rollouts instead of generating is not built",
+                                 "Remove it; trainer.rollout_data_dir dumps each step's generations for inspection.")
+    skip_dump_dir: str = refused("/tmp/rollout_dump", "it is skip_rollout's folder, and skip_rollout is not built",
+                                 "Remove it.")
     load_format: str = "dummy_dtensor"
     # upstream: gather the FSDP shards of a LoRA model layer by layer for the weight sync (less peak memory). The
     # sync here always streams parameter by parameter (fsdp_vllm.full_named_weights), so true is a note, not a change
@@ -155,6 +163,7 @@ class RolloutConfig(BaseConfig):
     log_prob_max_token_len_per_gpu: int = at_least(16384, 1)
     disable_log_stats: bool = True
     enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True  # vllm's; the hf rollout keeps no cache between requests
     n: int = at_least(1, 1)  # responses per prompt
     # SGLang's staged wake-up of its engine's memory; the engines here (vLLM, HF) wake in one step
     multi_stage_wake_up: bool = refused_values(False, {True: Refusal(

@@ -101,6 +101,11 @@ class HFRollout(BaseRollout):
                              "set it to false or use rollout.name=vllm")
         if static_cache is None:
             static_cache = module_device(module).type == "cuda" and not config.enforce_eager
+        if config.cudagraph_capture_sizes and not static_cache:
+            raise ValueError(f"actor_rollout_ref.rollout.cudagraph_capture_sizes={list(config.cudagraph_capture_sizes)}"
+                             ": the hf rollout captures CUDA graphs only with enforce_eager=false on a CUDA device "
+                             f"({'enforce_eager is true' if config.enforce_eager else 'no CUDA device computes'}); "
+                             "remove it (or set it to null).")
         self.static_cache = static_cache
         self._off_reason = "rollout.enforce_eager is true or no CUDA device computes"
         self._decoder = None
@@ -229,7 +234,8 @@ class HFRollout(BaseRollout):
             if self._decoder is None:
                 from verl.workers.rollout.hf_static import StaticCacheDecoder
 
-                self._decoder = StaticCacheDecoder(self.module, device, compile=device.type == "cuda")
+                self._decoder = StaticCacheDecoder(self.module, device, compile=device.type == "cuda",
+                                                   capture_sizes=self.config.cudagraph_capture_sizes)
                 logger.warning("hf rollout: decoding with a static KV cache%s (rollout.enforce_eager=false)",
                                " and CUDA graphs" if device.type == "cuda" else "")
             else:

@@ -74,12 +74,15 @@ class StaticCacheDecoder:
     """A replica of ``module`` for ``generate`` with ``cache_implementation="static"``; ``compile`` turns on
     transformers' compiled decode step (``CompileConfig``: inductor, mode reduce-overhead, i.e. CUDA graphs)."""
 
-    def __init__(self, module: torch.nn.Module, device: torch.device, compile: bool) -> None:
+    def __init__(self, module: torch.nn.Module, device: torch.device, compile: bool,
+                 capture_sizes: list[int] | None = None) -> None:
         reason = unsupported_reason(module)
         if reason is not None:
             raise ValueError(f"static-cache decoding is not available: {reason}")
         self.device = device
         self.compile = compile
+        # rollout.cudagraph_capture_sizes: the padded row counts to use instead of powers of two
+        self.capture_sizes = sorted(int(s) for s in capture_sizes) if capture_sizes else None
         self.rows = 0  # the padded batch size the compiled step has seen
         sources = {hf_name(n): p for n, p in module.named_parameters()}
         dtype = next(iter(sources.values())).dtype
@@ -131,13 +134,19 @@ class StaticCacheDecoder:
             config.compile_config = CompileConfig()  # transformers' default: inductor, mode reduce-overhead
         return config
 
+    def padded_rows(self, real: int) -> int:
+        """The smallest capture size that holds ``real`` rows (powers of two without rollout.cudagraph_capture_sizes,
+        or above its largest size)."""
+        fits = [size for size in self.capture_sizes or () if size >= real]
+        return fits[0] if fits else 1 << (real - 1).bit_length()
+
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, generation_config: GenerationConfig,
                  logits_processor: LogitsProcessorList) -> torch.Tensor:
         """``generate``'s sequences, padding rows included (they come last: the caller keeps the first
         ``input_ids.size(0)`` rows of these and of what ``logits_processor`` recorded)."""
         real = input_ids.size(0)
-        self.rows = max(self.rows, 1 << (real - 1).bit_length())
+        self.rows = max(self.rows, self.padded_rows(real))
         if self.rows > real:
             fill = self.rows - real
             input_ids = torch.cat([input_ids, input_ids[-1:].expand(fill, -1)])

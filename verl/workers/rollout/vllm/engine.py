@@ -139,7 +139,7 @@ def engine_kwargs(config: RolloutConfig, model_path: str, hf_config, seed: int, 
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=config.max_num_seqs,
         enable_chunked_prefill=chunked_prefill,
-        enable_prefix_caching=True,
+        enable_prefix_caching=config.enable_prefix_caching,
         load_format=_load_format(config),
         disable_log_stats=config.disable_log_stats,
         # log-probs after temperature (and top-k/top-p) — what was really sampled, comparable to the actor's
@@ -170,7 +170,30 @@ def engine_kwargs(config: RolloutConfig, model_path: str, hf_config, seed: int, 
         kwargs.update(vision_engine_kwargs(hf_config))
     passthrough = vllm_engine_kwargs(config)
     kwargs.update({k: v for k, v in passthrough.items() if v is not None})
+    add_cudagraph_capture_sizes(kwargs, config)
     return kwargs
+
+
+def add_cudagraph_capture_sizes(kwargs: dict[str, Any], config: RolloutConfig) -> None:
+    """``rollout.cudagraph_capture_sizes`` -> vLLM's ``compilation_config.cudagraph_capture_sizes``, as upstream
+    passes it (with enforce_eager=false; the check before Ray refuses it with enforce_eager=true). vLLM's CPU
+    backend captures no CUDA graphs, so there it is refused rather than dropped."""
+    sizes = config.cudagraph_capture_sizes
+    if not sizes:
+        return
+    key = "actor_rollout_ref.rollout.cudagraph_capture_sizes"
+    if get_device_name() != "cuda":
+        raise ValueError(f"{key}={list(sizes)}: CUDA graphs need a CUDA device, and vLLM's {get_device_name()} "
+                         "backend captures none; remove it (or set it to null).")
+    compilation = kwargs.get("compilation_config") or {}
+    if not isinstance(compilation, dict):
+        raise ValueError(f"{key} is set and rollout.engine_kwargs.vllm.compilation_config is not a mapping "
+                         f"({type(compilation).__name__}); give the sizes in one place.")
+    given = compilation.get("cudagraph_capture_sizes")
+    if given is not None and sorted(given) != sorted(sizes):
+        raise ValueError(f"{key}={list(sizes)} and rollout.engine_kwargs.vllm.compilation_config."
+                         f"cudagraph_capture_sizes={list(given)} are the same setting; give one.")
+    kwargs["compilation_config"] = {**compilation, "cudagraph_capture_sizes": sorted(int(s) for s in sizes)}
 
 
 def prepare_engine(kwargs: dict[str, Any], hf_config) -> None:
