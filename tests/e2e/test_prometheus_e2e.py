@@ -19,7 +19,7 @@ from tests.e2e.test_vllm_sync import _tiny_vllm_model_dir  # noqa: E402
 from tests.helpers.e2e import REPO, fit_run, make_arithmetic_data, tiny_run_overrides  # noqa: E402
 from tests.workers.rollout.test_prometheus_metrics import _sample  # noqa: E402
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # ~150 s; test_prometheus_metrics.py covers the endpoint in CI
 
 ARR = "actor_rollout_ref"
 
