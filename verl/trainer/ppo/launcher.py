@@ -122,12 +122,15 @@ def build_trainer(config: PPOTrainerConfig | Any, compute_score: Any = None, cal
     if getattr(train_dataset, "vision", False) or getattr(val_dataset, "vision", False):
         # what would ignore the images, or is not verified with them, stops here (docs/vlm.md)
         problems = vision_run_problems(config)
-        if getattr(train_dataset, "videos", False) or getattr(val_dataset, "videos", False):
+        videos = getattr(train_dataset, "videos", False) or getattr(val_dataset, "videos", False)
+        if videos:
             problems += video_run_problems(config)
         if problems:
+            held = " and ".join(f"{kind} (column {column!r}, data.{kind[:5]}_key)"
+                                for kind, column in (("images", data.image_key), ("videos", data.video_key))
+                                if _has_column(column, train_dataset, val_dataset))
             raise NotImplementedError(
-                f"data.train_files / data.val_files hold images or videos (columns {data.image_key!r} / "
-                f"{data.video_key!r}, data.image_key / data.video_key) for {model.path}; these settings do not run "
+                f"data.train_files / data.val_files hold {held} for {model.path}; these settings do not run "
                 "with them:\n- " + "\n- ".join(problems) +
                 "\nSee docs/vlm.md.")
     # before Ray and before anything is written to the run's folder: a different run's checkpoint is refused, a
@@ -205,3 +208,12 @@ def run_training(config: PPOTrainerConfig | Any, compute_score: Any = None, call
         json.dump(summary, f, indent=2)
     print(f"run report: {report_dir} (wall time {summary['wall_time_s']:.0f}s)", file=sys.stderr)
     return summary
+
+
+def _has_column(column: str, *datasets) -> bool:
+    """Whether any of the datasets' files has ``column`` (a custom dataset without a dataframe counts as having it)."""
+    for dataset in datasets:
+        frame = getattr(dataset, "dataframe", None)
+        if dataset is not None and (frame is None or column in getattr(frame, "column_names", [column])):
+            return True
+    return False
