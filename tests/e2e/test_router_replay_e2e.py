@@ -1,6 +1,7 @@
 """Router replay through a whole training step (Ray, the FSDP worker, the trainer's batch plumbing) on a tiny random
-Qwen3-MoE: R2 (the old-log-prob pass records) and R3 (the hf rollout records, rollout.mode=sync). The batch that
-reaches the actor update carries routed_experts as verl.protocol.keys lists it, and the step trains."""
+Qwen3-MoE: R2 (the old-log-prob pass records) and R3 (the hf rollout records, rollout.mode=sync or async: the agent
+loop). The batch that reaches the actor update carries routed_experts as verl.protocol.keys lists it, and the step
+trains."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ RUNS = {
     "R2": [f"{ARR}.actor.router_replay.mode=R2"],
     "R3": [f"{ARR}.actor.router_replay.mode=R3", f"{ARR}.rollout.enable_rollout_routing_replay=true",
            f"{ARR}.rollout.mode=sync"],
+    # the agent loop (rollout.mode=async, the default): the HF engine's per-request records, assembled by the loop
+    "R3-async": [f"{ARR}.actor.router_replay.mode=R3", f"{ARR}.rollout.enable_rollout_routing_replay=true",
+                 f"{ARR}.rollout.mode=async"],
 }
 
 
@@ -40,7 +44,9 @@ def _tiny_moe_dir(out: Path) -> Path:
 # R2 on one rank runs in the default suite (about 1.5 min on 2 cores); the others with `make test-all`. Two ranks:
 # FSDP2 shards the MoE layers, and the hf rollout steps every rank in lockstep (synced_gpus) until all are done
 @pytest.mark.parametrize("mode, ranks", [("R2", 1), pytest.param("R3", 1, marks=pytest.mark.slow),
-                                         pytest.param("R3", 2, marks=pytest.mark.slow)])
+                                         pytest.param("R3", 2, marks=pytest.mark.slow),
+                                         pytest.param("R3-async", 1, marks=pytest.mark.slow),
+                                         pytest.param("R3-async", 2, marks=pytest.mark.slow)])
 def test_routed_experts_reach_the_update(tmp_path: Path, mode: str, ranks: int) -> None:
     import ray
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["ROUTED_EXPERTS_KEY", "NOT_ROUTED", "RouterReplay", "find_routers", "flat_targets", "unflatten_record",
-           "moe_config_problem", "ROUTER_CLASSES", "generation_record"]
+           "moe_config_problem", "ROUTER_CLASSES", "generation_record", "RECORD_DTYPE"]
 
 ROUTED_EXPERTS_KEY = "routed_experts"  # upstream's DataProto key
 NOT_ROUTED = -1

@@ -166,6 +166,7 @@ ARR = "actor_rollout_ref"
     [f"{ARR}.actor.router_replay.mode=R2"],
     [f"{ARR}.actor.router_replay.mode=R3", f"{ARR}.rollout.enable_rollout_routing_replay=true",
      f"{ARR}.rollout.mode=sync"],
+    [f"{ARR}.actor.router_replay.mode=R3", f"{ARR}.rollout.enable_rollout_routing_replay=true"],  # async: agent loop
 ])
 def test_moe_configs_pass_the_pre_ray_check(moe_folder, overrides):
     cfg = _check([f"{ARR}.model.path={moe_folder}", *overrides])
@@ -177,8 +178,6 @@ def test_moe_configs_pass_the_pre_ray_check(moe_folder, overrides):
     ([f"{ARR}.actor.router_replay.mode=R2"], "is not a mixture of experts"),  # the default model
     ([f"{ARR}.actor.router_replay.mode=R3", f"{ARR}.rollout.mode=sync"], "set actor_rollout_ref.rollout."
      "enable_rollout_routing_replay=true"),
-    ([f"{ARR}.actor.router_replay.mode=R3", f"{ARR}.rollout.enable_rollout_routing_replay=true"],
-     "the agent loop does not carry routed experts"),
     ([f"{ARR}.actor.router_replay.mode=R3", f"{ARR}.rollout.enable_rollout_routing_replay=true",
       f"{ARR}.rollout.mode=sync", f"{ARR}.rollout.name=vllm"], "enable_return_routed_experts is not wired"),
     ([f"{ARR}.rollout.enable_rollout_routing_replay=true"], "only actor_rollout_ref.actor.router_replay.mode=R3"),

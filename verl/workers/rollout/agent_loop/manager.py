@@ -156,8 +156,10 @@ class AgentLoopManager:
         extra fields, with the prompt's columns (not the loop's own score, nor the counters the trainer pops)."""
         row = outputs_to_batch([output], self.rollout_config.prompt_length, self.rollout_config.response_length,
                                int(prompts.meta_info["pad_token_id"]))
-        if "rm_scores" in row.batch.keys():
-            row.batch = row.batch.exclude("rm_scores")
+        # not the reward manager's: the loop's own score, and the MoE routing (R3) only the actor replays
+        dropped = [k for k in ("rm_scores", "routed_experts") if k in row.batch.keys()]
+        if dropped:
+            row.batch = row.batch.exclude(*dropped)
         columns = {k: v for k, v in row.non_tensor_batch.items() if not k.startswith("__")}
         columns.update({k: v[index:index + 1] for k, v in prompts.non_tensor_batch.items()})
         row.non_tensor_batch = columns

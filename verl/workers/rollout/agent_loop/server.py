@@ -56,6 +56,10 @@ class TokenOutput:
     token_ids: list[int]
     log_probs: list[float] | None = None
     stop_reason: str = "stop"  # "stop": the model ended its turn (EOS); "length": max_tokens was reached
+    # R3 (rollout.enable_rollout_routing_replay): the MoE experts of every token of prompt_ids + token_ids, as
+    # (tokens, moe_layers, top_k) int16 (upstream's routed_experts); NOT_ROUTED (-1) where the engine fed no token
+    # (the last generated one)
+    routed_experts: Any = None
 
 
 @dataclass

@@ -28,8 +28,9 @@ class SingleTurnAgentLoop(AgentLoopBase):
                                                  **({"video_data": videos} if videos else {}))
         response_ids = out.token_ids[: self.response_length]
         log_probs = out.log_probs[: self.response_length] if out.log_probs is not None else None
+        routed = out.routed_experts[: len(prompt_ids) + len(response_ids)] if out.routed_experts is not None else None
         return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=response_ids, response_mask=[1] * len(response_ids),
-                               response_logprobs=log_probs, num_turns=2,
+                               response_logprobs=log_probs, num_turns=2, routed_experts=routed,
                                multi_modal_data=_media(images, videos),
                                metrics=AgentLoopMetrics(generate_sequences=time.perf_counter() - start))
 

@@ -88,6 +88,7 @@ class ToolAgentLoop(AgentLoopBase):
         return AgentLoopOutput(
             prompt_ids=prompt_ids, response_ids=state.response_ids, response_mask=state.mask,
             response_logprobs=state.log_probs if state.has_log_probs else None,
+            routed_experts=_within(state.routed_experts, len(prompt_ids) + len(state.response_ids)),
             num_turns=len(messages), metrics=AgentLoopMetrics(state.generate_s, state.tool_s),
             extra_fields={"turn_scores": state.turn_scores, "tool_rewards": state.tool_rewards,
                           "__tool_calls__": state.tool_calls, "__tool_errors__": state.tool_errors,
@@ -134,6 +135,8 @@ class ToolAgentLoop(AgentLoopBase):
                                                      **images)
             state.generate_s += time.perf_counter() - start
             state.add(out.token_ids, 1, out.log_probs)
+            # R3: each turn's request is the whole trajectory so far, so the latest turn's record covers it all
+            state.routed_experts = getattr(out, "routed_experts", None)
             assistant_turns += 1
             text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
             # gpt-oss writes its calls in special tokens: its parser reads the turn with them
@@ -270,6 +273,7 @@ class _Trajectory:
         self.generate_s = self.tool_s = 0.0
         self.images: list = []  # the row's, then each tool's, in the order of their image tokens
         self.videos: list = []  # the row's ((frames, metadata) pairs), in the order of their video tokens
+        self.routed_experts = None  # R3: the last turn's engine record (prompt + response so far)
 
     def add(self, ids: list[int], mask_value: int, log_probs: list[float] | None) -> None:
         self.response_ids += ids
@@ -277,6 +281,11 @@ class _Trajectory:
         if mask_value and log_probs is None:
             self.has_log_probs = False
         self.log_probs += list(log_probs) if log_probs is not None else [0.0] * len(ids)
+
+
+def _within(routed, tokens: int):
+    """The record cut to the trajectory's tokens (a response cut at response_length drops the rest)."""
+    return routed[:tokens] if routed is not None else None
 
 
 def _messages(kwargs: dict) -> list[dict]:
