@@ -4,8 +4,9 @@
 through the HF rollout; ``vllm``, the in-process vLLM engine of the vLLM rollout) and serves it as an
 OpenAI-compatible chat endpoint (verl.workers.rollout.chat_server) on the host's loopback; a discriminative reward
 model is served behind vLLM's ``/classify`` instead (an HF forward, or vLLM's pooling runner).
-``RewardModelManager`` runs ``num_replicas`` of them, each in a Ray actor of its own (one CPU, or with
-``reward_model.enable_resource_pool`` one of its ``n_gpus_per_node x nnodes`` devices), with the reward router
+``RewardModelManager`` runs ``num_replicas`` of them, each in a Ray actor of its own (one CPU; with
+``reward_model.enable_resource_pool`` one of its ``n_gpus_per_node x nnodes`` devices; on a GPU machine without it,
+a share of the actor's GPU, asleep while the actor trains), with the reward router
 (verl.workers.rollout.reward_router) in front when there are several, and hands the router's ``host:port`` (the one
 server's) to the reward functions as ``reward_router_address``, with the judge's tokenizer as
 ``reward_model_tokenizer`` (upstream's arguments): ``GenRMEndpoint`` carries both into every process that scores.
@@ -25,7 +26,7 @@ from verl.workers.rollout.chat_server import ChatCompletionServer, ScoredTokenOu
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GenRMEndpoint", "GenRMServer", "RewardModelManager", "bind_reward_router"]
+__all__ = ["GenRMEndpoint", "GenRMServer", "RewardModelManager", "bind_reward_router", "colocates"]
 
 
 class JudgeHFBackend(HFBackend):
@@ -42,6 +43,33 @@ class JudgeHFBackend(HFBackend):
     def __init__(self, rollout: Any, meta: dict[str, Any], prompt_length: int) -> None:
         super().__init__(rollout, meta, prompt_length)
         self.base_config = rollout.config
+        self._awake_device: Any = None  # where the weights live while awake (set while asleep)
+
+    def sleep(self) -> None:
+        """Free the judge's device memory while the actor trains: the weights (and buffers) to host memory, the
+        static-cache decoder (its KV cache and CUDA graphs; rebuilt from the module on the next generate) dropped,
+        the CUDA cache emptied. HF generate's own KV cache lives only during a generate call."""
+        import gc
+
+        import torch
+
+        if self._awake_device is not None:
+            return
+        module = self.rollout.module
+        self._awake_device = next(module.parameters()).device
+        module.to("cpu")
+        if getattr(self.rollout, "_decoder", None) is not None:
+            self.rollout._decoder = None  # holds a device copy of the weights and the static KV cache
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def wake_up(self) -> None:
+        """The weights back on the device they were on before ``sleep()``."""
+        if self._awake_device is None:
+            return
+        self.rollout.module.to(self._awake_device)
+        self._awake_device = None
 
     @staticmethod
     def _settings(params: dict[str, Any]) -> tuple:
@@ -133,6 +161,14 @@ class JudgeVLLMBackend(VLLMBackend):
             tops.append([(int(token_id), float(lp.logprob)) for token_id, lp in ranked if lp.rank <= int(k)][: int(k)])
         return ScoredTokenOutput(tokens, log_probs, reason, top_logprobs=tops)
 
+    def sleep(self) -> None:
+        """vLLM's ``LLM.sleep(level=1)``: weights offloaded to host memory, KV cache discarded (the engine is built
+        with ``enable_sleep_mode`` when it shares the actor's GPU: vllm_judge_config)."""
+        self.rollout.sleep()
+
+    def wake_up(self) -> None:
+        self.rollout.wake_up()
+
 
 def _torch_dtype(name: str) -> Any:
     import torch
@@ -142,7 +178,7 @@ def _torch_dtype(name: str) -> Any:
     return names.get(name, "auto")
 
 
-def _hf_backend(rm: Any, tokenizer: Any, device: str) -> HFBackend:
+def _hf_backend(rm: Any, tokenizer: Any, device: str) -> JudgeHFBackend:
     from transformers import AutoModelForCausalLM
 
     from verl.workers.config import RolloutConfig
@@ -158,8 +194,9 @@ def _hf_backend(rm: Any, tokenizer: Any, device: str) -> HFBackend:
     return JudgeHFBackend(HFRollout(module, config), meta, prompt_length=1)
 
 
-def vllm_judge_config(rm: Any) -> Any:
-    """The vLLM rollout's config for the judge: reward_model.rollout's keys, weights loaded from model.path."""
+def vllm_judge_config(rm: Any, sleeps: bool = False) -> Any:
+    """The vLLM rollout's config for the judge: reward_model.rollout's keys, weights loaded from model.path.
+    ``sleeps``: the judge shares the actor's GPU and sleeps while it trains (vLLM's sleep mode on)."""
     from verl.workers.config import RolloutConfig
 
     vllm_kwargs = dict(rm.rollout.engine_kwargs.get("vllm") or {})
@@ -169,13 +206,13 @@ def vllm_judge_config(rm: Any) -> Any:
     return RolloutConfig(name="vllm", dtype=rm.rollout.dtype, prompt_length=rm.rollout.prompt_length,
                          response_length=rm.rollout.response_length,
                          gpu_memory_utilization=rm.rollout.gpu_memory_utilization, load_format="auto",
-                         free_cache_engine=False, engine_kwargs={"vllm": vllm_kwargs, "sglang": {}})
+                         free_cache_engine=sleeps, engine_kwargs={"vllm": vllm_kwargs, "sglang": {}})
 
 
-def _vllm_backend(rm: Any) -> Any:
+def _vllm_backend(rm: Any, sleeps: bool = False) -> Any:
     from verl.workers.rollout.vllm_rollout import vLLMRollout
 
-    rollout = vLLMRollout(rm.model.path, vllm_judge_config(rm), trust_remote_code=rm.model.trust_remote_code)
+    rollout = vLLMRollout(rm.model.path, vllm_judge_config(rm, sleeps), trust_remote_code=rm.model.trust_remote_code)
     return JudgeVLLMBackend(rollout, {})
 
 
@@ -302,10 +339,13 @@ class GenRMServer:
 
     ``discriminative``: ``model.path`` is a discriminative reward model (no custom reward function is set, as
     upstream decides): it is served behind vLLM's ``/classify`` (verl.workers.rollout.classify_server; on HF, or on
-    vLLM's pooling runner) instead of a chat endpoint."""
+    vLLM's pooling runner) instead of a chat endpoint.
+
+    ``colocated``: the judge shares the actor's GPU (upstream's colocated mode): ``sleep()`` frees its device memory
+    while the actor trains, ``wake_up()`` restores it (a chat judge only; verl.workers.rollout.chat_server)."""
 
     def __init__(self, rm: Any, host: str = "127.0.0.1", num_threads: int | None = None,
-                 start_engine: bool = True, discriminative: bool = False) -> None:
+                 start_engine: bool = True, discriminative: bool = False, colocated: bool = False) -> None:
         import torch
 
         from verl.models.loader import load_tokenizer
@@ -325,7 +365,8 @@ class GenRMServer:
             logger.info("reward model (%s, /classify) for %s serving on %s", rm.rollout.name, rm.model.path,
                         self.router_address)
             return
-        backend = _hf_backend(rm, self.tokenizer, device) if rm.rollout.name == "hf" else _vllm_backend(rm)
+        backend = _hf_backend(rm, self.tokenizer, device) if rm.rollout.name == "hf" else \
+            _vllm_backend(rm, sleeps=colocated and device == "cuda")
         self.server = ChatCompletionServer(backend, self.tokenizer, [rm.model.path, "judge"],
                                            rm.rollout.prompt_length, rm.rollout.response_length)
         if start_engine:
@@ -338,6 +379,16 @@ class GenRMServer:
 
     def stats(self) -> dict[str, Any]:
         return self.server.stats()
+
+    def sleep(self) -> None:
+        """Free the judge's device memory (requests are answered HTTP 503 until ``wake_up``)."""
+        if not isinstance(self.server, ChatCompletionServer):
+            raise RuntimeError("a discriminative reward model's server (/classify) does not sleep")
+        self.server.sleep()
+
+    def wake_up(self) -> None:
+        if isinstance(self.server, ChatCompletionServer):
+            self.server.wake_up()
 
     def start_engine(self) -> None:
         if hasattr(self.server, "start_engine"):  # the classify server's engine starts with it
@@ -355,6 +406,23 @@ def num_replicas(rm: Any) -> int:
     if not rm.enable_resource_pool:
         return 1
     return max(1, rm.n_gpus_per_node * rm.nnodes // max(1, rm.rollout.tensor_model_parallel_size))
+
+
+def colocates(rm: Any, device: str, discriminative: bool, pool: Any) -> bool:
+    """Whether the judge shares the actor's GPU and sleeps while it trains (upstream's colocated mode): a chat
+    judge without ``enable_resource_pool`` on a GPU machine whose actor pool holds GPUs."""
+    return (device == "cuda" and not rm.enable_resource_pool and not discriminative and pool is not None
+            and bool(getattr(pool, "use_gpu", False)))
+
+
+def colocated_options(pool: Any) -> dict[str, Any]:
+    """Ray options placing a judge replica in the actor pool's first bundle with one worker group's GPU share."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    placement, bundle = pool.placement_of_rank(0)
+    share = pool.actor_resources().get("num_gpus", 0.0)
+    return {"num_cpus": 0, "num_gpus": share, "scheduling_strategy": PlacementGroupSchedulingStrategy(
+        placement_group=placement, placement_group_bundle_index=bundle)}
 
 
 def merge_replica_stats(replicas: list[dict[str, Any]]) -> dict[str, Any]:
@@ -376,9 +444,13 @@ class RewardModelManager:
     discriminative reward model (``/classify``).
 
     Replicas: ``num_replicas(rm)``, each a Ray actor of its own with ``tensor_model_parallel_size`` CPUs (its torch
-    threads) or, on a GPU machine with ``enable_resource_pool``, as many GPUs."""
+    threads) or, on a GPU machine with ``enable_resource_pool``, as many GPUs. ``colocate_pool``: the actor's
+    resource pool; on a GPU machine without ``enable_resource_pool`` a chat judge takes one worker group's share of
+    a GPU (``1 / max_colocate_count``) in the bundle of the actor's rank 0 (upstream's colocated
+    mode), and ``sleep()`` / ``wake_up()`` free and restore its device memory around the actor's updates."""
 
-    def __init__(self, rm: Any, device: str = "cpu", discriminative: bool = False) -> None:
+    def __init__(self, rm: Any, device: str = "cpu", discriminative: bool = False,
+                 colocate_pool: Any = None) -> None:
         import ray
 
         count = num_replicas(rm)
@@ -386,9 +458,16 @@ class RewardModelManager:
         use_gpu = device != "cpu" and rm.enable_resource_pool
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         self.host = "127.0.0.1" if len(nodes) <= 1 else "0.0.0.0"  # noqa: S104 - several nodes: reachable from them
-        options = {"num_cpus": per_replica, "num_gpus": per_replica if use_gpu else 0}
+        options: dict[str, Any] = {"num_cpus": per_replica, "num_gpus": per_replica if use_gpu else 0}
+        self.colocated = colocates(rm, device, discriminative, colocate_pool)
+        self._pool = None
+        if self.colocated:
+            options = colocated_options(colocate_pool)
+            colocate_pool.reserve_group_slot("genrm")
+            self._pool = colocate_pool
         self.actors = [ray.remote(GenRMServer).options(**options, name=f"verl_genrm_{id(self):x}_{i}").remote(
-            rm, host=self.host, num_threads=per_replica, discriminative=discriminative) for i in range(count)]
+            rm, host=self.host, num_threads=per_replica, discriminative=discriminative, colocated=self.colocated)
+            for i in range(count)]
         self.router = None
         self.stats: dict[str, Any] = {}
         try:
@@ -416,6 +495,19 @@ class RewardModelManager:
 
     def get_router_address(self) -> str:
         return self.router_address
+
+    def sleep(self) -> None:
+        """Colocated: every replica frees its device memory (after answering what it was asked); else nothing."""
+        import ray
+
+        if self.colocated and self.actors:
+            ray.get([actor.sleep.remote() for actor in self.actors])
+
+    def wake_up(self) -> None:
+        import ray
+
+        if self.colocated and self.actors:
+            ray.get([actor.wake_up.remote() for actor in self.actors])
 
     def current_stats(self) -> dict[str, Any]:
         """The servers' counters (merged over the replicas, with the router's under ``router``)."""
@@ -451,6 +543,9 @@ class RewardModelManager:
         for actor in [*self.actors, *([self.router] if self.router is not None else [])]:
             ray.kill(actor)
         self.actors, self.router = [], None
+        if self._pool is not None:
+            self._pool.release_group_slot()
+            self._pool = None
 
 
 class GenRMEndpoint:

@@ -208,10 +208,17 @@ def test_what_vllms_pooling_runner_cannot_serve_is_refused_before_ray(rm_dir, tm
         assert "reward_model.model.path" in str(info.value)
 
 
-@pytest.mark.parametrize("device, own_pool, warned", [("cuda", False, True), ("cuda", True, False),
-                                                       ("cpu", False, False)])
-def test_start_genrm_resolves_the_device_and_says_when_the_engine_leaves_the_gpus(monkeypatch, capsys, rm_dir,
-                                                                                   device, own_pool, warned):
+class _GPUPool:
+    use_gpu = True
+
+
+@pytest.mark.parametrize("device, own_pool, actor_pool, warned, colocated", [
+    ("cuda", False, None, True, False),  # no actor pool with a GPU to share: the judge runs on one CPU, said so
+    ("cuda", False, _GPUPool(), False, True),  # upstream's colocated mode: shares the actor's GPU
+    ("cuda", True, _GPUPool(), False, False),  # its own pool
+    ("cpu", False, _GPUPool(), False, False)])  # CPU: nothing changes, no warning
+def test_start_genrm_resolves_the_device_and_colocates_on_the_actors_gpu(monkeypatch, capsys, rm_dir, device,
+                                                                         own_pool, actor_pool, warned, colocated):
     from tests.workers.reward_manager.test_genrm_engine import UPSTREAM_STYLE, _check
     from verl.trainer.ppo import genrm
     from verl.utils import device as device_module
@@ -221,8 +228,9 @@ def test_start_genrm_resolves_the_device_and_says_when_the_engine_leaves_the_gpu
     class Manager:
         replica_addresses = ["127.0.0.1:1"]
 
-        def __init__(self, rm, device, discriminative):
-            started.update(device=device, discriminative=discriminative)
+        def __init__(self, rm, device, discriminative, colocate_pool):
+            started.update(device=device, discriminative=discriminative, pool=colocate_pool)
+            self.colocated = genrm.colocates(rm, device, discriminative, colocate_pool)
 
         def get_router_address(self):
             return "127.0.0.1:1"
@@ -231,9 +239,42 @@ def test_start_genrm_resolves_the_device_and_says_when_the_engine_leaves_the_gpu
     monkeypatch.setattr(device_module, "get_device_name", lambda: device)
     pool = ["reward_model.enable_resource_pool=true", "reward_model.n_gpus_per_node=1", "reward_model.nnodes=1"]
     cfg = _check([*UPSTREAM_STYLE, *(pool if own_pool else [])])
-    genrm.start_genrm(cfg)
-    assert started == {"device": device, "discriminative": False}  # "auto" resolved, never passed on as is
-    assert ("colocated mode" in capsys.readouterr().err) is warned
+    manager = genrm.start_genrm(cfg, actor_pool)
+    # "auto" resolved, never passed on as is; the actor's pool handed over
+    assert started == {"device": device, "discriminative": False, "pool": actor_pool}
+    assert manager.colocated is colocated
+    captured = capsys.readouterr()
+    assert ("runs on one CPU" in captured.err) is warned
+    assert ("sharing the actor's GPU, asleep while it trains" in captured.out) is colocated
+
+
+def test_genrm_asleep_sleeps_a_colocated_judge_around_the_updates_and_wakes_it_even_on_failure():
+    from verl.trainer.ppo.genrm import genrm_asleep
+
+    calls = []
+
+    class Manager:
+        def __init__(self, colocated):
+            self.colocated = colocated
+
+        def sleep(self):
+            calls.append("sleep")
+
+        def wake_up(self):
+            calls.append("wake_up")
+
+    with genrm_asleep(Manager(True)):
+        calls.append("update")
+    assert calls == ["sleep", "update", "wake_up"]
+    calls.clear()
+    with pytest.raises(RuntimeError, match="update failed"), genrm_asleep(Manager(True)):
+        calls.append("update")
+        raise RuntimeError("update failed")
+    assert calls == ["sleep", "update", "wake_up"]
+    calls.clear()
+    with genrm_asleep(Manager(False)), genrm_asleep(None):  # its own pool, CPU, or no judge: untouched
+        calls.append("update")
+    assert calls == ["update"]
 
 
 def test_the_reward_loop_without_a_reward_model_says_what_it_scores(capsys):

@@ -3,20 +3,29 @@
 The reward functions are built before Ray starts (load_reward_manager), the judge server after (it is a Ray actor),
 so they meet through one ``GenRMEndpoint`` per driver process: ``bind_genrm`` wraps the reward function so that each
 call gets ``reward_router_address`` / ``reward_model_tokenizer`` from it; ``start_genrm`` (the trainer's
-init_workers) starts the server and writes its address there; ``stop_genrm`` (the end of fit) stops it.
+init_workers) starts the server and writes its address there; ``genrm_asleep`` (around the actor's updates) puts
+a judge that shares the actor's GPU to sleep; ``stop_genrm`` (the end of fit) stops it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from verl.utils.config_errors import RewardFunctionError
-from verl.workers.genrm_engine import GenRMEndpoint, RewardModelManager, bind_reward_router, pooling_architecture
+from verl.workers.genrm_engine import (
+    GenRMEndpoint,
+    RewardModelManager,
+    bind_reward_router,
+    colocates,
+    pooling_architecture,
+)
 
-__all__ = ["ROUTER_KWARGS", "bind_genrm", "disrm_manager", "genrm_enabled", "genrm_endpoint", "start_genrm",
-           "stop_genrm"]
+__all__ = ["ROUTER_KWARGS", "bind_genrm", "disrm_manager", "genrm_asleep", "genrm_enabled", "genrm_endpoint",
+           "start_genrm", "stop_genrm"]
 
 ROUTER_KWARGS = ("reward_router_address", "reward_model_tokenizer")
 _ENDPOINT: dict[str, GenRMEndpoint] = {}
@@ -87,8 +96,10 @@ def _check_router_kwargs(fn: Any) -> None:
             "passed to every call, as upstream does. Add them (or **kwargs).")
 
 
-def start_genrm(config: Any) -> RewardModelManager | None:
-    """Start the judge server (when configured) and publish its address to the reward functions."""
+def start_genrm(config: Any, colocate_pool: Any = None) -> RewardModelManager | None:
+    """Start the judge server (when configured) and publish its address to the reward functions. ``colocate_pool``:
+    the actor's resource pool, which a chat judge shares on a GPU machine without
+    ``reward_model.enable_resource_pool`` (upstream's colocated mode: asleep while the actor trains, genrm_asleep)."""
     rm = config.reward_model
     if not genrm_enabled(config):
         if rm.use_reward_loop and not rm.enable:
@@ -99,21 +110,40 @@ def start_genrm(config: Any) -> RewardModelManager | None:
     from verl.utils.device import get_device_name
 
     device = get_device_name()  # trainer.device resolved ("auto": cuda where a GPU is visible)
-    if device == "cuda" and not rm.enable_resource_pool:
-        print("[reward] warning: reward_model.enable_resource_pool=false on a GPU machine: the reward model's engine "
-              "runs on one CPU (upstream's colocated mode, sharing the actor's GPUs with sleep/wake, is not built). Set "
-              "reward_model.enable_resource_pool=true with reward_model.n_gpus_per_node to give it GPUs of its own.",
-              file=sys.stderr, flush=True)
     endpoint = genrm_endpoint(config)
-    manager = RewardModelManager(rm, device=device, discriminative=endpoint.discriminative)
+    if device == "cuda" and not rm.enable_resource_pool and not colocates(rm, device, endpoint.discriminative,
+                                                                         colocate_pool):
+        why = "a discriminative reward model's server (/classify) does not sleep" if endpoint.discriminative else \
+            "the actor's resource pool holds no GPU"
+        print(f"[reward] warning: reward_model.enable_resource_pool=false on a GPU machine: the reward model's engine "
+              f"runs on one CPU ({why}, so it cannot share the actor's GPU). Set reward_model.enable_resource_pool="
+              "true with reward_model.n_gpus_per_node to give it GPUs of its own.", file=sys.stderr, flush=True)
+    manager = RewardModelManager(rm, device=device, discriminative=endpoint.discriminative,
+                                 colocate_pool=colocate_pool)
     endpoint.address = manager.get_router_address()
     what = "reward model" if endpoint.discriminative else "judge engine"
     route = "/classify" if endpoint.discriminative else "/v1"
     replicas = len(manager.replica_addresses)
     behind = f" (router over {replicas} replicas: {', '.join(manager.replica_addresses)})" if replicas > 1 else ""
+    shared = " (sharing the actor's GPU, asleep while it trains)" if manager.colocated else ""
     print(f"[reward] {what} ({rm.rollout.name}) for {rm.model.path} at http://{manager.get_router_address()}{route}"
-          f"{behind}", flush=True)
+          f"{behind}{shared}", flush=True)
     return manager
+
+
+@contextlib.contextmanager
+def genrm_asleep(manager: RewardModelManager | None) -> Iterator[None]:
+    """Around the actor's (and critic's) updates: a judge sharing the actor's GPU sleeps (its device memory freed),
+    and wakes on the way out, so that it is awake for validation and the next step's generation and scoring. Every
+    other judge (its own pool, or on CPU) is untouched."""
+    if manager is None or not manager.colocated:
+        yield
+        return
+    manager.sleep()
+    try:
+        yield
+    finally:
+        manager.wake_up()
 
 
 def stop_genrm(config: Any, manager: RewardModelManager | None) -> dict[str, Any]:

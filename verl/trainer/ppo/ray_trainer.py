@@ -30,7 +30,7 @@ from verl.trainer.ppo.agent_rollout import MEDIA_KEYS, pop_agent_metrics, pop_ge
 from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
 from verl.trainer.ppo.dynamic_sampling import DataStream, DynamicSampler, attach_reward, attached_reward
 from verl.trainer.ppo.generations import decode_generations, dump_generations, sample_generations
-from verl.trainer.ppo.genrm import start_genrm, stop_genrm
+from verl.trainer.ppo.genrm import genrm_asleep, start_genrm, stop_genrm
 from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_stage_throughput_metrics,
@@ -175,7 +175,8 @@ class RayPPOTrainer:
             targets = [a for a in self.actor_rollout_wg.prometheus_address() if a]
             write_prometheus_config(prometheus, targets, self.config.actor_rollout_ref.rollout.name)
         self.validator.bind(self.actor_rollout_wg)
-        self.genrm = start_genrm(self.config)  # before anything is scored; stopped at the end of fit
+        # before anything is scored; stopped at the end of fit. Without its own pool it shares the actor's (GPU)
+        self.genrm = start_genrm(self.config, self.resource_pool_manager.get_resource_pool(Role.ActorRollout))
 
     # -- the loop -------------------------------------------------------------------------------------------------
 
@@ -312,12 +313,13 @@ class RayPPOTrainer:
             if self.config.trainer.rollout_data_dir:
                 with marked_timer("dump_rollout_generations", timing):
                     self._dump_rollouts(batch, reward_extra)
-            if self.use_critic:
-                with marked_timer("update_critic", timing):
-                    metrics.update(reduce_metrics(self.critic_wg.update_critic(batch).meta_info["metrics"]))
-            if self.global_steps > self.config.trainer.critic_warmup:
-                with marked_timer("update_actor", timing):
-                    metrics.update(reduce_metrics(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]))
+            with genrm_asleep(self.genrm):  # a judge sharing the actor's GPU frees it while the updates run
+                if self.use_critic:
+                    with marked_timer("update_critic", timing):
+                        metrics.update(reduce_metrics(self.critic_wg.update_critic(batch).meta_info["metrics"]))
+                if self.global_steps > self.config.trainer.critic_warmup:
+                    with marked_timer("update_actor", timing):
+                        metrics.update(reduce_metrics(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"]))
         sampler = getattr(self.train_dataloader, "sampler", None)
         if isinstance(sampler, AbstractCurriculumSampler):  # data.sampler: the user's curriculum sees every batch
             sampler.update(batch)

@@ -22,6 +22,11 @@ the model's raw logits at each generated position, before temperature, top-k/top
 they do not depend on the sampling settings. ``token`` is the token decoded alone, ``bytes`` its UTF-8 bytes. Only
 an engine backend that reports them (``reports_top_logprobs``: the HF and vLLM judge backends) takes such requests;
 others answer HTTP 400 naming the engine.
+
+Sleep (a judge colocated on the actor's GPUs, ``reward_model.enable_resource_pool=false``): ``sleep()`` stops
+taking requests, waits for those in flight, then has the backend free its device memory (``backend.sleep()``);
+until ``wake_up()`` restores it, every chat request is answered HTTP 503 naming the sleep, and ``/health`` reports
+``asleep``.
 """
 
 from __future__ import annotations
@@ -83,6 +88,9 @@ class ChatCompletionServer:
         self._engine_error: BaseException | None = None
         self._http: ThreadingHTTPServer | None = None
         self._http_thread: threading.Thread | None = None
+        self._sleep_state = threading.Condition()
+        self._asleep = False
+        self._active = 0  # chat requests accepted and not yet answered
 
     # -- life cycle ----------------------------------------------------------------------------------------------
 
@@ -141,6 +149,40 @@ class ChatCompletionServer:
             counters = dict(self.counters)
         return {**counters, "engine_steps": self.engine_loop.steps, "max_in_flight": self.engine_loop.max_in_flight}
 
+    @property
+    def asleep(self) -> bool:
+        return self._asleep
+
+    def sleep(self, timeout_s: float | None = None) -> None:
+        """Refuse new requests (HTTP 503), wait for the accepted ones to be answered, then free the engine's device
+        memory (``backend.sleep()``). Idempotent. ``timeout_s``: how long to wait for requests in flight (default:
+        the request timeout); past it the server stays awake and TimeoutError names how many were still running."""
+        release = getattr(self.backend, "sleep", None)
+        if not callable(release):
+            raise RuntimeError(f"the judge engine's backend {type(self.backend).__name__} cannot sleep (no sleep())")
+        wait_s = self.request_timeout_s if timeout_s is None else timeout_s
+        with self._sleep_state:
+            if self._asleep:
+                return
+            self._asleep = True
+            if not self._sleep_state.wait_for(lambda: self._active == 0, timeout=wait_s):
+                self._asleep = False
+                raise TimeoutError(f"the judge engine could not sleep: {self._active} request(s) still running "
+                                   f"after {wait_s:g} s")
+            try:
+                release()
+            except BaseException:
+                self._asleep = False
+                raise
+
+    def wake_up(self) -> None:
+        """Restore what ``sleep()`` freed and take requests again. Idempotent."""
+        with self._sleep_state:
+            if not self._asleep:
+                return
+            self.backend.wake_up()
+            self._asleep = False
+
     def _serve_engine(self) -> None:
         try:
             self.engine_loop.serve(self._stopping.is_set)
@@ -154,15 +196,18 @@ class ChatCompletionServer:
         prompt_ids, params = self._prepare(body)
         if self._engine_error is not None or self._stopping.is_set():
             raise ChatRequestError(f"the judge engine is not running: {self._engine_error!r}", status=503)
-        with self._lock:
-            self.counters["requests"] += 1
-        future = self.engine_loop.submit(f"chat-{uuid.uuid4().hex[:12]}", prompt_ids, params)
+        with self._sleep_state:
+            if self._asleep:
+                raise ChatRequestError("the judge engine is asleep: it shares the actor's GPU "
+                                       "(reward_model.enable_resource_pool=false) and sleeps while the actor trains; "
+                                       "ask between generation start and the end of scoring", status=503)
+            self._active += 1
         try:
-            output = future.result(timeout=self.request_timeout_s)
-        except Exception as err:
-            with self._lock:
-                self.counters["failed"] += 1
-            raise ChatRequestError(f"generation failed: {type(err).__name__}: {err}", status=500) from err
+            output = self._generate(prompt_ids, params)
+        finally:
+            with self._sleep_state:
+                self._active -= 1
+                self._sleep_state.notify_all()
         text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
         logprobs = self._logprobs(output) if "logprobs" in params else None
         with self._lock:
@@ -175,6 +220,17 @@ class ChatCompletionServer:
                              "logprobs": logprobs, "finish_reason": output.stop_reason}],
                 "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(output.token_ids),
                           "total_tokens": len(prompt_ids) + len(output.token_ids)}}
+
+    def _generate(self, prompt_ids: list[int], params: dict[str, Any]) -> Any:
+        with self._lock:
+            self.counters["requests"] += 1
+        future = self.engine_loop.submit(f"chat-{uuid.uuid4().hex[:12]}", prompt_ids, params)
+        try:
+            return future.result(timeout=self.request_timeout_s)
+        except Exception as err:
+            with self._lock:
+                self.counters["failed"] += 1
+            raise ChatRequestError(f"generation failed: {type(err).__name__}: {err}", status=500) from err
 
     def _prepare(self, body: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
         if not isinstance(body, dict):
@@ -264,7 +320,8 @@ class ChatCompletionServer:
         path = handler.path.split("?")[0].rstrip("/")
         if path in ("/health", ""):
             status = 503 if self._engine_error is not None else 200
-            _reply(handler, status, {"status": "ok" if status == 200 else repr(self._engine_error)})
+            state = repr(self._engine_error) if status != 200 else "asleep" if self._asleep else "ok"
+            _reply(handler, status, {"status": state})
         elif path == "/v1/models":
             _reply(handler, 200, {"object": "list", "data": [{"id": n, "object": "model", "owned_by": "verl"}
                                                              for n in self.served_names]})
