@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from verl.data.rl_dataset import RLHFDataset
-from verl.utils.import_utils import load_extern_object
+from verl.utils.import_utils import load_extern_subclass
 
 logger = logging.getLogger(__name__)
 
@@ -51,16 +51,8 @@ def load_data_generator_cls(section: Any) -> type:
     if not path or not name:
         raise ValueError(f"{KEY}.path and {KEY}.name must name your AbstractDataGenerator subclass (a python file or "
                          f"pkg://module, and the class in it); got path={path!r}, name={name!r}")
-    try:
-        cls = load_extern_object(path, name)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{KEY}.path={path!r}: no such file") from None
-    except AttributeError:
-        raise AttributeError(f"{KEY}.name={name!r} is not defined in {path}") from None
-    if not (isinstance(cls, type) and issubclass(cls, AbstractDataGenerator)):
-        raise TypeError(f"{KEY}.name={name!r} in {path} must be a subclass of "
-                        "verl.experimental.dynamic_dataset.dynamicgen_dataset.AbstractDataGenerator")
-    return cls
+    return load_extern_subclass(KEY, path, name, AbstractDataGenerator, "a subclass of verl.experimental."
+                                "dynamic_dataset.dynamicgen_dataset.AbstractDataGenerator")
 
 
 class DynamicGenDataset(RLHFDataset):

@@ -14,21 +14,13 @@ from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from verl.data.curriculum import AbstractCurriculumSampler, AbstractSampler
 from verl.data.rl_dataset import RLHFDataset
-from verl.utils.import_utils import load_extern_object
+from verl.utils.import_utils import load_extern_object, load_extern_subclass
 
 
 def _load_custom_dataset_cls(path: str, name: str | None) -> type:
     if not name:
         raise ValueError("data.custom_cls.name must name the dataset class in data.custom_cls.path")
-    try:
-        cls = load_extern_object(path, name)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"data.custom_cls.path={path!r}: no such file") from None
-    except AttributeError:
-        raise AttributeError(f"data.custom_cls.name={name!r} is not defined in {path}") from None
-    if not (isinstance(cls, type) and issubclass(cls, Dataset)):
-        raise TypeError(f"data.custom_cls {name!r} in {path} must be a torch.utils.data.Dataset subclass")
-    return cls
+    return load_extern_subclass("data.custom_cls", path, name, Dataset, "a torch.utils.data.Dataset subclass")
 
 
 def _reads_datagen(dataset_cls: type) -> bool:

@@ -92,3 +92,17 @@ def load_extern_object(module_path: str, object_name: str) -> Any:
     if not hasattr(module, object_name):
         raise AttributeError(f"{module_path!r} defines no {object_name!r}")
     return getattr(module, object_name)
+
+
+def load_extern_subclass(key: str, module_path: str, class_name: str, base: type, what: str) -> type:
+    """``load_extern_object`` for a class a config section names by ``<key>.path`` / ``<key>.name``, checked to be a
+    subclass of ``base``; the errors name the keys (``what`` says what the class must be)."""
+    try:
+        cls = load_extern_object(module_path, class_name)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{key}.path={module_path!r}: no such file") from None
+    except AttributeError:
+        raise AttributeError(f"{key}.name={class_name!r} is not defined in {module_path}") from None
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise TypeError(f"{key}.name={class_name!r} in {module_path} must be {what}")
+    return cls
