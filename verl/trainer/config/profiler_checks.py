@@ -18,7 +18,7 @@ from verl.utils.profiler.config import ProfilerConfig, TorchProfilerToolConfig
 __all__ = ["check_profiler", "profiler_roles"]
 
 ARR = "actor_rollout_ref"
-_TODO = "Use global_profiler.tool=torch (any machine), or leave the tool null."
+_WHAT_TO_DO = "Use global_profiler.tool=torch (any machine), or leave the tool null."
 
 
 def profiler_roles(cfg: PPOTrainerConfig) -> list[tuple[str, ProfilerConfig, bool]]:
@@ -87,7 +87,7 @@ def _tool_problems(cfg: PPOTrainerConfig) -> list[str]:
     for key, tool in tools:
         why = _hardware_refusal(tool, cfg.trainer.device) if tool else None
         if why:
-            problems.append(f"{key}={tool!r} is refused: {why}. {_TODO}")
+            problems.append(f"{key}={tool!r} is refused: {why}. {_WHAT_TO_DO}")
     if any(tool == "torch_memory" for _, tool in tools):
         problems += _record_kwargs_problems(cfg)
     return problems

@@ -41,7 +41,7 @@ class PolicyLossConfig(BaseConfig):
 
 
 ROUTER_REPLAY_MODES = ("disabled", "R2", "R3")
-_ROUTER_FILE_TODO = "Leave it null: the routing travels with each sample in the batch (routed_experts)."
+_ROUTER_FILE_FIX = "Leave it null: the routing travels with each sample in the batch (routed_experts)."
 
 
 @dataclass
@@ -52,9 +52,9 @@ class RouterReplayConfig(BaseConfig):
 
     mode: str = choice("disabled", ROUTER_REPLAY_MODES)
     record_file: str | None = refused(None, "writing the recorded routing to a file is not built",
-                                      _ROUTER_FILE_TODO)
+                                      _ROUTER_FILE_FIX)
     replay_file: str | None = refused(None, "reading the routing to replay from a file is not built",
-                                      _ROUTER_FILE_TODO)
+                                      _ROUTER_FILE_FIX)
 
     def __post_init__(self) -> None:
         if self.mode not in ROUTER_REPLAY_MODES:  # ValueError as upstream's RouterReplayConfig raises
