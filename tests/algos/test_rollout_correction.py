@@ -251,9 +251,23 @@ def test_bypass_ppo_clip_is_the_actor_loss_against_the_rollout_policy_with_rejec
     assert metrics["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(1 / 3)
 
 
-def test_bypass_ppo_clip_refuses_explicit_is_weights():
-    with pytest.raises(ValueError, match="rollout_is=null"):
-        bypass_mode_policy_loss(pl.compute_policy_loss_vanilla, {"rollout_is": "token", "loss_type": "ppo_clip"})
+def test_bypass_ppo_clip_logs_is_weights_without_applying_them():
+    rollout = t([[-1.0, -2.0, -0.5, 0.0]])
+    log_prob = rollout + t([[L(1.5), L(3.0), L(0.5), 0.0]])  # rho = 1.5, 3 (truncated to 2), 0.5
+    adv = t([[1.0, -1.0, 2.0, 0.0]])
+    mask = t([[1, 1, 1, 0]])
+    loss_fn = bypass_mode_policy_loss(pl.compute_policy_loss_vanilla,
+                                      {"rollout_is": "token", "rollout_is_threshold": 2.0, "loss_type": "ppo_clip"})
+    loss, metrics = loss_fn(old_log_prob=rollout, log_prob=log_prob, advantages=adv, response_mask=mask,
+                            config=_Actor())
+    # PPO-clip against pi_rollout, by hand: -min(rho A, clip(rho, 0.8, 1.2) A) per token, mean over 3 tokens
+    per_token = [-min(1.5 * 1.0, 1.2 * 1.0), -min(3.0 * -1.0, 1.2 * -1.0), -min(0.5 * 2.0, 0.8 * 2.0)]
+    assert loss.item() == pytest.approx(sum(per_token) / 3, rel=1e-5)
+    # the weights are still computed and logged: raw max 3, one token of three above the threshold 2, and the
+    # truncated weights (1.5, 2, 0.5) average 4/3
+    assert metrics["rollout_corr/rollout_is_max"] == pytest.approx(3.0, rel=1e-5)
+    assert metrics["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(1 / 3, rel=1e-5)
+    assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(4.0 / 3, rel=1e-5)
 
 
 # ---------------------------------------------------------------- properties

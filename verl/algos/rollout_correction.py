@@ -366,7 +366,8 @@ def bypass_mode_policy_loss(base_loss_fn: Callable, settings: Mapping[str, Any],
     Each micro-batch computes rho = pi_theta / pi_rollout from the current (detached) log-probs, rejects with
     ``rollout_rs``/the veto, and then
     - ``loss_type=ppo_clip``: ``base_loss_fn`` (the actor's PPO-clip loss) with the rollout policy as its anchor:
-      its ratio pi_theta / pi_rollout already is the importance weight, so no extra weight is applied;
+      its ratio pi_theta / pi_rollout already is the importance weight, so no extra weight is applied; with
+      ``rollout_is`` set the weights are computed for their ``rollout_corr/rollout_is_*`` metrics only, as upstream;
     - ``loss_type=reinforce``: -A * w * log pi_theta (no clipping) with w the truncated IS weight (none when
       ``rollout_is`` is null), through ``reinforce_loss_fn``.
     The rollout_corr/ metrics then describe pi_theta against pi_rollout, as upstream's bypass mode logs them.
@@ -375,9 +376,6 @@ def bypass_mode_policy_loss(base_loss_fn: Callable, settings: Mapping[str, Any],
     loss_type = settings.get("loss_type", "ppo_clip")
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"algorithm.rollout_correction.loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
-    if loss_type == "ppo_clip" and settings.get("rollout_is") is not None:
-        raise ValueError("bypass_mode with loss_type=ppo_clip: the PPO ratio already is pi_theta/pi_rollout; "
-                         "set algorithm.rollout_correction.rollout_is=null or loss_type=reinforce")
     if loss_type == "reinforce" and reinforce_loss_fn is None:
         from verl.algos.policy_loss import compute_policy_loss_reinforce
 

@@ -184,6 +184,24 @@ def test_actor_loss_in_bypass_mode_ppo_clip_rejects():
     assert metrics["actor/pg_loss"][0] == 0.0  # every token rejected: nothing to learn from
 
 
+def test_actor_in_bypass_mode_ppo_clip_logs_is_weights_it_does_not_apply():
+    model = tiny_llama()
+    data = actor_batch(model)
+    data.batch["old_log_probs"] = data.batch["old_log_probs"] - 5.0 * data.batch["response_mask"]  # rho = e^5
+    settings = {"bypass_mode": True, "loss_type": "ppo_clip", "rollout_is_threshold": 2.0}
+    results = []
+    for extra in ({}, {"rollout_is": "token"}):
+        data.meta_info["rollout_correction"] = settings | extra
+        model2 = copy.deepcopy(model)
+        actor = DataParallelPPOActor(actor_config(ppo_micro_batch_size_per_gpu=4), model2,
+                                     torch.optim.SGD(model2.parameters(), lr=0.0))
+        results.append(actor.update_policy(copy.deepcopy(data)))
+    without, with_is = results
+    assert "rollout_corr/rollout_is_mean" not in without
+    assert with_is["rollout_corr/rollout_is_mean"][0] == pytest.approx(2.0)  # every rho = e^5, truncated at 2
+    assert with_is["actor/pg_loss"][0] == pytest.approx(without["actor/pg_loss"][0], rel=1e-6)  # not applied
+
+
 def test_stage_rejection_lower_bound():
     _, batch, _ = run_stage(ON, f"{RC}.rollout_rs=token", f"{RC}.rollout_rs_threshold=4.0",
                             f"{RC}.rollout_rs_threshold_lower=0.95")

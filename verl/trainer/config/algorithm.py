@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from verl.base_config import BaseConfig
+from verl.utils.config_errors import ConfigWarning
 from verl.utils.config_schema import at_least, choice
 from verl.workers.config.registries import ADV_ESTIMATORS, KL_PENALTIES, adv_estimator_registered
 
@@ -163,9 +165,11 @@ def rollout_correction_problems(rc: RolloutCorrectionConfig, calculate_log_probs
                         f"{RC}.bypass_mode=true, or actor_rollout_ref.actor.policy_loss.loss_mode=reinforce for "
                         "REINFORCE against pi_old.")
     if rc.bypass_mode and rc.loss_type == "ppo_clip" and rc.rollout_is is not None:
-        problems.append(f"{RC}.rollout_is={rc.rollout_is} with bypass_mode=true and loss_type=ppo_clip: the PPO ratio "
-                        "already is pi_theta/pi_rollout, the importance weight; set rollout_is=null, or "
-                        "loss_type=reinforce for explicit IS weights.")
+        # upstream's bypass loss computes the weights and logs them, but the PPO ratio already is pi_theta/pi_rollout
+        warnings.warn(f"{RC}.rollout_is={rc.rollout_is} with bypass_mode=true and loss_type=ppo_clip: the IS weights "
+                      "are logged (rollout_corr/rollout_is_*) but not applied, as upstream: the PPO ratio already is "
+                      "the importance weight. Use loss_type=reinforce to weight the loss by them.",
+                      ConfigWarning, stacklevel=2)
     if rc.bypass_mode and rc.loss_type == "reinforce" and loss_mode not in ("vanilla", "reinforce"):
         problems.append(f"{RC}.loss_type=reinforce replaces the actor's loss, but "
                         f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}; set loss_mode=vanilla, or "
