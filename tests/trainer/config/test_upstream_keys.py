@@ -134,6 +134,16 @@ def test_fsdp1_options_and_worker_impl_are_accepted_with_a_note(cfg):
     assert any(p.startswith("trainer.use_legacy_worker_impl") for p in problems_of(cfg))
 
 
+@pytest.mark.parametrize(("written", "word"), [(False, "disable"), (True, "enable")])
+def test_worker_impl_written_as_a_bool_runs_as_its_word_with_a_warning(cfg, written, word):
+    set_keys(cfg, trainer__use_legacy_worker_impl=written)
+    typed, messages = _validate(cfg)
+    assert typed.trainer.use_legacy_worker_impl == word
+    assert cfg.trainer.use_legacy_worker_impl == word  # the composed config the workers read says the same
+    assert any(m.startswith(f"trainer.use_legacy_worker_impl={str(written).lower()} is older upstream's bool")
+               for m in messages)
+
+
 @pytest.mark.parametrize("key", ["data_parallel_size", "expert_parallel_size"])
 def test_rollout_parallel_sizes_above_one_are_refused_naming_the_hardware(cfg, key):
     set_keys(cfg, **{f"actor_rollout_ref__rollout__{key}": 1})

@@ -9,6 +9,8 @@
 - `trainer.profile_steps` (older upstream): `global_profiler.steps` with the tool of that time, nsys, and each
   role whose `profiler.ranks` / `all_ranks` chose ranks enabled (`fold_profile_steps`). `<role>.profiler.discrete`
   (older upstream) is `<role>.profiler.tool_config.nsys.discrete` (verl.trainer.config.aliases).
+- `trainer.use_legacy_worker_impl` as a bool (older upstream): true is `enable`, false `disable`
+  (`fold_legacy_worker_bool`).
 - `data.val_batch_size`: upstream generates the validation set in batches of that many prompts (the trainer's
   val dataloader does the same here); unset, the whole set is one batch.
 
@@ -119,6 +121,23 @@ def fold_profile_steps(node: Any) -> dict[str, Any]:
         for key, value in writes.items():
             OmegaConf.update(node, key, value, merge=False)
     return writes
+
+
+def fold_legacy_worker_bool(node: Any) -> dict[str, Any]:
+    """`trainer.use_legacy_worker_impl` written as a bool (older upstream scripts; upstream's own hint reads
+    "set trainer.use_legacy_worker_impl = false to switch to the new worker implementation"): true is `enable`,
+    false is `disable`, folded on the composed config before typing, with a warning."""
+    from omegaconf import open_dict, read_write
+
+    value = OmegaConf.select(node, "trainer.use_legacy_worker_impl")
+    if not isinstance(value, bool):
+        return {}
+    word = "enable" if value else "disable"
+    _warn(f"trainer.use_legacy_worker_impl={str(value).lower()} is older upstream's bool spelling: run as "
+          f"trainer.use_legacy_worker_impl={word}; write that instead.")
+    with read_write(node), open_dict(node):
+        OmegaConf.update(node, "trainer.use_legacy_worker_impl", word, merge=False)
+    return {"trainer.use_legacy_worker_impl": word}
 
 
 def _data_parallel(cfg: PPOTrainerConfig, pair: _Pair) -> tuple[int, str]:

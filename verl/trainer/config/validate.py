@@ -9,7 +9,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from verl.trainer.config.aliases import rewrite_aliases
 from verl.trainer.config.checks import run_checks
-from verl.trainer.config.deprecated import apply_deprecated_keys, fold_both_update_sizes, fold_profile_steps
+from verl.trainer.config.deprecated import (
+    apply_deprecated_keys,
+    fold_both_update_sizes,
+    fold_legacy_worker_bool,
+    fold_profile_steps,
+)
 from verl.trainer.config.files import check_files as file_problems
 from verl.trainer.config.overrides import unknown_override_problems
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
@@ -32,6 +37,7 @@ def validate_config(cfg: DictConfig | dict, *, check_files: bool = True) -> PPOT
     adapter_writes, adapter_problems = adopt_adapter_rank(node)  # before typing: the model section is frozen then
     adapter_writes.update(fold_both_update_sizes(node))  # before typing: the classes refuse both sizes
     adapter_writes.update(fold_profile_steps(node))  # before typing: the roles' tool follows the global one
+    adapter_writes.update(fold_legacy_worker_bool(node))  # before typing: the key is a word
     result = build_config(PPOTrainerConfig, node)
     if result.problems or adapter_problems:
         raise ConfigError(result.problems + adapter_problems)
