@@ -18,6 +18,11 @@ what `python -m verl.trainer.main_ppo` runs before Ray: the alias rewrite and un
 Each line is classified: accepted; refused only for a GPU-only engine (Megatron, SGLang, TRT-LLM, NPU, fused
 kernels, liger, multi-GPU expert parallelism, judged by the refusal message); refused for another reason (the keys
 named by those messages are counted); invalid (not a usable command line, with the reason).
+
+With `--upstream-config FILE` (upstream's flat `_generated_ppo_trainer.yaml` of the version to judge against,
+fetched by hand), a valid line is also marked *stale* when it sets, without `+`, a key that this upstream config
+does not have either (nor the line's own --config-name yaml): upstream's own Hydra refuses such a line ("Key ... is
+not in struct"). A second figure is then printed over the lines that upstream of that version would run.
 """
 
 from __future__ import annotations
@@ -194,6 +199,71 @@ def check(cmd: CommandLine, root: Path) -> None:
                                           else p) for p in other})
 
 
+# ---------------------------------------------------------------------------------------------- stale lines
+
+
+def _flat_keys(node, prefix: str = "") -> tuple[set[str], set[str]]:
+    """(every dotted key, leaf or section; the sections that are empty mappings, which take any key)."""
+    keys, free = set(), set()
+    if isinstance(node, dict):
+        if not node and prefix:
+            free.add(prefix)
+        for key, value in node.items():
+            dotted = f"{prefix}.{key}" if prefix else str(key)
+            keys.add(dotted)
+            sub_keys, sub_free = _flat_keys(value, dotted)
+            keys |= sub_keys
+            free |= sub_free
+    return keys, free
+
+
+def _yaml_keys(path: Path) -> tuple[set[str], set[str]]:
+    import yaml
+
+    try:
+        return _flat_keys(yaml.safe_load(path.read_text()) or {})
+    except (OSError, yaml.YAMLError):
+        return set(), set()
+
+
+def _typed_section(key: str, upstream_keys: set[str]) -> bool:
+    """Whether `key` lies in a section upstream instantiates as a dataclass (it has `_target_`): an extra key there
+    fails upstream's config classes even when a yaml file adds it."""
+    parts = key.split(".")
+    return any(".".join(parts[:i] + ["_target_"]) in upstream_keys for i in range(1, len(parts)))
+
+
+def stale_keys(cmd: CommandLine, upstream: tuple[set[str], set[str]], root: Path) -> list[str]:
+    """The keys the line sets without `+` that neither upstream's config nor the line's own yaml declares, and the
+    keys its own yaml adds inside sections upstream's config classes check."""
+    keys, free = set(upstream[0]), set(upstream[1])
+    stale = []
+    path, name = _config_of(cmd.flags)
+    if name and name != "ppo_trainer":
+        found = [f for folder in ([root / path, root] if path and not os.path.isabs(path) else [root])
+                 for f in folder.rglob(f"{name}.yaml")]
+        if not found:
+            return []  # another of upstream's own configs (ppo_megatron_trainer, ...): its key set is not at hand
+        for own in found:
+            own_keys, own_free = _yaml_keys(own)
+            for key in sorted(own_keys - keys):
+                if key.startswith(("hydra", "defaults")) or any(key.startswith(f + ".") for f in free):
+                    continue
+                if _typed_section(key, upstream[0]):
+                    stale.append(f"{key} (in {own.name})")
+                else:
+                    keys.add(key)
+            free |= own_free
+    for override in cmd.overrides:
+        if override.startswith(("+", "~")) or "=" not in override:
+            continue
+        key = re.sub(r"\[\d+\]", "", _key(override))
+        if key in keys or any(key.startswith(f + ".") for f in free):
+            continue
+        stale.append(key)
+    return stale
+
+
 # ---------------------------------------------------------------------------------------------- main
 
 
@@ -218,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", default="other,invalid",
                         help="classes whose lines are listed with their messages (accepted,gpu_only,other,invalid)")
     parser.add_argument("--model", help="model folder to point model paths at (default: the bundled default model)")
+    parser.add_argument("--upstream-config", type=Path,
+                        help="upstream's flat _generated_ppo_trainer.yaml: also count the lines it refuses (stale)")
     args = parser.parse_args(argv)
     root = args.folder.resolve()
     os.chdir(REPO)  # user yamls' hydra.searchpath file://verl/trainer/config is read from the working directory
@@ -240,6 +312,14 @@ def main(argv: list[str] | None = None) -> int:
             prepare(cmd, defaults, parquet, model, root)
             check(cmd, root)
 
+    stale: dict[str, list[str]] = {}
+    if args.upstream_config:
+        upstream = _yaml_keys(args.upstream_config)
+        if not upstream[0]:
+            parser.error(f"--upstream-config {args.upstream_config}: no keys read")
+        stale = {cmd.name: found for cmd in lines if cmd.status != "invalid"
+                 for found in [stale_keys(cmd, upstream, root)] if found}
+
     counts = Counter(cmd.status for cmd in lines)
     valid = len(lines) - counts["invalid"]
     show = set(args.show.split(","))
@@ -261,6 +341,22 @@ def main(argv: list[str] | None = None) -> int:
     ok = counts["accepted"] + counts["gpu_only"]
     if valid:
         print(f"\n(accepted + gpu_only) / valid = {ok}/{valid} = {ok / valid:.1%}")
+    if args.upstream_config:
+        current = [cmd for cmd in lines if cmd.status != "invalid" and cmd.name not in stale]
+        ok_current = sum(cmd.status in ("accepted", "gpu_only") for cmd in current)
+        print(f"\nstale (upstream's {args.upstream_config.name} refuses a key the line sets): {len(stale)} lines, "
+              f"of which we accept or refuse only for a GPU engine "
+              f"{sum(cmd.status in ('accepted', 'gpu_only') for cmd in lines if cmd.name in stale)}")
+        if current:
+            print(f"over the {len(current)} lines that upstream's config runs: (accepted + gpu_only) = "
+                  f"{ok_current}/{len(current)} = {ok_current / len(current):.1%}")
+        stale_counts = Counter(key for found in stale.values() for key in found)
+        print("keys making lines stale (lines naming each):")
+        for key, n in stale_counts.most_common():
+            print(f"{n:>5}  {key}")
+        for cmd in current:
+            if cmd.status == "other" and "other" in show:
+                print(f"  still refused, not stale: {cmd.name}: {'; '.join(p[:160] for p in cmd.problems)}")
     missing = sum(cmd.missing_files_only for cmd in lines)
     if missing:
         print(f"of the 'other' lines, {missing} are refused only for a file (reward function, dataset class, tool "
