@@ -62,10 +62,11 @@ def pg_metrics(pg_clipfrac: Any = 0.0, ppo_kl: Any = 0.0, pg_clipfrac_lower: Any
 def aggregate_pg_losses(
     pg_losses: torch.Tensor, mask: torch.Tensor, mode: str, config: Any, is_w: torch.Tensor | None
 ) -> torch.Tensor:
-    """agg_loss with optional importance weights (constants)."""
+    """agg_loss with optional importance weights (constants); the actor section's ``loss_scale_factor`` is
+    seq-mean-token-sum-norm's divisor (null: the padded response length), as upstream."""
     if is_w is not None:
         pg_losses = pg_losses * is_w.detach()
-    return agg_loss(pg_losses, mask, mode)
+    return agg_loss(pg_losses, mask, mode, getattr(config, "loss_scale_factor", None))
 
 
 def _dual_clip_ppo(

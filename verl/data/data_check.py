@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl.data.tool_schemas import length_template_kwargs
+
 _TOKENIZE_BATCH = 1024
 _SHOWN_ROWS = 5  # row indices listed per problem; the count covers the rest
 
@@ -229,8 +231,8 @@ def _vision_lengths(key: str, table: Any, data: Any, processor: Any, prompt_key:
         try:
             lengths[row] = vision_prompt_length(processor, as_messages(prompt, row, prompt_key),
                                                 {c: values[c][row] for c in media}, data.image_key, row,
-                                                dict(getattr(data, "apply_chat_template_kwargs", None) or {}),
-                                                video_key)
+                                                length_template_kwargs(data), video_key,
+                                                getattr(data, "image_patch_size", None))
         except VideoError as err:
             bad["video"].append(row)
             reasons[row] = str(err).split(": ", 1)[-1]
@@ -305,8 +307,9 @@ def check_split(key: str, files: Sequence[str], data: Any, tokenizer: Any, needs
 
     vision = _vision_lengths(key, table, data, processor, needs.prompt_key, report, rows_text) if media else None
     if vision is None:
+        # with data.filter_overlong_prompts the tools' schemas count, as in the dataset's filter (data.tool_config_path)
         lengths, malformed = prompt_lengths(table.column(needs.prompt_key).to_pylist(), tokenizer, needs.prompt_key,
-                                            dict(getattr(data, "apply_chat_template_kwargs", None) or {}))
+                                            length_template_kwargs(data))
     else:
         lengths, malformed = vision, []
     if malformed:

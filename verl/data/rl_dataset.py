@@ -22,6 +22,7 @@ from verl.data.prompt_ids import TRUNCATION_MODES, left_pad, truncate_ids
 from verl.data.prompt_text import as_messages as _as_messages
 from verl.data.prompt_text import chat_text as _chat_text
 from verl.data.rl_vision import check_media_columns, vision_item, vision_prompt_length
+from verl.data.tool_schemas import tool_schemas
 from verl.data.vision import split_placeholders
 from verl.utils.torch_functional import compute_position_id_with_mask
 
@@ -78,6 +79,11 @@ class RLHFDataset(Dataset):
         self.return_raw_chat = config.return_raw_chat
         self.return_full_prompt = config.return_full_prompt
         self.template_kwargs = dict(getattr(config, "apply_chat_template_kwargs", None) or {})
+        # data.tool_config_path: the tools' schemas in the chat template the overlong-prompt filter counts (as
+        # upstream's dataset; the tool agent loop renders them into the prompt it sends)
+        self.tool_schemas = tool_schemas(getattr(config, "tool_config_path", None))
+        tools = {"tools": self.tool_schemas} if self.tool_schemas else {}
+        self.filter_template_kwargs = {**self.template_kwargs, **tools}
         self.shuffle = config.shuffle
         self.seed = config.seed
         if self.truncation not in TRUNCATION_MODES:
@@ -121,8 +127,9 @@ class RLHFDataset(Dataset):
         workers = self.filter_overlong_prompts_workers
         if self.vision:  # image tokens counted: the processor runs on every row (in this process)
             lengths = [vision_prompt_length(self.processor, _as_messages(row[self.prompt_key], i, self.prompt_key),
-                                            row, self.config.image_key, i, self.template_kwargs,
-                                            self.config.video_key) for i, row in enumerate(frame)]
+                                            row, self.config.image_key, i, self.filter_template_kwargs,
+                                            self.config.video_key, getattr(self.config, "image_patch_size", None))
+                       for i, row in enumerate(frame)]
         else:
             lengths = self._text_lengths(frame, workers)
         keep = [row for row, length in enumerate(lengths) if length <= self.max_prompt_length]
@@ -141,7 +148,7 @@ class RLHFDataset(Dataset):
     def _text_lengths(self, frame: Any, workers: int) -> list[int]:
         return frame.select_columns([self.prompt_key]).map(
             _prompt_lengths, fn_kwargs={"tokenizer": self.tokenizer, "prompt_key": self.prompt_key,
-                                        "template_kwargs": self.template_kwargs},
+                                        "template_kwargs": self.filter_template_kwargs},
             input_columns=[self.prompt_key], with_indices=True, batched=True,
             batch_size=_LENGTH_BATCH, remove_columns=[self.prompt_key], num_proc=workers if workers > 1 else None,
             desc="filter_overlong_prompts",

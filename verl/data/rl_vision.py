@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from verl.data.image_resize import fit_image_to_patches, patch_size_for
 from verl.data.prompt_ids import PromptTooLongError, left_pad
 from verl.data.video import row_videos
 from verl.data.vision import ImageError, load_image, split_placeholders, vision_position_ids
@@ -38,14 +39,18 @@ class VisionPrompt:
     videos: list[Any] = ()  # (uint8 frames (T, 3, H, W), metadata) per video
 
 
-def _images_of(row: dict[str, Any], image_key: str, row_index: int) -> list[Any]:
+def _images_of(row: dict[str, Any], image_key: str, row_index: int, patch_size: int | None = None) -> list[Any]:
     value = row.get(image_key)
     if value is None:
         return []
     if isinstance(value, dict):  # a single entry instead of a list
         value = [value]
     where = f"row {row_index} column {image_key!r} (data.image_key)"
-    return [load_image(entry, f"{where} image {i}") for i, entry in enumerate(list(value))]
+    images = [load_image(entry, f"{where} image {i}") for i, entry in enumerate(list(value))]
+    if patch_size is None:
+        return images
+    # data.image_patch_size: sides to multiples of patch * merge, as upstream (verl.data.image_resize)
+    return [fit_image_to_patches(image, patch_size, entry) for image, entry in zip(images, list(value), strict=True)]
 
 
 def _count_parts(parts: list[dict[str, Any]], kind: str) -> int:
@@ -54,11 +59,13 @@ def _count_parts(parts: list[dict[str, Any]], kind: str) -> int:
 
 def render_vision_prompt(processor: Any, messages: list[dict[str, Any]], row: dict[str, Any], image_key: str,
                          row_index: int, template_kwargs: dict[str, Any] | None = None,
-                         video_key: str | None = None) -> VisionPrompt:
+                         video_key: str | None = None, image_patch_size: int | None = None) -> VisionPrompt:
     """Render and process one row; raises ImageError (VideoError) / ValueError naming the row for bad images or
-    videos, or a placeholder count that differs from them."""
-    images = _images_of(row, image_key, row_index)
-    videos = row_videos(row.get(video_key), video_key, row_index, processor) if video_key else []
+    videos, or a placeholder count that differs from them. ``image_patch_size`` (data.image_patch_size): resize the
+    images for it first (None: as they are)."""
+    patch_size = patch_size_for(processor, image_patch_size)
+    images = _images_of(row, image_key, row_index, patch_size)
+    videos = row_videos(row.get(video_key), video_key, row_index, processor, patch_size) if video_key else []
     parts = split_placeholders(messages)
     placeholders = _count_parts(parts, "image")
     if placeholders != len(images):
@@ -81,9 +88,10 @@ def render_vision_prompt(processor: Any, messages: list[dict[str, Any]], row: di
 
 def vision_prompt_length(processor: Any, messages: list[dict[str, Any]], row: dict[str, Any], image_key: str,
                          row_index: int, template_kwargs: dict[str, Any] | None = None,
-                         video_key: str | None = None) -> int:
+                         video_key: str | None = None, image_patch_size: int | None = None) -> int:
     """Prompt tokens with every image's and video's vision tokens counted (what must fit data.max_prompt_length)."""
-    prompt = render_vision_prompt(processor, messages, row, image_key, row_index, template_kwargs, video_key)
+    prompt = render_vision_prompt(processor, messages, row, image_key, row_index, template_kwargs, video_key,
+                                  image_patch_size)
     return int(prompt.inputs["input_ids"].size(1))
 
 
@@ -109,7 +117,8 @@ def vision_item(processor: Any, tokenizer: Any, messages: list[dict[str, Any]], 
     """The item fields of a vision row (input_ids, attention_mask, position_ids, raw_prompt_ids, multi_modal_data,
     multi_modal_inputs); ``row`` loses its image column."""
     prompt = render_vision_prompt(processor, messages, row, config.image_key, row_index,
-                                  dict(getattr(config, "apply_chat_template_kwargs", None) or {}), config.video_key)
+                                  dict(getattr(config, "apply_chat_template_kwargs", None) or {}), config.video_key,
+                                  getattr(config, "image_patch_size", None))
     row.pop(config.image_key, None)
     row.pop(config.video_key, None)
     ids = prompt.inputs.pop("input_ids")[0]

@@ -151,13 +151,16 @@ def _frame_list_video(entry: dict[str, Any], frames: list[Any], where: str, fact
     return np.stack(arrays), meta
 
 
-def load_video(value: Any, where: str, processor: Any) -> tuple[np.ndarray, dict[str, Any]]:
+def load_video(value: Any, where: str, processor: Any,
+               patch_size: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
     """One video entry -> (uint8 frames (T, 3, H, W), metadata). ``processor``: the model folder's (its video
     processor's factor and pixel bounds are the defaults, as transformers' are qwen_vl_utils'). ``where`` names the
     row and column in errors."""
     video_processor = getattr(processor, "video_processor", None)
     image_processor = processor.image_processor
     factor = int(image_processor.patch_size) * int(image_processor.merge_size)
+    if patch_size is not None:  # data.image_patch_size: upstream resizes frames by it (merge 2, qwen_vl_utils')
+        factor = int(patch_size) * 2
     entry = {"video": value} if isinstance(value, (str, list, tuple)) else value
     if isinstance(entry, dict):  # a parquet struct column gives every field, unset ones as None
         entry = {k: v for k, v in entry.items() if v is not None}
@@ -181,11 +184,14 @@ def load_video(value: Any, where: str, processor: Any) -> tuple[np.ndarray, dict
     raise VideoError(f"{where}: a video must be a file path or a list of frames, got {type(source).__name__}")
 
 
-def row_videos(value: Any, video_key: str, row: int, processor: Any) -> list[tuple[np.ndarray, dict[str, Any]]]:
-    """A row's videos (the ``data.video_key`` column's value), each (frames, metadata); errors name the row."""
+def row_videos(value: Any, video_key: str, row: int, processor: Any,
+               patch_size: int | None = None) -> list[tuple[np.ndarray, dict[str, Any]]]:
+    """A row's videos (the ``data.video_key`` column's value), each (frames, metadata); errors name the row.
+    ``patch_size`` (data.image_patch_size, as upstream's process_video): frames resized to multiples of it x 2
+    instead of the processor's patch x merge."""
     if value is None:
         return []
     if isinstance(value, (dict, str)):  # one entry instead of a list of them
         value = [value]
     where = f"row {row} column {video_key!r} (data.video_key)"
-    return [load_video(entry, f"{where} video {i}", processor) for i, entry in enumerate(list(value))]
+    return [load_video(entry, f"{where} video {i}", processor, patch_size) for i, entry in enumerate(list(value))]

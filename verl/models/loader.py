@@ -125,6 +125,11 @@ def load_causal_lm(model: Any, key: str, dtype: torch.dtype = torch.float32, val
     from verl.models.fused_norm_rope import fuse_norm_and_rope
 
     fuse_norm_and_rope(module)  # same forward, fewer passes in the backward; VERL_FUSED_NORM_ROPE=0 turns it off
+    tiled = getattr(model, "tiled_mlp", None)
+    if tiled is not None and tiled.enabled:  # model.tiled_mlp: the MLPs over token slices (verl.models.tiled_mlp)
+        from verl.models.tiled_mlp import apply_tiled_mlp
+
+        apply_tiled_mlp(module, tiled.num_shards, f"{key}.tiled_mlp")
     if model.enable_gradient_checkpointing:
         from verl.models.checkpoint_policy import apply_gradient_checkpointing
 

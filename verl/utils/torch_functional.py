@@ -165,11 +165,12 @@ def compute_position_id_with_mask(mask: torch.Tensor) -> torch.Tensor:
 
 def get_cosine_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int, num_training_steps: int,
                                     min_lr_ratio: float = 0.0, num_cycles: float = 0.5,
-                                    last_epoch: int = -1) -> LambdaLR:
+                                    last_epoch: int = -1, zero_indexed_step: bool = True) -> LambdaLR:
     """Linear warmup from ``min_lr_ratio``·lr to lr, then cosine decay to ``min_lr_ratio``·lr.
 
     ``num_cycles=0.5`` is half a cosine wave (lr -> min once over the training steps); after
-    ``num_training_steps`` the lr stays where the wave ends.
+    ``num_training_steps`` the lr stays where the wave ends. ``zero_indexed_step=False`` counts the scheduler's
+    steps from 1 instead of 0 (the first optimizer step gets the schedule's value at step 1).
     """
     if not 0.0 <= min_lr_ratio <= 1.0:
         raise ValueError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
@@ -177,6 +178,7 @@ def get_cosine_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int,
     middle = 0.5 * (1.0 + min_lr_ratio)
 
     def lr_lambda(step: int) -> float:
+        step += 0 if zero_indexed_step else 1
         if step < num_warmup_steps:
             return min_lr_ratio + (1.0 - min_lr_ratio) * step / max(1, num_warmup_steps)
         # Clamped so steps past num_training_steps stay at the floor instead of climbing the next wave.
@@ -187,10 +189,13 @@ def get_cosine_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int,
     return LambdaLR(optimizer, lr_lambda, last_epoch)
 
 
-def get_constant_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int, last_epoch: int = -1) -> LambdaLR:
-    """Linear warmup from 0 to lr over ``num_warmup_steps``, then constant."""
+def get_constant_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int, last_epoch: int = -1,
+                                      zero_indexed_step: bool = True) -> LambdaLR:
+    """Linear warmup from 0 to lr over ``num_warmup_steps``, then constant; ``zero_indexed_step=False`` counts
+    steps from 1 (the first step's lr is lr / num_warmup_steps instead of 0)."""
 
     def lr_lambda(step: int) -> float:
+        step += 0 if zero_indexed_step else 1
         if step < num_warmup_steps:
             return step / max(1, num_warmup_steps)
         return 1.0

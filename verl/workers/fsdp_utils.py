@@ -17,6 +17,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from verl.utils.device import get_device_name, hardware_compute_dtype, has_fast_bf16
 from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, OptimizerConfig
+from verl.workers.config.optimizer import optimizer_class
 
 logger = logging.getLogger(__name__)
 
@@ -179,14 +180,29 @@ def drop_unreduced_gradients(module: torch.nn.Module) -> None:
 
 
 def build_optimizer(module: torch.nn.Module, optim: OptimizerConfig, key: str) -> torch.optim.Optimizer:
-    """AdamW from an FSDPOptimizerConfig (lr, betas, weight_decay); ``key`` names the section in errors."""
+    """The section's optimizer over the module's trainable parameters; ``key`` names the section in errors.
+
+    The class is ``optim.optimizer`` of the module ``optim.optimizer_impl`` (AdamW of torch.optim by default;
+    an OptimizerConfig without those keys gets AdamW). It is given lr and weight_decay, betas when its name has
+    "adam" in it (as upstream), torch's fused kernel for torch.optim's Adam/AdamW, then every entry of
+    ``optim.override_optimizer_config``, which adds arguments or replaces those."""
     params = [p for p in module.parameters() if p.requires_grad]
     if not params:
         raise ValueError(f"{key}: the model has no trainable parameters")
-    # The fused kernel (CPU and CUDA) is ~6x faster than the default per-tensor loop on DTensor shards here.
-    fused = all(p.dtype in (torch.float32, torch.bfloat16, torch.float16) for p in params)
-    return torch.optim.AdamW(params, lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay,
-                             fused=fused or None)
+    cls = optimizer_class(optim) if isinstance(optim, FSDPOptimizerConfig) else torch.optim.AdamW
+    kwargs: dict = {"lr": optim.lr, "weight_decay": optim.weight_decay}
+    if "adam" in cls.__name__.lower():
+        kwargs["betas"] = tuple(optim.betas)
+    if cls in (torch.optim.AdamW, torch.optim.Adam):
+        # The fused kernel (CPU and CUDA) is ~6x faster than the default per-tensor loop on DTensor shards here.
+        fused = all(p.dtype in (torch.float32, torch.bfloat16, torch.float16) for p in params)
+        kwargs["fused"] = fused or None
+    kwargs.update(getattr(optim, "override_optimizer_config", None) or {})
+    try:
+        return cls(params, **kwargs)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{key}: {cls.__module__}.{cls.__name__}({', '.join(sorted(kwargs))}) failed: {e}; check "
+                         f"{key}.optimizer / optimizer_impl / override_optimizer_config") from e
 
 
 def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: FSDPOptimizerConfig, key: str) -> torch.optim.lr_scheduler.LRScheduler:
@@ -200,7 +216,8 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: FSDPOptimizerCon
         warmup = int(math.floor(optim.lr_warmup_steps_ratio * max(total, 0)))
     style = optim.lr_scheduler_type
     if style == "constant":
-        return get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup)
+        return get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup,
+                                                 zero_indexed_step=optim.zero_indexed_step)
     if style == "cosine":
         if total <= 0:
             raise ValueError(f"{key}.lr_scheduler_type=cosine needs {key}.total_training_steps > 0 (the trainer sets it)")
@@ -208,7 +225,7 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: FSDPOptimizerCon
             optimizer, num_warmup_steps=warmup, num_training_steps=total,
             # upstream's yaml allows null here, meaning no floor
             min_lr_ratio=0.0 if optim.min_lr_ratio is None else optim.min_lr_ratio,
-            num_cycles=optim.num_cycles,
+            num_cycles=optim.num_cycles, zero_indexed_step=optim.zero_indexed_step,
         )
     raise ValueError(f"{key}.lr_scheduler_type={style!r} is not implemented: use 'constant' or 'cosine'")
 

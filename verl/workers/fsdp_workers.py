@@ -23,6 +23,7 @@ import torch.distributed as dist
 from verl.models.lora import adapter_io, lora_from_model_config
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, Worker, register
+from verl.utils.determinism import enable_full_determinism, seed_everything
 from verl.utils.device import get_default_device
 from verl.utils.flops_counter import FlopsCounter, measure_matmul_peak, mfu
 from verl.utils.malloc_tuning import release_free_memory, tune_malloc_for_training
@@ -51,9 +52,6 @@ logger = logging.getLogger(__name__)
 
 _ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
 
-# The schema has no seed key for the workers' models, so it is a constant: every run initialises freshly built
-# heads and samples from this seed (offset by rank for the actor), which keeps runs and resumed runs comparable.
-MODEL_INIT_SEED = 0
 SectionT = TypeVar("SectionT", ActorConfig, CriticConfig)
 
 
@@ -89,6 +87,17 @@ class _FSDPWorkerBase(Worker, DistProfilerExtension):
         fsdp_config.fsdp_size is smaller than the world."""
         self.init_torch_distributed(timeout_seconds=timeout_seconds)
         self.device_mesh = create_device_mesh(dist.get_world_size(), fsdp_size)
+
+    @staticmethod
+    def _seed(fsdp_config, offset: int = 0, deterministic: bool = False) -> None:
+        """The role's fsdp_config.seed (+ ``offset``: the rank, where ranks must draw differently) seeds this
+        process before its model is built: a freshly initialised head, dropout and sampling repeat from run to run.
+        With fsdp_config.full_determinism (or ``deterministic``) torch's deterministic mode is on in it too."""
+        seed = fsdp_config.seed + offset
+        if fsdp_config.full_determinism or deterministic:
+            enable_full_determinism(seed)
+        else:
+            seed_everything(seed)
 
     def _model_dtype(self, fsdp_config, key: str) -> torch.dtype:
         return to_torch_dtype(fsdp_config.model_dtype, f"{key}.fsdp_config.model_dtype")
@@ -151,7 +160,9 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         trains_or_generates = self._is_actor or self._is_rollout
         self._init_distributed((cfg.actor if trains_or_generates else cfg.ref).fsdp_config.fsdp_size,
                                timeout_seconds=cfg.nccl_timeout)
-        torch.manual_seed(MODEL_INIT_SEED + self.rank)
+        # one process: the reference's full_determinism turns deterministic mode on for all of it
+        self._seed((cfg.actor if trains_or_generates else cfg.ref).fsdp_config, self.rank,
+                   deterministic=self._is_ref and cfg.ref.fsdp_config.full_determinism)
         self._sp = _actor_sequence_parallel(cfg)
         self.tokenizer = None
         if self._is_actor or self._is_rollout:
@@ -218,7 +229,9 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
         if ref_cfg.model is not None:  # ref.model.path: a different reference model, built as the actor's is
             model_cfg = dataclasses.replace(model_cfg, path=ref_cfg.model["path"], hf_config_path=None)
             key = "actor_rollout_ref.ref.model"
-        module, _ = load_causal_lm(model_cfg, key, dtype=self._model_dtype(fsdp_cfg, "actor_rollout_ref.ref"))
+        with torch.random.fork_rng():  # beside the actor: the reference's seed for its build, the actor's after it
+            torch.manual_seed(fsdp_cfg.seed + self.rank)
+            module, _ = load_causal_lm(model_cfg, key, dtype=self._model_dtype(fsdp_cfg, "actor_rollout_ref.ref"))
         module.requires_grad_(False)
         mesh = self.device_mesh
         if (self._is_actor or self._is_rollout) and fsdp_cfg.fsdp_size != self.config.actor.fsdp_config.fsdp_size:
@@ -403,7 +416,7 @@ class CriticWorker(_FSDPWorkerBase):
         self._init_distributed(self.config.model.fsdp_config.fsdp_size)
         # the value head is freshly initialised: the same seed on every rank gives every rank the same head and
         # every run the same critic (a resumed run is compared against an uninterrupted one)
-        torch.manual_seed(MODEL_INIT_SEED)
+        self._seed(self.config.model.fsdp_config)
         self._sp = SequenceParallelRole(self.config.ulysses_sequence_parallel_size,
                                         "critic.ulysses_sequence_parallel_size")
         cfg = normalize_ppo_batch_sizes(self.config, "critic", self._dp_size)

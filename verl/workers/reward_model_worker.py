@@ -26,7 +26,7 @@ from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, register
 from verl.utils.profiler import DistProfiler
 from verl.workers.fsdp_utils import apply_fsdp2
-from verl.workers.fsdp_workers import MODEL_INIT_SEED, _FSDPWorkerBase
+from verl.workers.fsdp_workers import _FSDPWorkerBase
 from verl.workers.micro_batching import forwards_context, make_micro_batches, module_device, restore_order
 from verl.workers.profiling import role_profiler
 from verl.workers.reward_model_inputs import (
@@ -66,7 +66,7 @@ class RewardModelWorker(_FSDPWorkerBase):
         from verl.models.value_head import load_reward_model
 
         self._init_distributed(self.config.model.fsdp_config.fsdp_size)
-        torch.manual_seed(MODEL_INIT_SEED)
+        self._seed(self.config.model.fsdp_config)
         model_cfg = self.config.model
         if model_cfg.external_lib:  # registers custom model classes in this process, where the model loads
             importlib.import_module(model_cfg.external_lib)

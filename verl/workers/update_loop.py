@@ -29,11 +29,17 @@ from verl.workers.micro_batching import (
 )
 from verl.workers.nonfinite_grads import NonFiniteGradStreak
 
-__all__ = ["MicroLoss", "enumerate_mini_batches", "ppo_update"]
+__all__ = ["MicroLoss", "enumerate_mini_batches", "ppo_update", "shuffle_seed"]
 
 # (micro-batch on the module's device) -> (the micro-batch's loss under loss_agg_mode, its metrics: floats or 0-d
 # tensors, read back once per optimizer step)
 MicroLoss = Callable[[TensorDict], tuple[torch.Tensor, dict[str, float]]]
+
+
+def shuffle_seed(data_loader_seed: int | None, update_calls: int) -> int:
+    """The mini-batch shuffle's seed for a role's ``update_calls``-th update: its ``data_loader_seed`` (null: 0)
+    mixed with the update's number, so each step draws its own order and the same seed repeats them."""
+    return ((data_loader_seed or 0) * 1_000_003 + update_calls) % 2**63
 
 
 def enumerate_mini_batches(data: DataProto, mini_batch_size: int, epochs: int, shuffle: bool,
@@ -51,7 +57,7 @@ def enumerate_mini_batches(data: DataProto, mini_batch_size: int, epochs: int, s
 
 
 def ppo_update(config: ActorConfig | CriticConfig, role: str, module: torch.nn.Module, optimizer: torch.optim.Optimizer, data: DataProto,
-               micro_loss: MicroLoss, seed: int,
+               micro_loss: MicroLoss, update_call: int,
                nonfinite_streak: NonFiniteGradStreak | None = None) -> dict[str, list[float]]:
     """Run the role's update over ``data``; returns metric lists: the micro-batch metrics, then per optimizer step
     ``{role}/grad_norm`` and ``{role}/grad_norm_nonfinite``.
@@ -60,8 +66,10 @@ def ppo_update(config: ActorConfig | CriticConfig, role: str, module: torch.nn.M
     is the mini-batch loss's whatever the micro-batch size. Raises NonFiniteLossError when a micro-batch loss is
     NaN/inf (grads zeroed, no step). A non-finite grad norm alone skips that optimizer step and is recorded; with
     ``nonfinite_streak``, the streak's limit of consecutive skips raises NonFiniteGradError (nonfinite_grads.py).
+    ``update_call``: the role's update count; with ``config.data_loader_seed`` it seeds the mini-batch shuffle.
     """
     module.train()
+    seed = shuffle_seed(getattr(config, "data_loader_seed", None), update_call)
     device = module_device(module)
     metrics: dict[str, list] = {}
     what = f"{role}.ppo_micro_batch_size_per_gpu / {role}.ppo_max_token_len_per_gpu"
@@ -92,6 +100,6 @@ def ppo_update(config: ActorConfig | CriticConfig, role: str, module: torch.nn.M
         append_to_dict(metrics, {f"{role}/grad_norm": grad_norm,
                                  f"{role}/grad_norm_nonfinite": 0.0 if math.isfinite(grad_norm) else 1.0})
         if nonfinite_streak is not None:
-            nonfinite_streak.record(grad_norm, f"update call {seed}, epoch {epoch}, mini-batch {mini_idx}")
+            nonfinite_streak.record(grad_norm, f"update call {update_call}, epoch {epoch}, mini-batch {mini_idx}")
     optimizer.zero_grad()
     return metrics

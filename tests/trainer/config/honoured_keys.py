@@ -65,6 +65,7 @@ _DTYPE_RESHARD = "test_model_dtype_and_reshard_after_forward_shape_each_workers_
 _KL_LOSS = "test_use_kl_loss_adds_kl_loss_coef_times_the_kl_to_the_ref_policy"
 _AGG = "test_loss_agg_mode_aggregates_the_actor_and_the_critic_loss"
 _STRATEGY = "test_strategy_fsdp_and_fsdp2_both_shard_with_fsdp2_and_others_are_refused"
+_SEED_KEYS = "tests/workers/test_engine_seed_keys.py"  # fsdp_config.seed/full_determinism/dtype, data_loader_seed, ...
 
 
 def _fsdp(prefix: str) -> dict[str, str]:
@@ -80,6 +81,9 @@ def _fsdp(prefix: str) -> dict[str, str]:
         f"{prefix}.forward_prefetch": f"{_UPSTREAM}::{_FSDP1_NOTES}",
         # one worker builds every role's mesh the same way (fsdp_workers._init_distributed)
         f"{prefix}.fsdp_size": "tests/workers/test_hsdp_workers.py::test_hsdp_replicates_the_weights_and_trains_as_full_sharding",
+        f"{prefix}.seed": f"{_SEED_KEYS}::test_seed_full_determinism_and_dtype_act_in_each_roles_worker",
+        f"{prefix}.full_determinism": f"{_SEED_KEYS}::test_seed_full_determinism_and_dtype_act_in_each_roles_worker",
+        f"{prefix}.dtype": f"{_SEED_KEYS}::test_dtype_is_the_mixed_precision_param_dtype",
     }
 
 
@@ -87,8 +91,13 @@ def _optim(prefix: str) -> dict[str, str]:
     test = f"{_KEYS}::test_optim_keys_build_the_optimizer_and_its_schedule"
     keys = ("lr", "lr_warmup_steps", "lr_warmup_steps_ratio", "min_lr_ratio", "num_cycles", "warmup_style",
             "lr_scheduler_type", "total_training_steps", "weight_decay", "betas")
+    optimizer_keys = "tests/workers/test_optimizer_keys.py"
     return {f"{prefix}.{key}": test for key in keys} | {
-        f"{prefix}.clip_grad": f"{_UPSTREAM}::test_optim_clip_grad_is_the_roles_grad_clip"}
+        f"{prefix}.clip_grad": f"{_UPSTREAM}::test_optim_clip_grad_is_the_roles_grad_clip",
+        f"{prefix}.optimizer": f"{optimizer_keys}::test_optimizer_and_optimizer_impl_pick_the_class",
+        f"{prefix}.optimizer_impl": f"{optimizer_keys}::test_optimizer_and_optimizer_impl_pick_the_class",
+        f"{prefix}.override_optimizer_config": f"{optimizer_keys}::test_override_optimizer_config_reaches_the_constructor",
+        f"{prefix}.zero_indexed_step": f"{optimizer_keys}::test_zero_indexed_step_counts_the_schedule_from_0_or_1"}
 
 
 HONOURED: dict[str, str] = {
@@ -349,6 +358,8 @@ HONOURED: dict[str, str] = {
     "reward_model.reward_manager": f"{_LOAD_REWARD}::test_batch_manager_expects_plural_arguments",
     "reward_model.use_reward_loop": f"{_LOOP}::test_use_reward_loop_scores_through_the_loop_like_the_batch_path",
     "reward_model.num_workers": f"{_LOOP}::test_num_workers_is_how_many_samples_are_scored_at_once",
+    "reward_model.max_concurrency_per_worker": "tests/trainer/config/test_reward_section.py::"
+    "test_max_concurrency_per_worker_times_num_workers_samples_are_scored_at_once",
     "reward_model.reward_loop_source": f"{_LOOP}::test_reward_loop_source_importlib_loads_the_named_class",
     "reward_model.reward_loop_module_path": f"{_LOOP}::test_reward_loop_source_importlib_loads_the_named_class",
     "reward_model.reward_loop_class_name": f"{_LOOP}::test_reward_loop_source_importlib_loads_the_named_class",
@@ -445,6 +456,7 @@ def _profiler_keys() -> dict[str, str]:
     """global_profiler and the roles' profiler sections (verl.utils.profiler; docs/profiling.md)."""
     torch_t, mem_t, cfg_t = ("tests/utils/test_profiler_torch.py", "tests/utils/test_profiler_torch_memory.py",
                              "tests/utils/test_profiler_config.py")
+    contents_t = "tests/utils/test_profiler_torch_contents.py"
     ranks = f"{torch_t}::test_enable_all_ranks_and_ranks_choose_the_ranks_that_record"
     wiring = f"{cfg_t}::test_each_worker_builds_its_roles_profiler"
     follows = f"{cfg_t}::test_the_rollout_and_reward_model_sections_follow_the_actors"
@@ -458,9 +470,17 @@ def _profiler_keys() -> dict[str, str]:
         out[f"{role}.profiler.tool_config.torch.step_end"] = (
             f"{torch_t}::test_step_start_and_step_end_keep_only_those_optimizer_steps_of_the_update")
         out[f"{role}.profiler.tool_config.torch_memory.trace_alloc_max_entries"] = memory
+        # upstream v0.7's torch options (tests/utils/test_profiler_torch_contents.py)
+        out[f"{role}.profiler.tool_config.torch.contents"] = f"{contents_t}::test_contents_choose_what_the_trace_holds"
+        out[f"{role}.profiler.tool_config.torch.discrete"] = (
+            f"{contents_t}::test_discrete_writes_one_trace_per_stage_instead_of_one_per_step")
     rollout = f"{cfg_t}::test_the_rollout_section_adds_its_own_copy_where_it_asks_for_more"
     out |= {f"{ARR}.rollout.profiler.{key}": rollout for key in ("tool", "enable", "all_ranks", "ranks", "save_path")}
-    out[f"{ARR}.rollout.profiler.tool_config"] = follows
+    out |= {f"{ARR}.rollout.profiler.tool_config.{key}": follows
+            for key in ("nsys", "torch.step_start", "torch.step_end", "torch_memory")}
+    out |= {f"{ARR}.rollout.profiler.tool_config.torch.{key}":
+            f"{contents_t}::test_the_rollout_follows_the_actors_torch_options_and_mismatches_are_refused"
+            for key in ("contents", "discrete")}
     out |= {f"reward_model.profiler.{key}": follows
             for key in ("tool", "enable", "all_ranks", "ranks", "save_path", "tool_config")}
     out |= {
@@ -477,6 +497,23 @@ def _profiler_keys() -> dict[str, str]:
 
 
 HONOURED |= _profiler_keys()
+
+# upstream v0.7's remaining small keys (tiled MLP, the reference's actor-config keys, the dataset's tool schemas and
+# image patch size)
+_TILED = "tests/models/test_tiled_mlp.py"
+_V07 = "tests/trainer/config/test_v07_small_keys.py"
+_DATA07 = "tests/data/test_v07_data_keys.py"
+HONOURED |= {
+    f"{ARR}.model.tiled_mlp.enabled": f"{_TILED}::test_the_model_sections_tiled_mlp_reaches_the_loaded_actor_and_critic",
+    f"{ARR}.model.tiled_mlp.num_shards": f"{_TILED}::test_tiled_outputs_and_gradients_equal_the_untiled_models",
+    "critic.model.tiled_mlp.enabled": f"{_TILED}::test_the_model_sections_tiled_mlp_reaches_the_loaded_actor_and_critic",
+    "critic.model.tiled_mlp.num_shards": f"{_TILED}::test_the_model_sections_tiled_mlp_reaches_the_loaded_actor_and_critic",
+    f"{ARR}.ref.rollout_n": f"{_V07}::test_ref_rollout_n_follows_rollout_n_and_must_equal_it",
+    f"{ARR}.ref.router_replay.mode":
+        "tests/workers/actor/test_ref_router_replay.py::test_the_reference_pass_replays_the_batchs_routing",
+    "data.tool_config_path": f"{_DATA07}::test_tool_config_path_counts_the_tool_schemas_in_the_overlong_filter",
+    "data.image_patch_size": f"{_DATA07}::test_image_patch_size_resizes_the_images_before_the_processor",
+}
 
 
 def _engine_mirror_keys() -> dict[str, str]:
@@ -508,3 +545,19 @@ def _engine_mirror_keys() -> dict[str, str]:
 
 
 HONOURED |= _engine_mirror_keys()
+HONOURED |= {
+    f"{ARR}.actor.data_loader_seed": f"{_SEED_KEYS}::test_the_roles_update_shuffles_with_its_data_loader_seed",
+    "critic.data_loader_seed": f"{_SEED_KEYS}::test_the_roles_update_shuffles_with_its_data_loader_seed",
+    f"{ARR}.actor.calculate_entropy": f"{_SEED_KEYS}::test_calculate_entropy_reports_the_entropy_and_leaves_the_update_alone",
+    f"{ARR}.actor.loss_scale_factor": f"{_SEED_KEYS}::test_loss_scale_factor_is_seq_mean_token_sum_norms_divisor",
+}
+
+# upstream v0.7's rollout keys (tests/workers/rollout/test_rollout_v07_keys.py); the others of that set are refusals
+_V07 = "tests/workers/rollout/test_rollout_v07_keys.py"
+HONOURED |= {
+    f"{ARR}.rollout.logprobs_mode": f"{_V07}::test_hf_rollout_log_probs_follow_logprobs_mode",
+    f"{ARR}.rollout.scheduling_policy": f"{_V07}::test_vllm_engine_gets_logprobs_mode_and_scheduling_policy",
+    f"{ARR}.rollout.multi_turn.num_repeat_rollouts": f"{_V07}::test_num_repeat_rollouts_reaches_user_agent_loops",
+    # follows actor.qat (every key of which is refused unless at its default); null is upstream's no-QAT fallback
+    f"{ARR}.rollout.qat": f"{_V07}::test_qat_is_refused_on_the_actor_and_its_rollout_mirror",
+}

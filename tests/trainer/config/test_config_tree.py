@@ -36,7 +36,7 @@ def test_the_groups_are_laid_out_as_upstream_and_ppo_trainer_composes_them():
     assert defaults[-1] == "_self_"
     tree = compose_tree()
     assert set(tree) == {"data", "actor_rollout_ref", "critic", "reward_model", "custom_reward_function", "algorithm",
-                         "trainer", "ray_kwargs", "global_profiler"}
+                         "trainer", "ray_kwargs", "global_profiler", "transfer_queue"}
     assert tree["actor_rollout_ref"]["actor"]["optim"]["lr"] == 1e-6  # optim/fsdp.yaml
     assert tree["critic"]["optim"]["lr"] == 1e-5  # dp_critic.yaml over optim/fsdp.yaml
     assert tree["critic"]["model"]["fsdp_config"]["_target_"] == "verl.workers.config.FSDPEngineConfig"

@@ -1,7 +1,10 @@
 """Keys upstream renamed, accepted in both spellings as one setting.
 
-Upstream v0.9 moved ``reward_model.sandbox_fusion`` to ``reward.sandbox_fusion``. A command line in either
-spelling sets the same key; giving both with different values is an error rather than a silent winner.
+Upstream v0.7 moved the reward settings to a top-level ``reward:`` section (``reward.sandbox_fusion``,
+``reward.num_workers``, ``reward.reward_model.*``, ...; the table and its rules are in
+verl.trainer.config.reward_section). A command line in either spelling sets the same key; giving both with
+different values is an error rather than a silent winner. A ``reward.*`` key only the reward loop reads turns
+``reward_model.use_reward_loop`` on, as upstream v0.7 always runs its loop.
 
 Keys upstream users must append with `+` because upstream's yaml lacks them (e.g.
 `+actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=bf16`) are declared in ours, where Hydra would
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from verl.trainer.config import reward_section
 from verl.trainer.config.yaml_files import yaml_keys
 from verl.utils.config_errors import ConfigError
 
@@ -26,7 +30,6 @@ APPENDED_WITHOUT_PLUS = ("actor_rollout_ref.rollout.engine_kwargs.", "reward_mod
 
 # new spelling (prefix) -> the key this schema has
 KEY_ALIASES: dict[str, str] = {
-    "reward.sandbox_fusion": "reward_model.sandbox_fusion",
     # older upstream's per-role nsys option (verl.trainer.config.deprecated); the rollout's follows the actor's
     "actor_rollout_ref.actor.profiler.discrete": "actor_rollout_ref.actor.profiler.tool_config.nsys.discrete",
     "actor_rollout_ref.rollout.profiler.discrete": "actor_rollout_ref.actor.profiler.tool_config.nsys.discrete",
@@ -48,7 +51,10 @@ def _renamed(key: str) -> str | None:
     for new, old in KEY_ALIASES.items():
         if key == new or key.startswith(new + "."):
             return old + key[len(new):]
-    return None
+    if key in yaml_keys():
+        return None  # one of ours (reward_model.rollout.name, ...), never a v0.7 spelling
+    matched = reward_section.v07_key(key)
+    return None if matched is None else matched[1]
 
 
 def _declared(key: str) -> bool:
@@ -60,26 +66,51 @@ def rewrite_aliases(overrides: Sequence[str]) -> list[str]:
     out: list[str] = []
     seen: dict[str, tuple[str, str]] = {}  # canonical key -> (value, as written)
     problems: list[str] = []
+    loop_by: str | None = None  # the first v0.7 key that implies the reward loop
     for override in overrides:
         parts = _split(override)
         if parts is None:
             out.append(override)
             continue
         plus, key, value = parts
+        refusal = reward_section.refused_rollout_key(key)
+        if refusal is not None:
+            problems.append(refusal)
+            continue
         canonical = _renamed(key)
         written = key
-        if plus == "+" and canonical is None and _declared(key):
+        if canonical is not None:
+            if key.startswith("reward.") and reward_section.implies_loop(key):
+                loop_by = loop_by or key
+            key = canonical
+        if plus == "+" and _declared(key):
             plus = ""  # upstream's yaml lacks the key, so its users append it; ours declares it: set it instead
         elif plus == "" and key.startswith(APPENDED_WITHOUT_PLUS) and not _declared(key):
             plus = "+"  # an engine kwarg older upstream yamls declared (see the module docstring)
-        if canonical is not None:
-            override = f"{canonical}={value}"
-            key = canonical
         if key in seen and seen[key][0] != value and seen[key][1] != written:
             problems.append(f"{seen[key][1]}={seen[key][0]} and {written}={value} set the same key ({key}) to "
                             "different values; give it once.")
         seen[key] = (value, written)
-        out.append(override if canonical is not None else plus + key + "=" + value)
+        out.append(plus + key + "=" + value)
+    out += _v07_implied(seen, loop_by, problems)
     if problems:
         raise ConfigError(problems)
     return out
+
+
+def _v07_implied(seen: dict[str, tuple[str, str]], loop_by: str | None, problems: list[str]) -> list[str]:
+    """What upstream v0.7 implies for its `reward.*` keys: its reward loop (always on there), and its reward-manager
+    class name `custom_reward_manager` when reward.reward_manager.source=importlib names none."""
+    implied: list[str] = []
+    switch = reward_section.LOOP_SWITCH
+    if loop_by is not None:
+        if switch not in seen:
+            implied.append(f"{switch}=true")
+        elif seen[switch][0].lower() != "true":
+            problems.append(f"{loop_by} is read by the reward loop, which upstream v0.7 always runs; it cannot be "
+                            f"given with {seen[switch][1]}={seen[switch][0]}: drop one of them.")
+    source = seen.get("reward_model.reward_loop_source")
+    if source and source[0] == "importlib" and source[1].startswith("reward.") and \
+            reward_section.CLASS_NAME not in seen:
+        implied.append(f"{reward_section.CLASS_NAME}={reward_section.V07_CLASS_NAME}")
+    return implied

@@ -25,6 +25,7 @@ from verl.trainer.config.profiler_checks import check_profiler
 from verl.trainer.config.ref_model_checks import check_ref_model
 from verl.trainer.config.reward import check_reward_model
 from verl.trainer.config.rollout_service_checks import check_rollout_services
+from verl.trainer.config.rollout_v07_checks import rollout_v07_problems
 from verl.trainer.config.router_replay_checks import check_router_replay
 from verl.trainer.config.ulysses_checks import check_ulysses
 from verl.trainer.config.upstream_keys import SINGLETON_GROUP_ESTIMATORS
@@ -87,6 +88,7 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_rollout_trace(cfg)
     problems += check_rollout_engine_kwargs(cfg.actor_rollout_ref.rollout)
     problems += check_rollout_services(cfg)
+    problems += rollout_v07_problems(cfg)
     problems += check_router_replay(cfg)
     problems += check_profiler(cfg)
     return problems
@@ -234,12 +236,12 @@ def _check_update(u: _Update, train_batch_size: int) -> list[str]:
 
 def check_actor_rollout_n(cfg: PPOTrainerConfig) -> list[str]:
     """The actor sizes its mini-batches by actor.rollout_n (the yaml makes it follow rollout.n)."""
-    actor, n = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout.n
-    if actor.rollout_n == n:
-        return []
+    arr, n = cfg.actor_rollout_ref, cfg.actor_rollout_ref.rollout.n
+    # the reference's too (upstream v0.7's ref section is an actor config): it must describe the same batches
     return [
-        f"actor_rollout_ref.actor.rollout_n ({actor.rollout_n}) differs from {N} ({n}); "
-        f"leave actor_rollout_ref.actor.rollout_n at its default, ${{{N}}}."
+        f"actor_rollout_ref.{role}.rollout_n ({section.rollout_n}) differs from {N} ({n}); "
+        f"leave actor_rollout_ref.{role}.rollout_n at its default, ${{{N}}}."
+        for role, section in (("actor", arr.actor), ("ref", arr.ref)) if section.rollout_n != n
     ]
 
 

@@ -77,11 +77,17 @@ class DataConfig(MutableConfig):
     image_key: str = "images"
     # the video column (<video> rows, Qwen2-VL / Qwen2.5-VL / Qwen3-VL; docs/vlm.md#videos)
     video_key: str = "videos"
+    # upstream v0.7: images are resized to multiples of image_patch_size * 2 before the processor (verl.data.image_resize);
+    # 14: Qwen2-VL / Qwen2.5-VL, 16: Qwen3-VL
+    image_patch_size: int = at_least(14, 1)
     # items carry the processor's pixel_values / image_grid_thw (multi_modal_inputs) for the actor's forward
     return_multi_modal_inputs: bool = True
     # extra variables for the chat template wherever a prompt is rendered (dataset, data check, agent loop), e.g.
     # {enable_thinking: false} for Qwen3; free-form (the template decides what it reads)
     apply_chat_template_kwargs: dict[str, Any] = dict_field()
+    # upstream v0.7: the tool config whose schemas the overlong-prompt filter renders into the chat template
+    # (verl.data.tool_schemas); follows actor_rollout_ref.rollout.multi_turn.tool_config_path
+    tool_config_path: str | None = None
 
     @property
     def resolved_gen_batch_size(self) -> int:

@@ -32,7 +32,11 @@ def check_rollout_engine_kwargs(rollout: Any) -> list[str]:
     engine_kwargs = dict(rollout.engine_kwargs or {})
     problems = []
     for engine, section in sorted(engine_kwargs.items()):
-        if any(v is not None for v in dict(section or {}).values()) and engine != rollout.name:
+        if engine == "trtllm" and any(v is not None for v in dict(section or {}).values()):
+            problems.append(f"{KEY}.trtllm is read by upstream's TensorRT-LLM rollout only, which needs NVIDIA GPUs "
+                            "and TensorRT-LLM and is not built here; remove it (leave engine_kwargs.trtllm empty) and "
+                            "put vLLM options under engine_kwargs.vllm")
+        elif any(v is not None for v in dict(section or {}).values()) and engine != rollout.name:
             problems.append(f"{KEY}.{engine} is read by the {engine} engine only, and rollout.name={rollout.name} "
                             f"would ignore it; remove it or set actor_rollout_ref.rollout.name={engine}")
     vllm_section = engine_kwargs.get("vllm") or {}

@@ -87,5 +87,7 @@ def check_files(cfg: PPOTrainerConfig) -> list[str]:
                             ("agent.agent_loop_config_path", rollout.agent.agent_loop_config_path,
                              "agent loop config")):
         problems += _local_path(f"actor_rollout_ref.rollout.{key}", path, f"{what} YAML")
+    if cfg.data.tool_config_path and cfg.data.tool_config_path != rollout.multi_turn.tool_config_path:
+        problems += _local_path("data.tool_config_path", cfg.data.tool_config_path, "tool config YAML")
     problems += check_lora_files(cfg)
     return problems

@@ -8,7 +8,7 @@ from verl.trainer.config.algorithm import AlgoConfig
 from verl.trainer.config.data import DataConfig
 from verl.trainer.config.old_log_prob_reuse import OldLogProbReuse, decide_old_log_prob_reuse
 from verl.trainer.config.reward import CustomRewardFunctionConfig, FSDPRewardModelConfig
-from verl.trainer.config.trainer import RayKwargsConfig, TrainerConfig
+from verl.trainer.config.trainer import RayKwargsConfig, TrainerConfig, TransferQueueConfig
 from verl.utils.config_schema import MutableConfig
 from verl.utils.profiler.config import GlobalProfilerConfig
 from verl.workers.config import ActorRolloutRefConfig, FSDPCriticConfig
@@ -26,6 +26,7 @@ class PPOTrainerConfig(MutableConfig):
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
     # which steps are profiled and how (verl.utils.profiler; the roles' `profiler` sections say who)
     global_profiler: GlobalProfilerConfig = field(default_factory=GlobalProfilerConfig)
+    transfer_queue: TransferQueueConfig = field(default_factory=TransferQueueConfig)  # refused unless disabled
 
     @property
     def use_critic(self) -> bool:

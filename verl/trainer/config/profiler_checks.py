@@ -65,6 +65,7 @@ def check_profiler(cfg: PPOTrainerConfig) -> list[str]:
                             "global_profiler.steps=[1].")
             break
     problems += _window_problems(cfg, enabled)
+    problems += _torch_option_problems(cfg, enabled)
     return problems
 
 
@@ -151,3 +152,26 @@ def _window_key(w: TorchProfilerToolConfig) -> tuple[int, int | None]:
 
 def _where(key: str, w: TorchProfilerToolConfig) -> str:
     return f"{key}.tool_config.torch.step_start={w.step_start}, step_end={w.step_end}"
+
+
+def _torch_option_problems(cfg: PPOTrainerConfig, enabled: list[tuple[str, ProfilerConfig]]) -> list[str]:
+    """tool_config.torch.contents / discrete: what a GPU-less run cannot record, a stage trace with an optimizer-step
+    window, and enabled roles (which may share a worker process and its one trace) that ask for different ones."""
+    torch_roles = {key: _window(p) for key, p in enabled if p.tool == "torch"}
+    cuda = torch.cuda.is_available() and cfg.trainer.device != "cpu"
+    problems = []
+    for key, t in torch_roles.items():
+        if "cuda" in t.contents and not cuda:
+            problems.append(f"{key}.tool_config.torch.contents={list(t.contents)} names 'cuda', but this machine has "
+                            "no CUDA GPU (or trainer.device=cpu); remove 'cuda' (cpu is recorded either way).")
+        if t.discrete and not t.whole_step:
+            problems.append(f"{key}.tool_config.torch.discrete=true records each stage whole, so its step_start="
+                            f"{t.step_start} / step_end={t.step_end} window has nothing to narrow; set discrete=false "
+                            "or leave step_start=0 and step_end=null.")
+    for name in ("contents", "discrete"):
+        values = {key: getattr(t, name) for key, t in torch_roles.items()}
+        if len({str(sorted(v) if name == "contents" else v) for v in values.values()}) > 1:
+            listed = "; ".join(f"{key}.tool_config.torch.{name}={v}" for key, v in values.items())
+            problems.append(f"{listed}: the enabled roles of one worker process share its torch.profiler, so they "
+                            f"must ask for the same {name}; give them the same value, or enable one role.")
+    return problems

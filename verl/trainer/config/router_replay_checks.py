@@ -35,6 +35,7 @@ def check_router_replay(cfg: PPOTrainerConfig) -> list[str]:
     if rollout.enable_rollout_routing_replay and mode != "R3":
         problems.append(f"{RECORDS}=true records the rollout's MoE routing, which only {MODE}=R3 replays (now "
                         f"{mode}); set {MODE}=R3, or leave {RECORDS}=false.")
+    problems += _ref_problems(cfg, mode)
     if mode == "disabled":
         return problems
     model_config = _model_config(arr.model.path)
@@ -72,4 +73,30 @@ def _r3_rollout_problems(rollout) -> list[str]:
                 "actor_rollout_ref.rollout.name=hf (rollout.mode sync or async), or mode=R2."]
     # rollout.mode=async: the agent loop's HF engine records each request's routing and the agent loop assembles
     # routed_experts aligned with input_ids (verl.workers.rollout.agent_loop.outputs)
+    return []
+
+
+REF_MODE = "actor_rollout_ref.ref.router_replay.mode"
+
+
+def _ref_problems(cfg: PPOTrainerConfig, actor_mode: str) -> list[str]:
+    """The reference pass replays the routed_experts the actor's mode puts in the batch before it runs."""
+    ref_mode = cfg.actor_rollout_ref.ref.router_replay.mode
+    if ref_mode == "disabled":
+        return []
+    if ref_mode != actor_mode:
+        return [f"{REF_MODE}={ref_mode} replays the routing the actor's mode puts in the batch ({MODE}={actor_mode}); "
+                f"set {REF_MODE}=disabled, or {MODE}={ref_mode}."]
+    if cfg.ref_in_actor:
+        return [f"{REF_MODE}={ref_mode} with LoRA (actor_rollout_ref.model.lora_rank > 0): the reference pass is the "
+                f"actor's module, which replays by {MODE}; leave {REF_MODE}=disabled."]
+    if cfg.actor_rollout_ref.ref.model is not None:
+        return [f"{REF_MODE}={ref_mode} with actor_rollout_ref.ref.model set: another model's experts do not match the "
+                f"policy's routing; leave {REF_MODE}=disabled or drop actor_rollout_ref.ref.model."]
+    if not cfg.use_reference_policy:
+        return [f"{REF_MODE}={ref_mode}, but this run has no reference policy (use_kl_loss and use_kl_in_reward are "
+                f"off); leave {REF_MODE}=disabled."]
+    if ref_mode == "R2" and cfg.old_log_prob_reuse.reuse:
+        return [f"{REF_MODE}=R2 replays what the actor's old-log-prob pass records, which this run skips (the "
+                f"update's first forward is pi_old's); use R3, or {REF_MODE}=disabled."]
     return []

@@ -89,6 +89,17 @@ class TrainerConfig(MutableConfig):
 
 
 @dataclass
+class TransferQueueConfig(MutableConfig):
+    """`transfer_queue` (upstream v0.7): its TransferQueue data system streams the batch's fields between the
+    trainer and the workers through storage Ray actors (the `transferqueue` package, `tq.init`)."""
+
+    enable: bool = refused(
+        False, "upstream's TransferQueue data plane (the transferqueue package's controller and storage units, and "
+        "the trainer and workers that read and write batch fields through it) is not built: batches travel as "
+        "DataProto through the worker-group calls", "Remove it (or set transfer_queue.enable=false).")
+
+
+@dataclass
 class RayKwargsConfig(MutableConfig):
     # Passed to ray.init as keyword arguments, so any ray.init argument is accepted.
     ray_init: dict[str, Any] = dict_field({"num_cpus": None, "object_store_memory": None, "include_dashboard": False})

@@ -18,6 +18,7 @@ from verl.trainer.config.deprecated import (
 from verl.trainer.config.files import check_files as file_problems
 from verl.trainer.config.overrides import unknown_override_problems
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+from verl.trainer.config.reward_section import fold_reward_section
 from verl.trainer.config.upstream_keys import adopt_adapter_rank, apply_upstream_keys
 from verl.trainer.config.yaml_files import CONFIG_DIR
 from verl.utils.config_errors import ConfigError
@@ -38,6 +39,9 @@ def validate_config(cfg: DictConfig | dict, *, check_files: bool = True) -> PPOT
     adapter_writes.update(fold_both_update_sizes(node))  # before typing: the classes refuse both sizes
     adapter_writes.update(fold_profile_steps(node))  # before typing: the roles' tool follows the global one
     adapter_writes.update(fold_legacy_worker_bool(node))  # before typing: the key is a word
+    reward_writes, reward_problems = fold_reward_section(node)  # before typing: v0.7's reward: section is ours
+    adapter_writes.update(reward_writes)
+    adapter_problems += reward_problems
     result = build_config(PPOTrainerConfig, node)
     if result.problems or adapter_problems:
         raise ConfigError(result.problems + adapter_problems)

@@ -143,7 +143,7 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, compute_s
         custom = compute_score is not None
         compute_score = compute_score or _default_score(config)
     if genrm and not custom:  # upstream's rule: no reward function, so model.path is a discriminative RM
-        return RewardLoopManager(disrm_manager(config, tokenizer), config.reward_model.num_workers)
+        return RewardLoopManager(disrm_manager(config, tokenizer), _loop_concurrency(config.reward_model))
     if genrm:
         compute_score = bind_genrm(config, compute_score, custom)
     if manager_name == "rate_limited" or _loop_native(config) or (
@@ -157,7 +157,13 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int, compute_s
         raise RewardFunctionError(f"custom_reward_function {config.custom_reward_function.name!r} is a coroutine "
                                   f"function; reward_model.reward_manager={manager_name!r} calls it synchronously. "
                                   "Use reward_manager=naive or rate_limited with an async function.")
-    return RewardLoopManager(manager, config.reward_model.num_workers)
+    return RewardLoopManager(manager, _loop_concurrency(config.reward_model))
+
+
+def _loop_concurrency(rm: Any) -> int:
+    """Samples the reward loop scores at once: num_workers workers, max_concurrency_per_worker each (upstream v0.7's
+    reward.max_concurrency_per_worker; 1 when a config predates the key)."""
+    return int(rm.num_workers) * int(getattr(rm, "max_concurrency_per_worker", 1) or 1)
 
 
 def _is_async(fn: Any) -> bool:

@@ -19,6 +19,7 @@ __all__ = ["TOOLS", "NsightToolConfig", "GlobalNsightToolConfig", "GlobalProfile
            "ProfilerToolConfig", "GlobalTorchMemoryConfig", "GlobalToolConfig", "ProfilerConfig"]
 
 TOOLS = ("nsys", "npu", "torch", "torch_memory")
+TORCH_CONTENTS = ("cuda", "cpu", "memory", "shapes", "stack")
 DEFAULT_SAVE_PATH = "outputs/profile"
 
 _NSYS = ("Nsight Systems profiling is not built here: it needs the workers started under nsys (Ray's nsight "
@@ -61,7 +62,8 @@ class NPUToolConfig(BaseConfig):
 
 @dataclass
 class TorchProfilerToolConfig(BaseConfig):
-    """``tool_config.torch``: which optimizer steps of the role's update a profiled step records.
+    """``tool_config.torch``: what a profiled step's trace holds (``contents``), whether each stage gets a trace
+    of its own (``discrete``), and which optimizer steps of the role's update it records (older upstream's window).
 
     Upstream: "step_start: start step in update_policy; step_end: end step". Counted from 0 over the optimizer
     steps of one update call (epochs x mini-batches). The defaults (0, null) record the whole training step;
@@ -70,8 +72,17 @@ class TorchProfilerToolConfig(BaseConfig):
 
     step_start: int = 0
     step_end: int | None = None
+    # upstream v0.7: what the trace holds (cpu, cuda: torch.profiler activities; shapes: record_shapes; memory:
+    # profile_memory; stack: with_stack); empty: cpu and cuda (where there is a GPU), nothing more
+    contents: list[str] = list_field([], TORCH_CONTENTS)
+    discrete: bool = False  # one trace per annotated stage (each worker call) instead of one per profiled step
 
     def __post_init__(self) -> None:
+        if not isinstance(self.contents, (list, tuple)):  # AssertionError as upstream
+            raise AssertionError(f"Profiler contents must be of type list, got {type(self.contents)}")
+        bad = [c for c in self.contents if c not in TORCH_CONTENTS]
+        if bad:
+            raise AssertionError(f"Profiler contents only supports {list(TORCH_CONTENTS)}, but gets {bad[0]}")
         if self.step_start < 0:
             raise ValueError(f"tool_config.torch.step_start must be >= 0, got {self.step_start}")
         if self.step_end is not None and self.step_end <= self.step_start:

@@ -10,6 +10,12 @@ the first training step of the trace). Every annotated worker call made while a 
 ``tool_config.torch.step_start`` / ``step_end`` (upstream: "start step in update_policy") of the role that opened
 the trace narrow it to optimizer steps ``step_start .. step_end - 1`` of the updates the process runs (update_actor,
 update_critic), counted from 0 since the trace began; with the defaults (0, null) the whole step is recorded.
+
+``tool_config.torch.contents`` (upstream v0.7) chooses what the trace holds: ``cpu`` / ``cuda`` the activities
+(neither named: both, cuda where there is a GPU), ``shapes`` the operators' input shapes, ``memory`` the tensor
+allocations, ``stack`` the Python call stacks. ``tool_config.torch.discrete=true`` writes one trace per annotated
+worker call instead of one per step: ``<save_path>/<step>/<role>/<stage>/prof_rank-<rank>.json.gz`` (``<stage>``:
+the method, e.g. ``update_actor``; a second call of it in the same step adds ``_1``, ``_2``... to the file name).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from verl.utils.profiler.config import ProfilerConfig, TorchProfilerToolConfig
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TorchProfiler", "trace_path"]
+__all__ = ["TorchProfiler", "trace_path", "stage_trace_path", "profile_options"]
 
 _OPEN_ENDED = 10**9  # schedule steps recorded when step_end is null: to the end of the trace
 
@@ -37,15 +43,38 @@ def trace_path(save_path: str, step: int, role: str, rank: int) -> str:
     return os.path.join(save_path, str(step), role, f"prof_rank-{rank}.json.gz")
 
 
+def stage_trace_path(save_path: str, step: int, role: str, rank: int, stage: str, index: int = 0) -> str:
+    """With ``discrete``: where the ``index``-th call (from 0) of ``stage`` in the profiled step ``step`` goes."""
+    name = f"prof_rank-{rank}.json.gz" if index == 0 else f"prof_rank-{rank}_{index}.json.gz"
+    return os.path.join(save_path, str(step), role, stage, name)
+
+
+def profile_options(tool_config: TorchProfilerToolConfig) -> dict[str, Any]:
+    """torch.profiler.profile's arguments for ``tool_config.torch.contents`` (upstream's mapping)."""
+    contents = set(tool_config.contents)
+    named = contents & {"cpu", "cuda"}
+    activities = []
+    if not named or "cpu" in contents:
+        activities.append(torch.profiler.ProfilerActivity.CPU)
+    if (not named and torch.cuda.is_available()) or "cuda" in contents:
+        if not torch.cuda.is_available():
+            raise ValueError("tool_config.torch.contents names 'cuda', but this machine has no CUDA GPU; remove it")
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return {"activities": activities, "record_shapes": "shapes" in contents,
+            "profile_memory": "memory" in contents, "with_stack": "stack" in contents}
+
+
 class _Session:
     """The process's one torch.profiler session and the roles in it."""
 
     current: _Session | None = None
 
-    def __init__(self, owner: TorchProfiler, step: int) -> None:
+    def __init__(self, owner: TorchProfiler, step: int, members: list[TorchProfiler] | None = None,
+                 stage: str | None = None) -> None:
         self.owner = owner
         self.step = step
-        self.members: list[TorchProfiler] = [owner]
+        self.stage = stage  # discrete: the annotated call this trace holds; None: the whole step
+        self.members: list[TorchProfiler] = members or [owner]
         self.exported: list[str] = []
         self.updating = False  # an update has begun: from here on each optimizer step ends a schedule step
         window = owner.tool_config
@@ -55,17 +84,14 @@ class _Session:
             # schedule step 0: the work before the first update; step i + 1: from the end of optimizer step i - 1 to
             # the end of optimizer step i, across the update calls of the process
             schedule = torch.profiler.schedule(wait=window.step_start, warmup=1, active=active, repeat=1)
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if torch.cuda.is_available():
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self.prof = torch.profiler.profile(activities=activities, schedule=schedule, record_shapes=True,
-                                           on_trace_ready=self._export)
+        self.prof = torch.profiler.profile(schedule=schedule, on_trace_ready=self._export,
+                                           **profile_options(window))
         self.prof.start()
 
     def _export(self, prof: Any) -> None:
         first = None
         for member in self.members:
-            path = trace_path(member.save_path, self.step, member.role, member.rank)
+            path = self._path(member)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             if first is None:
                 prof.export_chrome_trace(path)
@@ -75,6 +101,13 @@ class _Session:
             self.exported.append(path)
             logger.info("[Profiler] rank %d: %s trace of step %d written to %s", member.rank, member.role,
                         self.step, path)
+
+    def _path(self, member: TorchProfiler) -> str:
+        if self.stage is None:
+            return trace_path(member.save_path, self.step, member.role, member.rank)
+        index = member.stage_calls.get(self.stage, 0)
+        member.stage_calls[self.stage] = index + 1
+        return stage_trace_path(member.save_path, self.step, member.role, member.rank, self.stage, index)
 
     def tick(self) -> None:
         """One schedule step (the update began, or an optimizer step ended)."""
@@ -99,9 +132,19 @@ class TorchProfiler:
         self.save_path = config.save_path or "outputs/profile"
         self.this_rank = config.enable and config.profiles_rank(rank)
         self.in_session = False
+        self.discrete = self.tool_config.discrete
+        if self.discrete and not self.tool_config.whole_step:  # refused before Ray (profiler_checks) as well
+            raise ValueError("tool_config.torch.discrete=true records each stage whole; leave step_start=0 and "
+                             "step_end=null")
+        self.armed_step: int | None = None  # discrete: the profiled step whose annotated calls get a trace each
+        self.stage_calls: dict[str, int] = {}
+        profile_options(self.tool_config)  # contents it cannot record are refused here, not at the first step
 
     def start(self, profile_step: int = 0, **_: Any) -> None:
-        if not self.this_rank or self.in_session:
+        if not self.this_rank or self.in_session or self.armed_step is not None:
+            return
+        if self.discrete:
+            self.armed_step, self.stage_calls = int(profile_step), {}
             return
         session = _Session.current
         if session is None:
@@ -111,6 +154,7 @@ class TorchProfiler:
         self.in_session = True
 
     def stop(self) -> None:
+        self.armed_step = None
         if not self.in_session:
             return
         self.in_session = False
@@ -148,13 +192,33 @@ def annotate_call(message: str | None, optimizer_attr: str | None) -> Callable[[
         @functools.wraps(func)
         def wrapper(instance: Any, *args: Any, **kwargs: Any) -> Any:
             session = _Session.current
-            if session is None:
-                return func(instance, *args, **kwargs)
             # named after the instance's role, whether or not that role records (another role's trace holds it)
             role = getattr(getattr(instance, "profiler", None), "role", type(instance).__name__)
-            return _in_session(session, f"{role}/{message or func.__name__}", func, instance, optimizer_attr, args,
-                               kwargs)
+            label = f"{role}/{message or func.__name__}"
+            if session is not None:
+                return _in_session(session, label, func, instance, optimizer_attr, args, kwargs)
+            armed = _armed(instance)
+            if not armed:
+                return func(instance, *args, **kwargs)
+            # discrete: this call is a trace of its own, for each armed role of the worker
+            session = _Session(armed[0], armed[0].armed_step, members=armed, stage=message or func.__name__)
+            _Session.current = session
+            try:
+                return _in_session(session, label, func, instance, optimizer_attr, args, kwargs)
+            finally:
+                _Session.current = None
+                session.close()
 
         return wrapper
 
     return decorator
+
+
+def _armed(instance: Any) -> list[TorchProfiler]:
+    """The worker's torch profilers armed for a discrete trace (its role's, then the extra roles' it serves)."""
+    out = []
+    for dist_profiler in (getattr(instance, "profiler", None), *getattr(instance, "extra_profilers", ())):
+        impl = getattr(dist_profiler, "impl", None)
+        if isinstance(impl, TorchProfiler) and impl.armed_step is not None:
+            out.append(impl)
+    return out

@@ -261,14 +261,15 @@ class DataParallelPPOActor(BasePPOActor):
         old-log-prob pass was skipped, so this forward is pi_old's; its entropy goes to the tally."""
         entropy_coeff = self.config.entropy_coeff
         response_mask = micro_batch["response_mask"]
+        # actor.calculate_entropy: the entropy for its metric alone, when entropy_coeff leaves it out of the loss
+        wants_entropy = entropy_coeff != 0 or self.config.calculate_entropy or on_policy is not None
         with routed_micro_batch(self._routing, micro_batch):
-            log_prob, entropy = self._forward_micro_batch(micro_batch, temperature,
-                                                          calculate_entropy=entropy_coeff != 0 or on_policy is not None)
+            log_prob, entropy = self._forward_micro_batch(micro_batch, temperature, calculate_entropy=wants_entropy)
         if on_policy is not None:
             old_log_prob = log_prob.detach()  # one optimizer step after all forwards: ratio 1 here, as in the pass
             on_policy.add(entropy.detach(), response_mask)
             if entropy_coeff == 0:
-                entropy = None  # only the metric wanted it: drop its graph now
+                entropy = None  # only the metric wanted it (the tally reports it): drop its graph now
         else:
             old_log_prob = micro_batch["old_log_probs"]
         loss_kwargs = {}
@@ -283,7 +284,9 @@ class DataParallelPPOActor(BasePPOActor):
         metrics.update({k if k.startswith(("actor/", "rollout_corr/")) else f"actor/{k}": metric_value(v)
                         for k, v in pg_metrics.items()})
         policy_loss = pg_loss
-        if entropy is not None:
+        if entropy is not None and entropy_coeff == 0:  # calculate_entropy: the metric, no graph kept for it
+            metrics["actor/entropy"] = core_algos.agg_loss(entropy.detach(), response_mask, loss_agg_mode)
+        elif entropy is not None:
             entropy_loss = core_algos.agg_loss(entropy, response_mask, loss_agg_mode)
             policy_loss = policy_loss - entropy_coeff * entropy_loss
             metrics["actor/entropy"] = entropy_loss.detach()
@@ -325,7 +328,7 @@ class DataParallelPPOActor(BasePPOActor):
             if optional in data.batch.keys():
                 select_keys.append(optional)
         select_keys += routing_keys(self._routing, data.batch.keys())
-        seed = self._update_calls
+        seed = self._update_calls  # with config.data_loader_seed, the shuffle's seed (update_loop.shuffle_seed)
         self._update_calls += 1
         with update_pass(self._routing, data.batch.keys(), on_policy=tally is not None):
             metrics = ppo_update(self.config, "actor", self.actor_module, self.actor_optimizer,

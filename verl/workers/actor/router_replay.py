@@ -9,6 +9,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from verl.models.router_replay import ROUTED_EXPERTS_KEY, RouterReplay, flat_targets, unflatten_record
+from verl.workers.config.actor import RefConfig
 
 __all__ = ["ActorRouting", "routing_keys", "routed_micro_batch", "log_prob_pass", "update_pass"]
 
@@ -21,27 +22,35 @@ class ActorRouting:
     - the update: both replay the batch's ``routed_experts``. Without them (R2 when the trainer skipped the
       old-log-prob pass: the update's first forward is pi_old's own, config.old_log_prob_reuse) the model routes
       itself; R3 without them is an error.
-    ``packed``: the actor's use_remove_padding (which tokens the routers see)."""
+    ``packed``: the actor's use_remove_padding (which tokens the routers see).
 
-    def __init__(self, mode: str, model: torch.nn.Module, packed: bool) -> None:
+    The reference policy's (``actor_rollout_ref.ref.router_replay.mode``, ``reference=True``) only replays: its
+    log-prob pass runs after the actor's old-log-prob pass, so the batch's ``routed_experts`` are the ones the actor's
+    R2 pass recorded, or the rollout's (R3); the reference then scores the tokens through the experts the policy
+    chose."""
+
+    def __init__(self, mode: str, model: torch.nn.Module, packed: bool, reference: bool = False) -> None:
         if mode not in ("R2", "R3"):
             raise ValueError(f"ActorRouting: mode must be R2 or R3, got {mode!r}")
         self.mode = mode
         self.packed = packed
+        self.reference = reference
         self.replay = RouterReplay.of(model)
         self._phase: str | None = None  # "record" | "replay" | None (own routing)
         self._records: list[torch.Tensor] = []
 
     @classmethod
     def for_actor(cls, config, model: torch.nn.Module, packed: bool) -> ActorRouting | None:
-        """None when the config has no router replay (a reference policy's, or mode disabled)."""
+        """None when the config has no router replay (mode disabled). A reference policy's (RefConfig) replays only."""
         section = getattr(config, "router_replay", None)
         mode = getattr(section, "mode", "disabled")
-        return None if mode == "disabled" else cls(mode, model, packed)
+        if mode == "disabled":
+            return None
+        return cls(mode, model, packed, reference=isinstance(config, RefConfig))
 
     @contextmanager
     def log_prob_pass(self, has_record: bool) -> Iterator[None]:
-        if self.mode == "R2":
+        if self.mode == "R2" and not self.reference:
             self._records = []
             with self.replay.record():
                 self._phase = "record"
@@ -88,6 +97,11 @@ class ActorRouting:
             self.replay.clear()  # the module's next user (the rollout's generate) routes by itself
 
     def _require(self, has_record: bool, where: str) -> None:
+        if not has_record and self.reference:
+            raise ValueError(f"compute_ref_log_prob: actor_rollout_ref.ref.router_replay.mode={self.mode} replays the "
+                             f"batch key {ROUTED_EXPERTS_KEY!r}, which the actor's "
+                             f"{'old-log-prob pass (R2)' if self.mode == 'R2' else 'rollout (R3)'} records before the "
+                             "reference pass; set actor_rollout_ref.actor.router_replay.mode to the same mode")
         if not has_record:
             source = ("the old-log-prob pass (compute_log_prob) records it" if self.mode == "R2" else
                       "the rollout records it with actor_rollout_ref.rollout.enable_rollout_routing_replay=true; "

@@ -19,6 +19,7 @@ from verl.workers.config.engine import (
     train_strategy,
 )
 from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
+from verl.workers.config.qat import QATConfig
 from verl.workers.config.registries import KL_PENALTIES, LOSS_AGG_MODES, POLICY_LOSSES, policy_loss_registered
 
 # Written after the check: the deprecated global sizes become per-GPU ones (verl.trainer.config.deprecated), and
@@ -81,7 +82,12 @@ class ActorConfig(BaseConfig):
     clip_ratio_high: float = 0.2
     clip_ratio_c: float = 3.0
     loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
+    # upstream's: the constant seq-mean-token-sum-norm divides the policy loss by (null: the padded response
+    # length); refused with another loss_agg_mode, which has no such divisor
+    loss_scale_factor: float | None = None
     entropy_coeff: float = 0.0
+    # upstream's: the update computes the entropy (metric actor/entropy) even when entropy_coeff is 0
+    calculate_entropy: bool = False
     # > 0: upstream's truncated IS, each token's loss times min(pi_old / pi_rollout, cap) (verl.algos.tis)
     tis_imp_ratio_cap: float = -1.0
     use_kl_loss: bool = False
@@ -98,6 +104,9 @@ class ActorConfig(BaseConfig):
     kl_loss_type: str = choice("low_var_kl", KL_PENALTIES)
     ppo_epochs: int = at_least(1, 1)
     shuffle: bool = False
+    # upstream's: seeds the mini-batch shuffle (with `shuffle`); mixed with the update's count, so each step
+    # draws its own order and a run (or a resumed one) repeats them
+    data_loader_seed: int | None = 42
     # a vision-language model's vision tower gets no gradient (verl.models.vision); refused for a text model
     freeze_vision_tower: bool = False
     # upstream's spelling of the sapo temperatures; policy_loss.tau_pos / tau_neg follow them in the yaml
@@ -117,6 +126,12 @@ class ActorConfig(BaseConfig):
                              f"{', '.join(LOSS_AGG_MODES)}.")
         check_one_micro_batch_size(self.use_dynamic_bsz, self.ppo_micro_batch_size,
                                    self.ppo_micro_batch_size_per_gpu, "ppo_micro_batch_size")
+        if self.loss_scale_factor is not None:
+            if self.loss_agg_mode != "seq-mean-token-sum-norm":
+                raise ValueError(f"loss_scale_factor={self.loss_scale_factor} divides the loss only with loss_agg_mode="
+                                 f"seq-mean-token-sum-norm, not {self.loss_agg_mode}; set that mode or remove it.")
+            if not self.loss_scale_factor > 0:
+                raise ValueError(f"loss_scale_factor must be > 0 (the loss's divisor), got {self.loss_scale_factor}")
 
     def validate(self, n_gpus: int, train_batch_size: int, model_config: dict | None = None) -> None:
         """Upstream's run-time check of the batch sizes against the job: raises ValueError naming the sizes.
@@ -178,6 +193,8 @@ class FSDPActorConfig(ActorConfig):
     sum_pi_squared_checkpointing: bool = False
     # upstream's dataclass default; the yaml sets it from actor_rollout_ref.model.use_remove_padding (true)
     use_remove_padding: bool = False
+    # upstream's quantization-aware training: refused unless at its defaults (verl.workers.config.qat)
+    qat: QATConfig = field(default_factory=QATConfig)
     optim: FSDPOptimizerConfig = field(default_factory=FSDPOptimizerConfig)
     fsdp_config: FSDPEngineConfig = field(default_factory=_role_engine)  # use_torch_compile: the role's
 
@@ -196,7 +213,11 @@ class RefConfig(BaseConfig):
     """`actor_rollout_ref.ref`: the frozen reference policy's log-prob pass."""
 
     _mutable_fields = frozenset({"log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu"})
+    # upstream v0.7 builds the reference section as an FSDPActorConfig; here it is this class
+    _target_aliases: ClassVar[tuple[str, ...]] = ("verl.workers.config.FSDPActorConfig",
+                                                  "verl.workers.config.actor.FSDPActorConfig")
 
+    rollout_n: int = at_least(1, 1)  # ${actor_rollout_ref.rollout.n} in the yaml, as the actor's
     strategy: str = train_strategy("fsdp")
     use_remove_padding: bool = True  # ${actor_rollout_ref.model.use_remove_padding} in the yaml
     fsdp_config: FSDPEngineConfig = field(default_factory=_role_engine)  # use_torch_compile: the role's
@@ -211,6 +232,8 @@ class RefConfig(BaseConfig):
     log_prob_max_token_len_per_gpu: int = at_least(16384, 1)
     ulysses_sequence_parallel_size: int = at_least(1, 1)
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)  # verl.utils.profiler
+    # R2 / R3: the reference pass replays the batch's routed_experts (verl.workers.actor.router_replay)
+    router_replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)
     # upstream's: None, the reference is the actor's model (actor_rollout_ref.model); {path: folder} loads a
     # different reference model from that folder (same tokenizer; verl.trainer.config.ref_model_checks)
     model: dict[str, Any] | None = None

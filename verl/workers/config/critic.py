@@ -18,7 +18,7 @@ from verl.workers.config.engine import (
     check_one_micro_batch_size,
     train_strategy,
 )
-from verl.workers.config.model import NO_EXTERNAL_LIB
+from verl.workers.config.model import NO_EXTERNAL_LIB, TiledMlpConfig
 from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
 from verl.workers.config.registries import LOSS_AGG_MODES
 
@@ -50,6 +50,7 @@ class FSDPCriticModelCfg(BaseConfig):
     trust_remote_code: bool = False
     use_shm: bool = refused(False, "copying the critic's model folder to /dev/shm is not built",
                             "Remove it (actor_rollout_ref.model.use_shm copies the actor's model).")
+    tiled_mlp: TiledMlpConfig = field(default_factory=TiledMlpConfig)  # as the actor's (verl.models.tiled_mlp)
 
 
 @dataclass
@@ -74,6 +75,7 @@ class CriticConfig(BaseConfig):
     forward_max_token_len_per_gpu: int = at_least(32768, 1)
     ppo_epochs: int = at_least(1, 1)
     shuffle: bool = False
+    data_loader_seed: int | None = 42  # upstream's: seeds the mini-batch shuffle, as the actor's
     max_consecutive_nonfinite_grad_skips: int | None = at_least(3, 0)  # ours, as the actor's
     cliprange_value: float = 0.5
     loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)

@@ -4,11 +4,13 @@ reference, the critic and the reward model), its mixed precision and wrap policy
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from verl.base_config import BaseConfig
-from verl.utils.config_schema import Refusal, choice, list_field, refused, refused_values
+from verl.utils.config_schema import Refusal, choice, dict_field, list_field, refused, refused_values
 
 DTYPES = ("fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
+_SAME_DTYPE = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 TRAIN_STRATEGIES = ("fsdp", "fsdp2")
 # gradient_checkpointing_policy (ours): what checkpointing keeps (verl.models.checkpoint_policy); auto resolves per device
@@ -97,6 +99,27 @@ class FSDPEngineConfig(BaseConfig):
     entropy_checkpointing: bool = False
     forward_only: bool = False
     mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
+    # upstream's: the worker seeds torch, numpy and random with it (plus the rank for the actor and the reference)
+    # before building the role's model, so a freshly initialised head and the update's dropout repeat from run to run
+    seed: int = 42
+    # upstream's: torch's deterministic algorithms in the worker (torch.use_deterministic_algorithms, cuDNN
+    # deterministic, CUBLAS_WORKSPACE_CONFIG), seeded with `seed`: reproducible, slower (verl.utils.determinism)
+    full_determinism: bool = False
+    # upstream's FSDP compute dtype (its MixedPrecisionPolicy's param_dtype when mixed_precision is unset), so the
+    # same setting as mixed_precision.param_dtype: one given applies to both, two different ones are refused.
+    # null (ours; upstream: bfloat16): the hardware's dtype, bf16 only where it is native
+    dtype: str | None = choice(None, DTYPES)
+
+    def __post_init__(self) -> None:
+        mp = self.mixed_precision
+        if self.dtype is None or mp.param_dtype is None:
+            given = self.dtype if self.dtype is not None else mp.param_dtype
+            object.__setattr__(self, "dtype", given)  # both read the same; written once, while being built
+            mp.param_dtype = given
+        elif _SAME_DTYPE[self.dtype] != _SAME_DTYPE[mp.param_dtype]:
+            raise ValueError(f"fsdp_config.dtype={self.dtype} and fsdp_config.mixed_precision.param_dtype="
+                             f"{mp.param_dtype} are the same setting (the FSDP compute dtype); give one, or the "
+                             "same dtype to both.")
 
 
 @dataclass
@@ -106,3 +129,8 @@ class CheckpointConfig(BaseConfig):
     # upstream: save in the background (Megatron's dist checkpointing only)
     async_save: bool = refused(False, "saving checkpoints in the background is not built (upstream has it for "
                                "Megatron's dist checkpointing only)", "Remove it; checkpoints are saved in the step.")
+    # upstream v0.7: Megatron-Bridge's options for saving / loading HF-format checkpoints from Megatron models
+    mbridge_config: dict[str, Any] = refused(dict_field(), "it configures Megatron-Bridge (mbridge), the HF <-> Megatron "
+                                             "weight converter of upstream's Megatron engine, which is not built here",
+                                             "Remove it: FSDP checkpoints are torch.distributed shards (add hf_model "
+                                             "to save_contents for a plain HF folder).")

@@ -50,6 +50,15 @@ MTP_REFUSAL = (
 
 
 @dataclass
+class TiledMlpConfig(BaseConfig):
+    """`model.tiled_mlp` (upstream v0.7): the decoder's dense MLPs run over `num_shards` slices of the tokens, the
+    backward recomputing slice by slice (verl.models.tiled_mlp): less activation memory, same outputs."""
+
+    enabled: bool = False
+    num_shards: int = at_least(4, 1)
+
+
+@dataclass
 class FusedKernelOptions(BaseConfig):
     """`model.fused_kernel_options`: upstream's backend of the fused log-prob kernels (use_fused_kernels)."""
 
@@ -99,4 +108,5 @@ class HFModelConfig(BaseConfig):
     )
     # upstream: the fused log-prob kernels' backend (torch | triton); only read with use_fused_kernels
     fused_kernel_options: FusedKernelOptions = field(default_factory=lambda: FusedKernelOptions())
+    tiled_mlp: TiledMlpConfig = field(default_factory=TiledMlpConfig)  # verl.models.tiled_mlp
     mtp: MtpConfig = refused(field(default_factory=MtpConfig), *MTP_REFUSAL)

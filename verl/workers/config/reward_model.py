@@ -130,14 +130,16 @@ class RewardModelConfig(BaseConfig):
     sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     scoring: RewardScoringConfig = field(default_factory=RewardScoringConfig)
-    # the reward loop (docs/reward_loop.md): each sample scored as its rollout finishes, num_workers at a time
+    # the reward loop (docs/reward_loop.md): each sample scored as its rollout finishes, by num_workers workers
+    # scoring max_concurrency_per_worker samples each: num_workers * max_concurrency_per_worker at once
     use_reward_loop: bool = False
     num_workers: int = at_least(8, 1)
+    max_concurrency_per_worker: int = at_least(1, 1)
     reward_loop_source: str = choice("register", ("register", "importlib"))
     reward_loop_module_path: str | None = None  # importlib: a python file (or pkg://module) holding the class
     reward_loop_class_name: str | None = None
     # reward_manager=rate_limited (remote judges): concurrency, requests and tokens per minute, deadline per sample
-    max_concurrent: int | None = at_least(None, 1)  # null: no limit beyond num_workers
+    max_concurrent: int | None = at_least(None, 1)  # null: no limit beyond the loop's concurrency
     max_rpm: float | None = at_least(None, 0)
     max_tpm: float | None = at_least(None, 0)
     estimated_tokens_per_request: float = at_least(2000.0, 1)

@@ -10,11 +10,26 @@ from verl.base_config import BaseConfig
 from verl.utils.config_schema import Refusal, at_least, choice, dict_field, refused, refused_values
 from verl.utils.profiler.config import ProfilerConfig
 from verl.workers.config.model import MTP_REFUSAL, MtpConfig
+from verl.workers.config.qat import QATConfig
 from verl.workers.config.rollout_services import CheckpointEngineConfig, PrometheusConfig
 
 ROLLOUT_NAMES = ("hf", "vllm", "sglang")
 ROLLOUT_MODES = ("sync", "async")
 ROLLOUT_DTYPES = ("auto", "float32", "fp32", "float", "bfloat16", "bf16", "float16", "fp16", "half")
+# vLLM's LogprobsMode: raw = the model's logits, processed = after temperature, penalties and top-k/top-p
+LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs", "processed_logits", "raw_logits")
+_LOGITS_ARE_NOT_LOG_PROBS = {mode: Refusal(
+    f"{mode} makes the engine return logits where log-probs go: rollout_log_probs are read as log-probabilities "
+    "(rollout correction and TIS ratios against the actor's old_log_probs, the rollout-vs-actor metrics)",
+    "Use logprobs_mode=processed_logprobs (upstream's default) or raw_logprobs.") for mode in LOGPROBS_MODES[2:]}
+SCHEDULING_POLICIES = ("fcfs", "priority")  # vLLM's SchedulerPolicy
+_QUANTIZATION_REFUSAL = (
+    "vLLM's online quantization of the rollout weights (upstream accepts fp8 and torchao) needs the weights "
+    "re-quantised at every weight sync (upstream patches vLLM's weight loading for it; the sync here hands vLLM "
+    "full-precision weights and has no such step), and upstream runs its fp8 block quantization on an NVIDIA GPU "
+    "with FP8 (Hopper/Ada); the HF rollout generates with the actor's own weights and cannot quantise them",
+    "Leave actor_rollout_ref.rollout.quantization and quantization_config_file null (the rollout then runs in "
+    "rollout.dtype).")
 
 
 @dataclass
@@ -53,6 +68,10 @@ class MultiTurnConfig(BaseConfig):
         "Set actor_rollout_ref.rollout.multi_turn.use_inference_chat_template=false.")})
     tokenization_sanity_check_mode: str = choice("strict", SANITY_CHECK_MODES)
     format: str = choice("hermes", TOOL_CALL_FORMATS)  # how tool calls are read out of a turn
+    # upstream's CollabLLM recipe: simulated conversations per response. No built-in loop reads it; user agent
+    # loops (agent.agent_loop_config_path) read it as self.config.actor_rollout_ref.rollout.multi_turn.
+    # num_repeat_rollouts, so it is refused without one (verl.trainer.config.rollout_v07_checks)
+    num_repeat_rollouts: int | None = at_least(None, 0)
     # verl's own key: the template tool conversations are rendered with. auto: the model's when it renders tools,
     # else verl_hermes (verl/data/chat_templates.py), which SFT selects with data.chat_template=verl_hermes.
     chat_template: str = choice("auto", TOOL_CHAT_TEMPLATES)
@@ -154,6 +173,20 @@ class RolloutConfig(BaseConfig):
     # sync here always streams parameter by parameter (fsdp_vllm.full_named_weights), so true is a note, not a change
     layered_summon: bool = False
     tensor_model_parallel_size: int = at_least(1, 1)
+    pipeline_model_parallel_size: int = refused(
+        1,
+        "pipeline parallelism splits the model's layers over several GPUs of one engine (upstream refuses it for "
+        "vLLM, SGLang and TRT-LLM too); each rollout rank here runs one engine on one GPU or on the CPU",
+        "Set it to 1; tensor_model_parallel_size splits an engine over GPUs.",
+    )
+    # which log-probs of the sampled tokens rollout_log_probs holds (vLLM's LogprobsMode; the hf rollout computes
+    # the same): processed (upstream's default) = after temperature and top-k/top-p, raw = from the bare logits
+    logprobs_mode: str = refused_values(choice("processed_logprobs", LOGPROBS_MODES), _LOGITS_ARE_NOT_LOG_PROBS)
+    # vLLM's scheduler: fcfs, or priority (by each request's priority, then arrival; verl sends every request at
+    # priority 0, so the order is the same). The hf rollout has no scheduler: one batched generate call (fcfs)
+    scheduling_policy: str = choice("fcfs", SCHEDULING_POLICIES)
+    quantization: str | None = refused(None, *_QUANTIZATION_REFUSAL)
+    quantization_config_file: str | None = refused(None, *_QUANTIZATION_REFUSAL)
     max_num_batched_tokens: int = at_least(8192, 1)
     max_model_len: int | None = None
     max_num_seqs: int = at_least(1024, 1)
@@ -193,7 +226,7 @@ class RolloutConfig(BaseConfig):
     # actor to replay (verl.models.router_replay); the hf rollout records them, rollout.mode sync or async (agent loop)
     enable_rollout_routing_replay: bool = False
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
-    engine_kwargs: dict[str, Any] = dict_field({"vllm": {}, "sglang": {}})
+    engine_kwargs: dict[str, Any] = dict_field({"vllm": {}, "sglang": {}, "trtllm": {}})
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
     skip: SkipConfig = field(default_factory=SkipConfig)
@@ -206,3 +239,6 @@ class RolloutConfig(BaseConfig):
     checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
     # upstream's yaml makes it follow actor_rollout_ref.model.mtp; refused unless at its defaults, as that one
     mtp: MtpConfig = refused(field(default_factory=MtpConfig), *MTP_REFUSAL)
+    # upstream's yaml makes it follow actor_rollout_ref.actor.qat (null where the actor has none); each of its keys
+    # is refused unless at its default, as the actor's (verl.workers.config.qat)
+    qat: QATConfig | None = field(default_factory=QATConfig)

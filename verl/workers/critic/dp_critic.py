@@ -164,7 +164,7 @@ class DataParallelPPOCritic(BasePPOCritic):
                 "critic/vpred_mean": masked_mean(vpreds.detach(), response_mask),
             }
 
-        seed = self._update_calls
+        seed = self._update_calls  # with config.data_loader_seed, the shuffle's seed (update_loop.shuffle_seed)
         self._update_calls += 1
         return ppo_update(self.config, "critic", self.critic_module, self.critic_optimizer,
                           self._select(data, _FORWARD_KEYS + ["response_mask", "values", "returns"]), micro_loss,

@@ -1,5 +1,5 @@
 """The reward loop (``reward_model.use_reward_loop``): every sample scored the moment its rollout finishes, by
-``reward_model.num_workers`` concurrent scorers, while the rest of the batch is still generating. See
+``reward_model.num_workers`` x ``max_concurrency_per_worker`` concurrent scorers, while the rest of the batch is still generating. See
 docs/reward_loop.md; upstream's import path is ``verl.experimental.reward_loop``."""
 
 from verl.workers.reward_loop.adapter import BatchManagerAdapter

@@ -3,7 +3,7 @@
 Each call scores a one-row batch with ``manager(row, return_dict=True)`` in a thread, so a row's score, its extra info
 and its timeout handling are exactly what the batch path gives that row. A manager's scoring processes
 (``reward_model.scoring``) are not shared between threads: the adapter keeps one copy of the manager per concurrent
-scorer (``reward_model.num_workers``), each with its own process, handed out from a pool.
+scorer (``reward_model.num_workers`` x ``max_concurrency_per_worker``), each with its own process, handed out from a pool.
 """
 
 from __future__ import annotations

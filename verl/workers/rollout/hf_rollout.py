@@ -19,7 +19,14 @@ import logging
 import torch
 import torch.distributed as dist
 from tensordict import TensorDict
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from verl.data.vision import response_position_ids
 from verl.models.router_replay import NOT_ROUTED, ROUTED_EXPERTS_KEY, RouterReplay, generation_record
@@ -36,25 +43,45 @@ __all__ = ["HFRollout"]
 logger = logging.getLogger(__name__)
 
 
-class _SampledLogProbs(LogitsProcessor):
-    """Records log_softmax(logits / T)[sampled token] at every step — the quantity the actor's old_log_probs are.
+def sampling_warpers(generation_config: GenerationConfig) -> list[LogitsProcessor]:
+    """The warpers HF ``generate`` samples through, in its order (temperature, top-k, top-p); none when greedy."""
+    if not generation_config.do_sample:
+        return []
+    warpers: list[LogitsProcessor] = []
+    if generation_config.temperature is not None and generation_config.temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(generation_config.temperature))
+    if generation_config.top_k:
+        warpers.append(TopKLogitsWarper(top_k=generation_config.top_k))
+    if generation_config.top_p is not None and generation_config.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p=generation_config.top_p))
+    return warpers
 
-    transformers runs custom processors before its temperature / top-k / top-p warpers, so this one sees the
-    logits and applies T itself (top-k / top-p truncation is deliberately not reflected). The token drawn from
-    step t's scores is only known at step t+1 (it is then the last input id), so one (bs, V) row of log-probs is
-    kept pending; ``finish`` resolves the final step from the returned sequences.
+
+class _SampledLogProbs(LogitsProcessor):
+    """Records the sampled token's log-prob at every step, as vLLM's ``logprobs_mode`` (rollout.logprobs_mode)
+    defines it. ``warpers`` empty: raw_logprobs, log_softmax(logits) (or processed_logprobs when greedy, where
+    vLLM applies no temperature either); else processed_logprobs, the log_softmax of the distribution sampled from:
+    the logits after ``sampling_warpers`` (temperature, then top-k and top-p, truncated tokens at -inf).
+
+    transformers runs custom processors before its own warpers, so this one sees the logits and applies the same
+    warpers to a copy. The token drawn from step t's scores is only known at step t+1 (it is then the last input
+    id), so one (bs, V) row of log-probs is kept pending; ``finish`` resolves the final step from the returned
+    sequences.
     """
 
-    def __init__(self, prompt_length: int, temperature: float) -> None:
+    def __init__(self, prompt_length: int, warpers: list[LogitsProcessor]) -> None:
         self.prompt_length = prompt_length
-        self.temperature = temperature
+        self.warpers = warpers
         self.pending: torch.Tensor | None = None
         self.columns: list[torch.Tensor] = []
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.pending is not None:
             self.columns.append(self.pending.gather(-1, input_ids[:, -1:]).squeeze(-1))
-        self.pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        processed = scores.float()
+        for warper in self.warpers:  # HF's warpers return new tensors: the scores generate samples from are kept
+            processed = warper(input_ids, processed)
+        self.pending = torch.log_softmax(processed, dim=-1)
         return scores
 
     def finish(self, sequences: torch.Tensor) -> torch.Tensor:
@@ -80,8 +107,12 @@ class _NoVisionTokens(LogitsProcessor):
 
 class HFRollout(BaseRollout):
     """``config`` is the ``actor_rollout_ref.rollout`` section (a RolloutConfig): temperature, top_k (-1 = off), top_p,
-    do_sample, response_length, val_kwargs {temperature, top_k, top_p, do_sample}, calculate_log_probs (also return ``rollout_log_probs``: log_softmax(logits / T)
-    of the sampled tokens, T = 1 when greedy, top-k/top-p not applied — the actor's log-prob definition).
+    do_sample, response_length, val_kwargs {temperature, top_k, top_p, do_sample}, calculate_log_probs (also return
+    ``rollout_log_probs`` of the sampled tokens, as ``logprobs_mode`` says: processed_logprobs, vLLM's and upstream's
+    default, is the log_softmax of the distribution sampled from, logits / T truncated by top-k/top-p (T = 1 and no
+    truncation when greedy; without top-k/top-p it is the actor's log_softmax(logits / T)); raw_logprobs is
+    log_softmax(logits), before temperature, top-k/top-p and the VLM's vision-token suppression).
+    ``scheduling_policy``: generate has no scheduler, each call is one batch in order (fcfs); priority is refused.
     ``rollout.n`` is not applied here: the trainer repeats prompts first. ``micro_batch_size``: rows per ``generate``
     call (None: the whole batch).
 
@@ -99,6 +130,13 @@ class HFRollout(BaseRollout):
         if config.ignore_eos:
             raise ValueError("rollout.ignore_eos=True is not supported by the hf rollout (rollout.name=hf); "
                              "set it to false or use rollout.name=vllm")
+        if config.logprobs_mode not in ("processed_logprobs", "raw_logprobs"):
+            raise ValueError(f"actor_rollout_ref.rollout.logprobs_mode={config.logprobs_mode}: the hf rollout computes "
+                             "log-probs only (processed_logprobs or raw_logprobs)")
+        if config.scheduling_policy != "fcfs":
+            raise ValueError(f"actor_rollout_ref.rollout.scheduling_policy={config.scheduling_policy}: the hf rollout "
+                             "has no request scheduler (one batched generate call, in order: fcfs); set "
+                             "scheduling_policy=fcfs, or use rollout.name=vllm")
         if static_cache is None:
             static_cache = module_device(module).type == "cuda" and not config.enforce_eager
         if config.cudagraph_capture_sizes and not static_cache:
@@ -129,8 +167,17 @@ class HFRollout(BaseRollout):
 
     def _processors(self, recorder: _SampledLogProbs | None) -> LogitsProcessorList:
         vision_ids = vision_token_ids(getattr(self.module, "config", None))
-        return LogitsProcessorList(([_NoVisionTokens(vision_ids)] if vision_ids else [])
-                                   + ([recorder] if recorder is not None else []))
+        suppress = [_NoVisionTokens(vision_ids)] if vision_ids else []
+        record = [recorder] if recorder is not None else []
+        # raw log-probs are of the bare logits, as vLLM computes them before its logit bias (the suppression)
+        return LogitsProcessorList(record + suppress if self.config.logprobs_mode == "raw_logprobs"
+                                   else suppress + record)
+
+    def _recorder(self, prompt_length: int, generation_config: GenerationConfig) -> _SampledLogProbs | None:
+        if not self.config.calculate_log_probs:
+            return None
+        raw = self.config.logprobs_mode == "raw_logprobs"
+        return _SampledLogProbs(prompt_length, [] if raw else sampling_warpers(generation_config))
 
     def _generation_config(self, meta: dict) -> GenerationConfig:
         """Sampling settings: val_kwargs when meta_info['validate']; greedy when do_sample is off or T == 0."""
@@ -170,8 +217,7 @@ class HFRollout(BaseRollout):
         device = module_device(self.module)
         synced = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         prompt_length = idx.size(1)
-        temperature = generation_config.temperature if generation_config.do_sample else 1.0
-        recorder = _SampledLogProbs(prompt_length, temperature) if self.config.calculate_log_probs else None
+        recorder = self._recorder(prompt_length, generation_config)
         processors = self._processors(recorder)
         vision = self._vision_inputs(prompts, idx, device)
         decoder = None if vision else self._static_decoder(device)
@@ -181,7 +227,7 @@ class HFRollout(BaseRollout):
                 sequences = decoder.generate(idx, prompt_mask, generation_config, processors)
             except Exception as err:  # noqa: BLE001 - any compile/capture failure: say why, decode eagerly
                 self._turn_off_static_cache(f"generate failed: {err!r}")
-                recorder = _SampledLogProbs(prompt_length, temperature) if recorder is not None else None
+                recorder = self._recorder(prompt_length, generation_config)
                 processors = self._processors(recorder)
         if sequences is None:
             was_training = self.module.training

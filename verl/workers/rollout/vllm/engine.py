@@ -142,8 +142,11 @@ def engine_kwargs(config: RolloutConfig, model_path: str, hf_config, seed: int, 
         enable_prefix_caching=config.enable_prefix_caching,
         load_format=_load_format(config),
         disable_log_stats=config.disable_log_stats,
-        # log-probs after temperature (and top-k/top-p) — what was really sampled, comparable to the actor's
-        logprobs_mode="processed_logprobs",
+        # rollout.logprobs_mode: processed_logprobs (upstream's default) = after temperature and top-k/top-p, what
+        # was really sampled; raw_logprobs = from the bare logits (the *_logits modes are refused before Ray)
+        logprobs_mode=config.logprobs_mode,
+        # rollout.scheduling_policy: fcfs | priority (every request is sent at priority 0)
+        scheduling_policy=config.scheduling_policy,
         # the checkpoint's generation_config.json (repetition penalty, ...) must not change what PPO samples
         generation_config="vllm",
         trust_remote_code=trust_remote_code,

@@ -3,8 +3,9 @@
 One engine per rollout data-parallel rank (per tensor-parallel group when ``tensor_model_parallel_size`` > 1). The
 engine keeps its own copy of the weights (in ``rollout.dtype``); ``update_weights`` overwrites it in memory from HF
 names and tensors, which the FSDP sharding manager gathers after every actor update. The output batch has the
-same keys and layout as the HF rollout's, plus ``rollout_log_probs`` (log_softmax(logits / T) of the sampled
-tokens as vLLM computed them) when ``calculate_log_probs`` is on.
+same keys and layout as the HF rollout's, plus ``rollout_log_probs`` (the sampled tokens' log-probs as vLLM computed
+them, per ``rollout.logprobs_mode``: by default log_softmax(logits / T), truncated by top-k/top-p) when
+``calculate_log_probs`` is on.
 
 Vision-language models (Qwen2-VL / Qwen2.5-VL): a row's images (the ``multi_modal_data`` column, {"image": [PIL]})
 go to vLLM's multi-modal prompt with the row's tokens, its image tokens collapsed to one per image; vLLM expands

@@ -1,0 +1,238 @@
+"""Upstream v0.7's `reward:` section (and its legacy top-level `sandbox_fusion:`), run as this schema's keys.
+
+Upstream v0.7 moved the reward settings under a top-level `reward:` section and keeps the older spellings
+(`reward_model.*`, `custom_reward_function.*`, `sandbox_fusion.*`) as a deprecated layout: its entry point calls
+`migrate_legacy_reward_impl`, which copies every legacy key that is set (not null) over the `reward.*` one, without a
+warning. This schema keeps the older layout, so here it is the other way round: each `reward.*` key is one of ours
+(`V07_KEYS`), as one setting.
+
+- On the command line (`verl.trainer.config.aliases.rewrite_aliases`), a `reward.*` override is rewritten to our key
+  before Hydra; both spellings with different values are an error.
+- In a user's own yaml (`defaults: [ppo_trainer, _self_]` plus a `reward:` section), `fold_reward_section` moves the
+  section onto our keys on the composed config before it is typed. A leaf left at v0.7's own default is taken as not
+  written (a copied section keeps our defaults); a leaf whose key is also set here to another value is an error,
+  unless the command line set it (the command line wins over a yaml, as in Hydra). No warning: nothing is ignored.
+- Upstream v0.7 always scores through its reward loop. Our reward loop is `reward_model.use_reward_loop`; a
+  `reward.*` key that only the loop reads (`LOOP_KEYS`: num_workers, max_concurrency_per_worker, the reward manager
+  class by importlib, the judge's rollout) turns it on, as in v0.7; with `reward_model.use_reward_loop=false` given
+  too it is an error.
+- v0.7's judge-engine keys this schema has no key for (enforce_eager, max_model_len, ...) are vLLM engine arguments:
+  they are `reward_model.rollout.engine_kwargs.vllm.<key>`, passed to `vllm.LLM` (`VLLM_ARGS`). The ones that are not
+  (`REFUSED_ROLLOUT`) are refused with what to do instead.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Any
+
+from verl.trainer.config.yaml_files import GENERATED, TARGET_KEY, walk_keys
+
+MISSING = "???"
+LOOP_SWITCH = "reward_model.use_reward_loop"
+CLASS_NAME = "reward_model.reward_loop_class_name"
+V07_CLASS_NAME = "custom_reward_manager"  # v0.7's reward.reward_manager.module.name default
+
+_RM = "reward.reward_model"
+_ROLLOUT_SAME = ("name", "dtype", "gpu_memory_utilization", "tensor_model_parallel_size", "prompt_length",
+                 "response_length", "enable_prefix_caching")
+# v0.7's judge-engine keys that are vllm.LLM arguments of the same name (our engine passes engine_kwargs.vllm last)
+VLLM_ARGS = ("enforce_eager", "max_num_batched_tokens", "max_model_len", "max_num_seqs", "load_format",
+             "enable_chunked_prefill", "disable_log_stats", "skip_tokenizer_init")
+_VLLM_DEFAULTS = (True, 8192, None, 1024, "auto", True, True, False)
+
+# v0.7's key -> (ours, v0.7's default). A section (custom_reward_function, sandbox_fusion, engine_kwargs) maps
+# every key under it; the default of a section is None (any leaf under it counts as written).
+V07_KEYS: dict[str, tuple[str, Any]] = {
+    "reward.num_workers": ("reward_model.num_workers", 8),
+    "reward.max_concurrency_per_worker": ("reward_model.max_concurrency_per_worker", 16),
+    "reward.custom_reward_function.path": ("custom_reward_function.path", None),
+    "reward.custom_reward_function.name": ("custom_reward_function.name", "compute_score"),
+    "reward.custom_reward_function": ("custom_reward_function", None),
+    "reward.reward_kwargs": ("reward_model.reward_kwargs", None),
+    "reward.reward_manager.source": ("reward_model.reward_loop_source", "register"),
+    "reward.reward_manager.name": ("reward_model.reward_manager", "naive"),
+    "reward.reward_manager.module.path": ("reward_model.reward_loop_module_path", None),
+    "reward.reward_manager.module.name": (CLASS_NAME, V07_CLASS_NAME),
+    f"{_RM}.enable": ("reward_model.enable", False),
+    f"{_RM}.enable_resource_pool": ("reward_model.enable_resource_pool", False),
+    f"{_RM}.n_gpus_per_node": ("reward_model.n_gpus_per_node", 8),
+    f"{_RM}.nnodes": ("reward_model.nnodes", 0),
+    f"{_RM}.model_path": ("reward_model.model.path", None),
+    **{f"{_RM}.rollout.{k}": (f"reward_model.rollout.{k}", d)
+       for k, d in zip(_ROLLOUT_SAME, (MISSING, "bfloat16", 0.5, 2, 2048, 2048, True), strict=True)},
+    f"{_RM}.rollout.engine_kwargs": ("reward_model.rollout.engine_kwargs", None),
+    **{f"{_RM}.rollout.{k}": (f"reward_model.rollout.engine_kwargs.vllm.{k}", d)
+       for k, d in zip(VLLM_ARGS, _VLLM_DEFAULTS, strict=True)},
+    # v0.7's deprecated legacy block: the judge-engine keys our reward_model.rollout lacks (null: unset)
+    **{f"reward_model.rollout.{k}": (f"reward_model.rollout.engine_kwargs.vllm.{k}", None) for k in VLLM_ARGS},
+    "reward.sandbox_fusion": ("reward_model.sandbox_fusion", None),
+    "sandbox_fusion": ("reward_model.sandbox_fusion", None),  # v0.7's legacy top-level block (null: unset)
+}
+
+# keys only upstream's reward loop reads: written in v0.7's spelling, they turn ours on (v0.7 always runs it)
+LOOP_KEYS = ("reward.num_workers", "reward.max_concurrency_per_worker", "reward.reward_manager.source",
+             "reward.reward_manager.module", f"{_RM}.rollout")
+
+# v0.7 judge-engine keys with no counterpart here -> (v0.7's default, what to do)
+REFUSED_ROLLOUT: dict[str, tuple[Any, str]] = {
+    "cudagraph_capture_sizes": (None, "pass vLLM's own argument as "
+                                "+reward_model.rollout.engine_kwargs.vllm.compilation_config.cudagraph_capture_sizes"),
+    "free_cache_engine": (True, "the judge engine sleeps while the actor trains exactly when it shares the actor's "
+                          "GPUs (reward_model.enable_resource_pool=false); drop the key"),
+    "data_parallel_size": (1, "one judge engine per reward pool here; run more replicas with "
+                           "reward_model.enable_resource_pool=true and reward_model.n_gpus_per_node"),
+    "expert_parallel_size": (1, "the judge engine has no expert parallelism here; drop the key"),
+    "limit_images": (None, "the judge engine takes text prompts here; drop the key"),
+}
+_REFUSED_PREFIXES = (f"{_RM}.rollout.", "reward_model.rollout.")
+
+
+def v07_key(key: str) -> tuple[str, str] | None:
+    """(the v0.7 entry that matched, our key) for a v0.7-spelled dotted key, longest entry first; else None."""
+    best = None
+    for new in V07_KEYS:
+        if (key == new or key.startswith(new + ".")) and (best is None or len(new) > len(best)):
+            best = new
+    if best is None:
+        return None
+    return best, V07_KEYS[best][0] + key[len(best):]
+
+
+def refused_rollout_key(key: str) -> str | None:
+    """The refusal of a v0.7 judge-engine key this schema has no counterpart for, or None."""
+    for prefix in _REFUSED_PREFIXES:
+        name = key[len(prefix):] if key.startswith(prefix) else None
+        if name in REFUSED_ROLLOUT:
+            return (f"{key} is upstream v0.7's judge-engine key {name}, which has no counterpart here: "
+                    f"{REFUSED_ROLLOUT[name][1]}.")
+    return None
+
+
+def implies_loop(key: str) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in LOOP_KEYS)
+
+
+# -- a user's yaml ------------------------------------------------------------------------------------------------
+
+
+def _leaves(section: str, node: Any) -> list[tuple[str, Any]]:
+    if not isinstance(node, dict):
+        return [(section, node)]
+    return [(f"{section}.{k}", v) for k, v in walk_keys(node) if not isinstance(v, dict)
+            and k.rpartition(".")[2] != TARGET_KEY]
+
+
+def _v07_default(entry: str, key: str) -> Any:
+    default = V07_KEYS[entry][1]
+    return default if entry == key else None
+
+
+@functools.cache
+def _generated() -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.load(GENERATED)
+
+
+def _our_default(key: str) -> Any:
+    """Our shipped default of one of our keys (the flat generated yaml; its reward keys are plain values)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(_generated(), key, default=None)
+
+
+def command_line_keys() -> frozenset[str]:
+    """Keys the running Hydra app's command line set (already in our spelling), or none outside one."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if not HydraConfig.initialized():
+            return frozenset()
+        task = HydraConfig.get().overrides.task
+    except Exception:  # noqa: BLE001 - no Hydra app: nothing came from a command line
+        return frozenset()
+    return frozenset(o.split("=", 1)[0].lstrip("+~") for o in task if "=" in o)
+
+
+def fold_plan(sections: dict[str, Any], current: Any, from_command_line: Iterable[str] = ()) -> tuple[
+        dict[str, Any], list[str]]:
+    """(our key -> value to write, problems) for the v0.7 sections of a composed config (`reward`, `sandbox_fusion`,
+    the legacy `reward_model.rollout` keys we lack: plain containers, in that order, so a legacy key written after
+    its `reward.*` twin wins, as in upstream's migration); `current(key)` reads one of our keys (None: absent)."""
+    from_command_line = frozenset(from_command_line)
+    writes: dict[str, Any] = {}
+    problems: list[str] = []
+    loop_by: str | None = None
+    for section, body in sections.items():
+        for key, value in _leaves(section, body):
+            matched = v07_key(key)
+            refusal = refused_rollout_key(key)
+            if refusal is not None:
+                if value != REFUSED_ROLLOUT[key.rpartition(".")[2]][0] and value is not None:
+                    problems.append(refusal)
+                continue
+            if matched is None:
+                problems.append(f"{key} (your yaml) is not a key of upstream v0.7's {section} section nor of this "
+                                "schema; check the spelling (docs/reward_loop.md lists the v0.7 keys).")
+                continue
+            entry, ours = matched
+            legacy = section in ("sandbox_fusion", "reward_model")  # v0.7's legacy blocks: null is unset
+            if value == MISSING or value == _v07_default(entry, key) or (legacy and value is None):
+                continue  # v0.7's default (or null in its legacy block): not written
+            if implies_loop(key):
+                loop_by = loop_by or key
+            have = current(ours)
+            if ours in from_command_line or have == value:
+                continue
+            if have is not None and have != _our_default(ours) and ours not in writes:
+                problems.append(f"{key}={value!r} (upstream v0.7's spelling, your yaml) and {ours}={have!r} set the "
+                                "same key to different values; give it once.")
+                continue
+            writes[ours] = value
+    if loop_by is not None and current(LOOP_SWITCH) is not True:
+        if LOOP_SWITCH in from_command_line:
+            problems.append(f"{loop_by} is read by the reward loop, which upstream v0.7 always runs; it cannot be "
+                            f"given with {LOOP_SWITCH}=false: drop one of them.")
+        else:
+            writes[LOOP_SWITCH] = True
+    if writes.get("reward_model.reward_loop_source") == "importlib" and current(CLASS_NAME) is None:
+        writes.setdefault(CLASS_NAME, V07_CLASS_NAME)
+    return writes, problems
+
+
+def _legacy_rollout_keys(node: Any) -> dict[str, Any]:
+    """The judge-engine keys of v0.7's legacy `reward_model.rollout` block that a user's yaml set (not ours)."""
+    from omegaconf import OmegaConf
+
+    rollout = OmegaConf.select(node, "reward_model.rollout", default=None)
+    if rollout is None:
+        return {}
+    body = OmegaConf.to_container(rollout, resolve=True)
+    return {k: body[k] for k in (*VLLM_ARGS, *REFUSED_ROLLOUT) if k in body}
+
+
+def fold_reward_section(node: Any) -> tuple[dict[str, Any], list[str]]:
+    """On the composed config, before typing: a user's yaml `reward:` section (and a non-null top-level
+    `sandbox_fusion:`) moved onto our keys and removed. Returns (the writes for the caller's config, problems)."""
+    from omegaconf import OmegaConf, open_dict, read_write
+
+    names = [s for s in ("reward", "sandbox_fusion") if s in node]
+    legacy = _legacy_rollout_keys(node)
+    if not names and not legacy:
+        return {}, []
+    sections = {s: OmegaConf.to_container(node[s], resolve=True, throw_on_missing=False) for s in names
+                if OmegaConf.is_config(node[s])}  # `reward: null` / `sandbox_fusion: null`: nothing written
+    if legacy:  # v0.7's legacy reward_model.rollout block: its judge-engine keys we lack, under their v0.7 name
+        sections["reward_model"] = {"rollout": legacy}
+    writes, problems = fold_plan(sections, lambda key: OmegaConf.select(node, key, default=None),
+                                 command_line_keys())
+    with read_write(node), open_dict(node):
+        for section in names:
+            del node[section]
+        for key in legacy:
+            del node.reward_model.rollout[key]
+        for key, value in writes.items():
+            OmegaConf.update(node, key, value, merge=False, force_add=True)
+    return writes, problems
