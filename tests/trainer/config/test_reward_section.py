@@ -282,3 +282,32 @@ def test_max_concurrency_per_worker_times_num_workers_samples_are_scored_at_once
     # exactly expect at once: fewer would leave the peak below it, more would push it above
     assert _gate_state(manager)["peak"] == expect
     assert tensor.sum(-1).tolist() == [1.0, 0.0, 1.0, 1.0] * 2
+
+
+# ---------------------------------------------------------------- our own loop-only keys, as upstream's scripts set them
+
+
+@pytest.mark.parametrize("line", [
+    ["reward_model.num_workers=4"],
+    ["reward_model.max_concurrency_per_worker=2"],
+    ["reward_model.enable=true", "reward_model.model.path=/rm", "reward_model.rollout.name=vllm"],
+])
+def test_a_loop_only_key_without_the_switch_runs_the_loop_with_a_warning(line):
+    import warnings
+
+    from verl.trainer.config import ConfigWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConfigWarning)
+        cfg = typed(*line)
+    assert cfg.reward_model.use_reward_loop is True
+    (note,) = [str(w.message) for w in caught if "is implied" in str(w.message)]
+    assert note.startswith(line[-1]) and "reward_model.use_reward_loop=true" in note
+
+
+def test_a_loop_only_key_with_the_loop_switched_off_is_refused_naming_it():
+    with pytest.raises(ConfigError, match=r"reward_model.num_workers=4 is read by the reward loop only"):
+        typed("reward_model.use_reward_loop=false", "reward_model.num_workers=4")
+    # written, the key implies the loop even at the yaml's value; left unwritten it implies nothing
+    assert typed("reward_model.num_workers=8").reward_model.use_reward_loop is True
+    assert typed().reward_model.use_reward_loop is False

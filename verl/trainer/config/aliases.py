@@ -19,14 +19,22 @@ example scripts set them without `+`, while newer yamls declare an empty section
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 from verl.trainer.config import reward_section
 from verl.trainer.config.yaml_files import yaml_keys
-from verl.utils.config_errors import ConfigError
+from verl.utils.config_errors import ConfigError, ConfigWarning
 
 # free-form sections whose undeclared keys are appended even when written without `+`
 APPENDED_WITHOUT_PLUS = ("actor_rollout_ref.rollout.engine_kwargs.", "reward_model.rollout.engine_kwargs.")
+
+# our own keys that only the reward loop reads: upstream ran its loop by default once these keys existed (and v0.7
+# always runs it), so its scripts set them without reward_model.use_reward_loop; written so, they imply it
+LEGACY_LOOP_KEYS = ("reward_model.num_workers", "reward_model.max_concurrency_per_worker",
+                    "reward_model.reward_loop_source", "reward_model.reward_loop_module_path",
+                    "reward_model.reward_loop_class_name", "reward_model.rollout.name")
+_UNSET = ("null", "none", "~", "")
 
 # new spelling (prefix) -> the key this schema has
 KEY_ALIASES: dict[str, str] = {
@@ -67,6 +75,7 @@ def rewrite_aliases(overrides: Sequence[str]) -> list[str]:
     seen: dict[str, tuple[str, str]] = {}  # canonical key -> (value, as written)
     problems: list[str] = []
     loop_by: str | None = None  # the first v0.7 key that implies the reward loop
+    legacy_loop_by: str | None = None  # the first of our loop-only keys (LEGACY_LOOP_KEYS) that is set
     for override in overrides:
         parts = _split(override)
         if parts is None:
@@ -83,6 +92,8 @@ def rewrite_aliases(overrides: Sequence[str]) -> list[str]:
             if key.startswith("reward.") and reward_section.implies_loop(key):
                 loop_by = loop_by or key
             key = canonical
+        elif key in LEGACY_LOOP_KEYS and value.strip().lower() not in _UNSET:
+            legacy_loop_by = legacy_loop_by or f"{written}={value}"
         if plus == "+" and _declared(key):
             plus = ""  # upstream's yaml lacks the key, so its users append it; ours declares it: set it instead
         elif plus == "" and key.startswith(APPENDED_WITHOUT_PLUS) and not _declared(key):
@@ -93,6 +104,11 @@ def rewrite_aliases(overrides: Sequence[str]) -> list[str]:
         seen[key] = (value, written)
         out.append(plus + key + "=" + value)
     out += _v07_implied(seen, loop_by, problems)
+    if loop_by is None and legacy_loop_by is not None and reward_section.LOOP_SWITCH not in seen:
+        warnings.warn(f"{legacy_loop_by} is read by the reward loop only, which upstream runs by default (v0.7 "
+                      f"always): {reward_section.LOOP_SWITCH}=true is implied; write it to keep this line quiet.",
+                      ConfigWarning, stacklevel=2)
+        out.append(f"{reward_section.LOOP_SWITCH}=true")
     if problems:
         raise ConfigError(problems)
     return out

@@ -51,6 +51,10 @@ def check_reward_loop(cfg: Any) -> list[str]:
         problems.append("reward_model.reward_loop_source=importlib needs reward_model.reward_loop_module_path (a "
                         "python file) and reward_model.reward_loop_class_name (the reward manager class in it).")
     if not rm.use_reward_loop:
+        for key, default in (("num_workers", 8), ("max_concurrency_per_worker", 1)):
+            if getattr(rm, key, default) != default:
+                problems.append(f"reward_model.{key}={getattr(rm, key)} is read by the reward loop only; set "
+                                "reward_model.use_reward_loop=true (or drop the key).")
         for key in ("reward_loop_module_path", "reward_loop_class_name"):
             if getattr(rm, key) is not None:
                 problems.append(f"reward_model.{key} is read by the reward loop only; set "
