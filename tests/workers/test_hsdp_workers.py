@@ -75,8 +75,8 @@ def test_hsdp_replicates_the_weights_and_trains_as_full_sharding(tmp_path):
         assert torch.equal(hsdp[rank]["resumed"], hsdp[rank]["after"])
 
 
-def test_fsdp_size_must_divide_each_roles_ranks():
-    from verl.trainer.config import ConfigError, load_config, validate_config
+def test_fsdp_size_divides_each_roles_ranks_or_covers_them_all():
+    from verl.trainer.config import ConfigError, ConfigWarning, load_config, validate_config
 
     base = [*OVERRIDES, "trainer.n_gpus_per_node=4", "data.train_batch_size=4", "critic.ppo_mini_batch_size=2",
             "critic.ppo_micro_batch_size_per_gpu=1", "trainer.logger=[]"]
@@ -90,3 +90,17 @@ def test_fsdp_size_must_divide_each_roles_ranks():
     assert any(p.startswith(f"{ARR}.actor.fsdp_config.fsdp_size=3 does not divide the role's 4 ranks") and
                "[1, 2, 4]" in p for p in problems), problems
     assert any(p.startswith("critic.model.fsdp_config.fsdp_size=0: use -1") for p in problems), problems
+    # more than the role's ranks (a script written for a bigger cluster): one group over all of them, as upstream
+    with pytest.warns(ConfigWarning, match=r"fsdp_size=32 is more than the role's 4 ranks"):
+        big = validate_config(load_config([*base, f"{ARR}.actor.fsdp_config.fsdp_size=32"]), check_files=False)
+    assert big.actor_rollout_ref.actor.fsdp_config.fsdp_size == 32
+    import torch.distributed as dist
+
+    from verl.workers.fsdp_utils import create_device_mesh
+
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:  # the mesh the worker builds from it: one dimension, all ranks in one shard group
+        mesh = create_device_mesh(1, 32)
+        assert mesh.ndim == 1 and mesh.size() == 1
+    finally:
+        dist.destroy_process_group()

@@ -3,13 +3,22 @@ must divide the role's rank count, which then holds world / fsdp_size replicas o
 
 from __future__ import annotations
 
+import warnings
+
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
+from verl.utils.config_errors import ConfigWarning
 
 __all__ = ["check_hsdp"]
 
 
 def _size_problem(key: str, size: int, ranks: int) -> list[str]:
     if size == -1 or (size > 0 and ranks % size == 0):
+        return []
+    if size > ranks:
+        # upstream's device mesh (and ours, fsdp_utils.create_device_mesh) shards over all ranks then: a script
+        # written for a bigger cluster runs as plain FSDP on a smaller one
+        warnings.warn(f"{key}={size} is more than the role's {ranks} ranks (trainer.nnodes x trainer.n_gpus_per_node): "
+                      f"one shard group over all {ranks}, as upstream, i.e. fsdp_size=-1.", ConfigWarning, stacklevel=3)
         return []
     if size <= 0:
         return [f"{key}={size}: use -1 (shard over all {ranks} ranks) or a positive number of ranks per shard group "
