@@ -64,3 +64,20 @@ def test_custom_reward_file_is_checked(runnable, tmp_path):
 def test_file_checks_can_be_skipped(cfg):
     cfg.data.train_files = "/does/not/exist.parquet"
     validate_config(cfg, check_files=False)
+
+
+@pytest.mark.parametrize(("key", "list_key"), [("tool_config_path", "tools"), ("interaction_config_path", "interaction")])
+def test_a_multi_turn_file_without_its_list_is_refused_before_ray(runnable, tmp_path, key, list_key):
+    # e.g. an MCP servers file given where the tool config belongs (one of upstream's scripts does)
+    wrong = tmp_path / "servers.json"
+    wrong.write_text('{"mcpServers": {"math": {"command": "python3", "args": ["math_api.py"]}}}')
+    runnable.actor_rollout_ref.rollout.multi_turn.enable = True
+    setattr(runnable.actor_rollout_ref.rollout.multi_turn, key, str(wrong))
+    runnable.data.return_raw_chat = True
+    (problem,) = _problems(runnable)
+    assert problem.startswith(f"actor_rollout_ref.rollout.multi_turn.{key}: ")
+    assert f"expected a top-level `{list_key}:` list" in problem and "servers.json" in problem
+    right = tmp_path / "right.yaml"
+    right.write_text(f"{list_key}: []\n")
+    setattr(runnable.actor_rollout_ref.rollout.multi_turn, key, str(right))
+    validate_config(runnable)

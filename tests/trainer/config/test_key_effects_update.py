@@ -82,9 +82,10 @@ def test_shuffle_draws_a_seeded_permutation_per_epoch(role):
     assert _row_order(worker, data, update) == [0, 1, 2, 3, 0, 1, 2, 3]  # in order, every epoch
 
     _, worker, _, data, update = _role(role, **common, shuffle=True)
-    # the n-th update call seeds one generator with n and draws a fresh permutation for each epoch from it
+    # the n-th update call seeds one generator with data_loader_seed (42, the default) * 1_000_003 + n and draws a
+    # fresh permutation for each epoch from it
     for call in (0, 1):
-        generator = torch.Generator().manual_seed(call)
+        generator = torch.Generator().manual_seed(42 * 1_000_003 + call)
         expected = torch.randperm(4, generator=generator).tolist() + torch.randperm(4, generator=generator).tolist()
         got = _row_order(worker, data, update)
         assert got == expected

@@ -86,8 +86,29 @@ def check_files(cfg: PPOTrainerConfig) -> list[str]:
                              "interaction config"),
                             ("agent.agent_loop_config_path", rollout.agent.agent_loop_config_path,
                              "agent loop config")):
-        problems += _local_path(f"actor_rollout_ref.rollout.{key}", path, f"{what} YAML")
+        found = _local_path(f"actor_rollout_ref.rollout.{key}", path, f"{what} YAML")
+        problems += found or _list_file_shape(f"actor_rollout_ref.rollout.{key}", path)
     if cfg.data.tool_config_path and cfg.data.tool_config_path != rollout.multi_turn.tool_config_path:
-        problems += _local_path("data.tool_config_path", cfg.data.tool_config_path, "tool config YAML")
+        found = _local_path("data.tool_config_path", cfg.data.tool_config_path, "tool config YAML")
+        problems += found or _list_file_shape("data.tool_config_path", cfg.data.tool_config_path)
     problems += check_lora_files(cfg)
     return problems
+
+
+# the top-level list each multi-turn file holds (what the loaders read after Ray, verl.utils.import_utils)
+_LIST_FILES = {"tool_config_path": ("tools", "tool config", "class_name, config, tool_schema"),
+               "interaction_config_path": ("interaction", "interaction config", "name, class_name, config")}
+
+
+def _list_file_shape(key: str, path: str | None) -> list[str]:
+    """A tool / interaction config that exists but does not hold its top-level list: refused now, not after Ray."""
+    shape = _LIST_FILES.get(key.rsplit(".", 1)[-1])
+    if not path or shape is None or _is_remote(path):
+        return []
+    from verl.utils.import_utils import load_yaml_list
+
+    try:
+        load_yaml_list(path, shape[0], shape[1], key, shape[2])
+    except (OSError, ValueError) as exc:
+        return [f"{key}: {exc}"]
+    return []
