@@ -47,7 +47,8 @@ GPU_ONLY = re.compile(
     r"megatron|mcore|\bsglang|tensorrt|trt-?llm|\bnpu\b|ascend|fused[ _]kernels?|liger|expert[ _]parallel",
     re.IGNORECASE,
 )
-# stand-ins where our default would not be neutral: upstream's scripts are written for one node of 8 GPUs
+# stand-ins where our default would not be neutral, for an unresolved value or a key the line leaves unset:
+# upstream's scripts are written for its defaults, one node of 8 GPUs
 NEUTRAL = {"trainer.n_gpus_per_node": 8, "trainer.nnodes": 1}
 MISSING_FILE = re.compile(r"not found: '|does not exist|no such file", re.IGNORECASE)
 
@@ -95,6 +96,11 @@ def prepare(cmd: CommandLine, defaults, parquet: str, model: str, root: Path) ->
             value = str(default).lower() if isinstance(default, bool) else str(default)
             cmd.notes.append(f"{key}: {names} unresolved, our default {value!r} stands in")
         fixed.append(f"{prefix}{key}={value}")
+    written = {_key(o) for o in fixed}
+    for key, value in NEUTRAL.items():
+        if key not in written:  # the line relies on upstream's default (one node of 8 GPUs), not on ours (a CPU box)
+            fixed.append(f"{key}={value}")
+            cmd.notes.append(f"{key} not set: upstream's default {value} stands in")
     cmd.overrides = fixed
     flags = []
     for flag in cmd.flags:
@@ -255,9 +261,13 @@ def stale_keys(cmd: CommandLine, upstream: tuple[set[str], set[str]], root: Path
                     keys.add(key)
             free |= own_free
     for override in cmd.overrides:
-        if override.startswith(("+", "~")) or "=" not in override:
+        if "=" not in override or override.startswith(("~", "++")):
             continue
         key = re.sub(r"\[\d+\]", "", _key(override))
+        if override.startswith("+"):
+            if key in upstream[0]:  # Hydra: "Could not append to config. An item is already at ..."
+                stale.append(f"+{key} (upstream's config has it: an append is refused)")
+            continue
         if key in keys or any(key.startswith(f + ".") for f in free):
             continue
         stale.append(key)
