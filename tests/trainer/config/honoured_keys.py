@@ -561,3 +561,24 @@ HONOURED |= {
     # follows actor.qat (every key of which is refused unless at its default); null is upstream's no-QAT fallback
     f"{ARR}.rollout.qat": f"{_V07}::test_qat_is_refused_on_the_actor_and_its_rollout_mirror",
 }
+
+# upstream v0.7's reward section (reward/reward.yaml): every settable leaf mirrors and sets one of our keys
+_MIRRORS = "tests/trainer/config/test_reward_section_mirrors.py"
+_V07_REWARD_LEAVES = (
+    "num_workers max_concurrency_per_worker custom_reward_function.path custom_reward_function.name "
+    "reward_manager.source reward_manager.name reward_manager.module.path reward_manager.module.name "
+    "reward_model.enable reward_model.enable_resource_pool reward_model.n_gpus_per_node reward_model.nnodes "
+    "reward_model.model_path sandbox_fusion.url sandbox_fusion.max_concurrent sandbox_fusion.memory_limit_mb "
+    + " ".join(f"reward_model.rollout.{k}" for k in (
+        "name dtype gpu_memory_utilization enforce_eager max_num_batched_tokens "
+        "max_model_len max_num_seqs load_format engine_kwargs enable_chunked_prefill enable_prefix_caching "
+        "disable_log_stats skip_tokenizer_init prompt_length response_length").split())).split()
+HONOURED |= {f"reward.{leaf}": f"{_MIRRORS}::test_a_leaf_a_user_yaml_sets_sets_our_key_and_the_section_mirrors_it"
+             for leaf in _V07_REWARD_LEAVES}
+HONOURED["reward.reward_model.rollout.tensor_model_parallel_size"] = (
+    f"{_MIRRORS}::test_the_judges_tensor_parallel_size_is_refused_in_either_spelling")
+HONOURED |= {f"sandbox_fusion.{k}": f"{_MIRRORS}::test_legacy_keys_are_folded_and_read_null_afterwards"
+             for k in ("url", "max_concurrent", "memory_limit_mb")}
+HONOURED |= {f"reward_model.rollout.{k}": f"{_MIRRORS}::test_legacy_keys_are_folded_and_read_null_afterwards"
+             for k in ("enforce_eager", "max_num_batched_tokens", "max_model_len", "max_num_seqs", "load_format",
+                       "enable_chunked_prefill", "disable_log_stats", "skip_tokenizer_init")}

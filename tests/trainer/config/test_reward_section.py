@@ -193,7 +193,11 @@ def compose_user_yaml(folder, body: str, *overrides: str):
 def test_a_user_yaml_with_v07s_reward_section_composes_like_the_command_line(tmp_path):
     cfg = compose_user_yaml(tmp_path, V07_SECTION)
     got = validate_config(cfg, check_files=False)
-    assert "reward" not in cfg and "sandbox_fusion" not in cfg  # folded onto our keys
+    # folded onto our keys: the reward section mirrors them again, the legacy top-level block is null
+    assert cfg.reward.num_workers == 3 and cfg.reward.reward_manager.name == "dapo"
+    assert cfg.reward.max_concurrency_per_worker == 1  # v0.7's default 16, copied with the section: ours stays
+    assert dict(cfg.sandbox_fusion) == {"url": None, "max_concurrent": None, "memory_limit_mb": None}
+    assert got.reward.sandbox_fusion.url == "http://s/run_code" and got.sandbox_fusion.url is None
     # keys left at v0.7's defaults keep ours (n_gpus_per_node 8, tensor_model_parallel_size 2, ...)
     assert reward_part(got) == reward_part(typed(*SAME_ON_THE_COMMAND_LINE))
     assert got.reward_model.use_reward_loop is True  # reward.num_workers is the loop's: v0.7 always runs it

@@ -59,8 +59,7 @@ def _renamed(key: str) -> str | None:
     for new, old in KEY_ALIASES.items():
         if key == new or key.startswith(new + "."):
             return old + key[len(new):]
-    if key in yaml_keys():
-        return None  # one of ours (reward_model.rollout.name, ...), never a v0.7 spelling
+    # v0.7's reward keys are declared (reward/reward.yaml mirrors ours, its legacy keys are null) but set ours
     matched = reward_section.v07_key(key)
     return None if matched is None else matched[1]
 

@@ -1,9 +1,10 @@
-"""Upstream's older module of the critic's config classes: ``from verl.trainer.config.config import CriticConfig``.
+"""Upstream's older module of config classes: ``from verl.trainer.config.config import CriticConfig, ModuleConfig``.
 
-The classes live in verl.workers.config.critic; these are the same class objects, so a `_target_` naming either
-path builds the same section.
+The classes live in verl.workers.config.critic and .reward_model; these are the same class objects, so a
+`_target_` naming either path builds the same section.
 """
 
 from verl.workers.config.critic import CriticConfig, FSDPCriticConfig, MegatronCriticConfig
+from verl.workers.config.reward_model import ModuleConfig
 
-__all__ = ["CriticConfig", "FSDPCriticConfig", "MegatronCriticConfig"]
+__all__ = ["CriticConfig", "FSDPCriticConfig", "MegatronCriticConfig", "ModuleConfig"]

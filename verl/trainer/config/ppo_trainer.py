@@ -7,11 +7,12 @@ from dataclasses import dataclass, field
 from verl.trainer.config.algorithm import AlgoConfig
 from verl.trainer.config.data import DataConfig
 from verl.trainer.config.old_log_prob_reuse import OldLogProbReuse, decide_old_log_prob_reuse
-from verl.trainer.config.reward import CustomRewardFunctionConfig, FSDPRewardModelConfig
+from verl.trainer.config.reward import CustomRewardFunctionConfig, FSDPRewardModelConfig, LegacySandboxFusionConfig
 from verl.trainer.config.trainer import RayKwargsConfig, TrainerConfig, TransferQueueConfig
 from verl.utils.config_schema import MutableConfig
 from verl.utils.profiler.config import GlobalProfilerConfig
 from verl.workers.config import ActorRolloutRefConfig, FSDPCriticConfig
+from verl.workers.config.reward import RewardConfig
 
 
 @dataclass
@@ -21,6 +22,9 @@ class PPOTrainerConfig(MutableConfig):
     critic: FSDPCriticConfig = field(default_factory=FSDPCriticConfig)
     reward_model: FSDPRewardModelConfig = field(default_factory=FSDPRewardModelConfig)
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    # upstream v0.7's spellings of the two above: each leaf mirrors the key the run uses (reward/reward.yaml)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    sandbox_fusion: LegacySandboxFusionConfig = field(default_factory=LegacySandboxFusionConfig)
     algorithm: AlgoConfig = field(default_factory=AlgoConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)

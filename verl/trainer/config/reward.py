@@ -22,6 +22,7 @@ from verl.workers.config.reward_model import (
 
 __all__ = [
     "CustomRewardFunctionConfig",
+    "LegacySandboxFusionConfig",
     "FSDPRewardModelConfig",
     "McoreRewardModelConfig",
     "OverlongBufferConfig",
@@ -34,6 +35,16 @@ __all__ = [
     "check_reward_loop",
     "check_reward_model",
 ]
+
+
+@dataclass
+class LegacySandboxFusionConfig(MutableConfig):
+    """Upstream v0.7's deprecated top-level `sandbox_fusion` (null: unset). What a user's yaml sets here is folded
+    onto reward_model.sandbox_fusion before typing (verl.trainer.config.reward_section), so these stay null."""
+
+    url: str | None = None
+    max_concurrent: int | None = None
+    memory_limit_mb: int | None = None
 
 
 @dataclass

@@ -8,10 +8,13 @@ warning. This schema keeps the older layout, so here it is the other way round: 
 
 - On the command line (`verl.trainer.config.aliases.rewrite_aliases`), a `reward.*` override is rewritten to our key
   before Hydra; both spellings with different values are an error.
-- In a user's own yaml (`defaults: [ppo_trainer, _self_]` plus a `reward:` section), `fold_reward_section` moves the
-  section onto our keys on the composed config before it is typed. A leaf left at v0.7's own default is taken as not
-  written (a copied section keeps our defaults); a leaf whose key is also set here to another value is an error,
-  unless the command line set it (the command line wins over a yaml, as in Hydra). No warning: nothing is ignored.
+- The section is declared (reward/reward.yaml): each leaf is an interpolation of our key, so it reads the value the
+  run uses. In a user's own yaml (`defaults: [ppo_trainer, _self_]` plus a `reward:` section), the leaves that are no
+  longer the shipped interpolations are written; `fold_reward_section` moves them onto our keys on the composed
+  config before it is typed and puts the shipped interpolations back. A leaf left at v0.7's own default is taken as
+  not written (a copied section keeps our defaults), with a warning naming it where the run's value differs; a leaf
+  whose key is also set here to another value is an error, unless the command line set it (the command line wins
+  over a yaml, as in Hydra).
 - Upstream v0.7 always scores through its reward loop. Our reward loop is `reward_model.use_reward_loop`; a
   `reward.*` key that only the loop reads (`LOOP_KEYS`: num_workers, max_concurrency_per_worker, the reward manager
   class by importlib, the judge's rollout) turns it on, as in v0.7; with `reward_model.use_reward_loop=false` given
@@ -24,10 +27,12 @@ warning. This schema keeps the older layout, so here it is the other way round: 
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
 from verl.trainer.config.yaml_files import GENERATED, TARGET_KEY, walk_keys
+from verl.utils.config_errors import ConfigWarning
 
 MISSING = "???"
 LOOP_SWITCH = "reward_model.use_reward_loop"
@@ -143,6 +148,13 @@ def _our_default(key: str) -> Any:
     return OmegaConf.select(_generated(), key, default=None)
 
 
+def _shipped_mirror(key: str) -> Any:
+    """What a `reward.*` leaf reads with nothing set (the shipped yaml resolved on its own defaults)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(_generated(), key, default=None) if key.startswith("reward.") else None
+
+
 def command_line_keys() -> frozenset[str]:
     """Keys the running Hydra app's command line set (already in our spelling), or none outside one."""
     try:
@@ -165,6 +177,7 @@ def fold_plan(sections: dict[str, Any], current: Any, from_command_line: Iterabl
     writes: dict[str, Any] = {}
     problems: list[str] = []
     loop_by: str | None = None
+    kept: list[str] = []
     for section, body in sections.items():
         for key, value in _leaves(section, body):
             matched = v07_key(key)
@@ -180,7 +193,12 @@ def fold_plan(sections: dict[str, Any], current: Any, from_command_line: Iterabl
             entry, ours = matched
             legacy = section in ("sandbox_fusion", "reward_model")  # v0.7's legacy blocks: null is unset
             if value == MISSING or value == _v07_default(entry, key) or (legacy and value is None):
-                continue  # v0.7's default (or null in its legacy block): not written
+                # v0.7's default (or null in its legacy block): not written. Said aloud where the run's differs
+                run = current(ours)
+                run = _shipped_mirror(key) if run is None else run  # a vLLM argument: the engine's own
+                if not legacy and value not in (MISSING, None) and run != value:
+                    kept.append(f"{key}={value!r} (v0.7's default) is taken as unset: the run uses {run!r} ({ours})")
+                continue
             if implies_loop(key):
                 loop_by = loop_by or key
             have = current(ours)
@@ -197,42 +215,111 @@ def fold_plan(sections: dict[str, Any], current: Any, from_command_line: Iterabl
                             f"given with {LOOP_SWITCH}=false: drop one of them.")
         else:
             writes[LOOP_SWITCH] = True
+    if kept:  # a section copied from upstream's yaml carries v0.7's defaults, which are not this schema's
+        warnings.warn("your yaml's reward section: " + "; ".join(kept) + ". Set the key to another value (or "
+                      "give our key) to change it (docs/reward_loop.md).", ConfigWarning, stacklevel=2)
     if writes.get("reward_model.reward_loop_source") == "importlib" and current(CLASS_NAME) is None:
         writes.setdefault(CLASS_NAME, V07_CLASS_NAME)
     return writes, problems
 
 
+# `_target_` spellings upstream's yamls use in the reward section (v0.7's, then later upstream's): the section is
+# always built with this schema's classes (verl.workers.config.reward), so these are accepted and any other refused
+KNOWN_TARGETS = frozenset({
+    "verl.workers.config.RewardConfig", "verl.workers.config.reward.RewardConfig",
+    "verl.workers.config.reward_model.RewardManagerConfig", "verl.workers.config.reward.RewardManagerConfig",
+    "verl.trainer.config.config.ModuleConfig", "verl.workers.config.RewardModelConfig",
+    "verl.workers.config.reward.RewardModelConfig", "verl.workers.config.RolloutConfig",
+    "verl.workers.config.SandboxFusionConfig", "verl.workers.config.reward.SandboxFusionConfig",
+})
+
+
+def _shipped_reward() -> dict[str, Any]:
+    """The shipped `reward` section, unresolved: each leaf the mirror of one of our keys (or v0.7's fixed value)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(_generated().reward, resolve=False)
+
+
+def _written_reward(node: Any, problems: list[str]) -> dict[str, Any]:
+    """The leaves of `node.reward` a user's yaml changed from the shipped mirrors (resolved), as a nested dict."""
+    from omegaconf import OmegaConf
+
+    section = node.get("reward")
+    if not OmegaConf.is_config(section):
+        return {}  # absent or `reward: null`: nothing written
+    shipped = dict(walk_keys(_shipped_reward()))
+    written: dict[str, Any] = {}
+    for key, raw in walk_keys(OmegaConf.to_container(section, resolve=False, throw_on_missing=False)):
+        if isinstance(raw, dict) and raw:
+            continue  # walk_keys yields sections too; their leaves follow
+        if key in shipped and shipped[key] == raw:
+            continue
+        if key.rpartition(".")[2] == TARGET_KEY:
+            if raw not in KNOWN_TARGETS and raw is not None:
+                problems.append(f"reward.{key}={raw!r} (your yaml): the reward section is built as this schema's "
+                                "verl.workers.config.reward classes (it mirrors reward_model.*); remove the key.")
+            continue
+        value = OmegaConf.select(node, f"reward.{key}", throw_on_missing=False)
+        if OmegaConf.is_config(value):
+            value = OmegaConf.to_container(value, resolve=True)
+        target = written
+        *parents, leaf = key.split(".")
+        for part in parents:
+            target = target.setdefault(part, {})
+        target[leaf] = value
+    return written
+
+
 def _legacy_rollout_keys(node: Any) -> dict[str, Any]:
-    """The judge-engine keys of v0.7's legacy `reward_model.rollout` block that a user's yaml set (not ours)."""
+    """v0.7's legacy `reward_model.rollout` judge-engine keys a user's yaml set (declared null here: null is unset)."""
     from omegaconf import OmegaConf
 
     rollout = OmegaConf.select(node, "reward_model.rollout", default=None)
     if rollout is None:
         return {}
     body = OmegaConf.to_container(rollout, resolve=True)
-    return {k: body[k] for k in (*VLLM_ARGS, *REFUSED_ROLLOUT) if k in body}
+    return {k: body[k] for k in (*VLLM_ARGS, *REFUSED_ROLLOUT) if body.get(k) is not None}
+
+
+def _legacy_sandbox(node: Any) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    section = node.get("sandbox_fusion")
+    if not OmegaConf.is_config(section):
+        return {}
+    return {k: v for k, v in OmegaConf.to_container(section, resolve=True).items() if v is not None}
 
 
 def fold_reward_section(node: Any) -> tuple[dict[str, Any], list[str]]:
-    """On the composed config, before typing: a user's yaml `reward:` section (and a non-null top-level
-    `sandbox_fusion:`) moved onto our keys and removed. Returns (the writes for the caller's config, problems)."""
+    """On the composed config, before typing: what a user's yaml wrote in v0.7's `reward:` section, its legacy
+    top-level `sandbox_fusion:` and legacy `reward_model.rollout.*` judge keys, moved onto our keys. Afterwards the
+    `reward` section is the shipped mirrors again (so it reads as the values the run uses) and the legacy keys are
+    null. Returns (the writes for the caller's config, problems)."""
     from omegaconf import OmegaConf, open_dict, read_write
 
-    names = [s for s in ("reward", "sandbox_fusion") if s in node]
+    problems: list[str] = []
+    sections: dict[str, Any] = {}
+    written = _written_reward(node, problems)
+    if written:
+        sections["reward"] = written
+    legacy_sandbox = _legacy_sandbox(node)
+    if legacy_sandbox:
+        sections["sandbox_fusion"] = legacy_sandbox
     legacy = _legacy_rollout_keys(node)
-    if not names and not legacy:
-        return {}, []
-    sections = {s: OmegaConf.to_container(node[s], resolve=True, throw_on_missing=False) for s in names
-                if OmegaConf.is_config(node[s])}  # `reward: null` / `sandbox_fusion: null`: nothing written
-    if legacy:  # v0.7's legacy reward_model.rollout block: its judge-engine keys we lack, under their v0.7 name
+    if legacy:  # after `reward`: a legacy key written with its `reward.*` twin wins, as in upstream's migration
         sections["reward_model"] = {"rollout": legacy}
-    writes, problems = fold_plan(sections, lambda key: OmegaConf.select(node, key, default=None),
-                                 command_line_keys())
+    writes: dict[str, Any] = {}
+    if sections:
+        writes, fold_problems = fold_plan(sections, lambda key: OmegaConf.select(node, key, default=None),
+                                          command_line_keys())
+        problems += fold_problems
     with read_write(node), open_dict(node):
-        for section in names:
-            del node[section]
+        node["reward"] = _shipped_reward()
+        if "sandbox_fusion" in node or legacy_sandbox:
+            node["sandbox_fusion"] = {"url": None, "max_concurrent": None, "memory_limit_mb": None}
         for key in legacy:
-            del node.reward_model.rollout[key]
+            node.reward_model.rollout[key] = None
         for key, value in writes.items():
             OmegaConf.update(node, key, value, merge=False, force_add=True)
     return writes, problems

@@ -55,6 +55,26 @@ class SandboxFusionConfig(MutableConfig):
 
 
 @dataclass
+class ModuleConfig(MutableConfig):
+    """A python module to load: ``path`` a file (or ``pkg://module``), ``name`` what to take from it. Upstream's
+    verl.trainer.config.config.ModuleConfig (re-exported there)."""
+
+    path: str | None = None
+    name: str | None = None
+
+
+@dataclass
+class RewardManagerConfig(MutableConfig):
+    """reward.reward_manager (upstream v0.7): the reward loop's manager, registered by ``name`` or loaded from
+    ``module`` (source=importlib). Mirrors reward_model.reward_manager / reward_loop_source / reward_loop_module_path
+    / reward_loop_class_name (verl.workers.config.reward)."""
+
+    source: str = "register"
+    name: str = "naive"
+    module: ModuleConfig = field(default_factory=ModuleConfig)
+
+
+@dataclass
 class OverlongBufferConfig(MutableConfig):
     """DAPO's soft length penalty over the last `len` tokens before max_response_length."""
 
@@ -102,6 +122,27 @@ class RewardModelRolloutConfig(MutableConfig):
     response_length: int = at_least(2048, 1)  # the most tokens one answer may have (max_tokens is clipped to it)
     enable_prefix_caching: bool = True  # vllm's prefix cache; hf never caches across requests
     engine_kwargs: dict[str, Any] = dict_field({"vllm": {}, "sglang": {}})  # vllm: passed to vllm.LLM
+    # upstream v0.7's deprecated judge-engine keys (null: unset). The vLLM arguments among them are folded onto
+    # engine_kwargs.vllm before typing (verl.trainer.config.reward_section), so they are null here; the others are
+    # refused there, naming what to use instead, and declared refused here for the key audit.
+    enforce_eager: bool | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    load_format: str | None = None
+    enable_chunked_prefill: bool | None = None
+    disable_log_stats: bool | None = None
+    skip_tokenizer_init: bool | None = None
+    cudagraph_capture_sizes: list[int] | None = refused(
+        None, "the judge engine's CUDA-graph sizes are vLLM's compilation_config here",
+        "Pass +reward_model.rollout.engine_kwargs.vllm.compilation_config.cudagraph_capture_sizes.")
+    free_cache_engine: bool | None = refused(None, "the judge engine sleeps while the actor trains exactly when it "
+                                             "shares the actor's GPUs", "Drop the key.")
+    data_parallel_size: int | None = refused(None, "one judge engine serves each reward pool here",
+                                             "Run more replicas with reward_model.enable_resource_pool=true.")
+    expert_parallel_size: int | None = refused(None, "the judge engine has no expert parallelism here",
+                                               "Drop the key.")
+    limit_images: int | None = refused(None, "the judge engine takes text prompts here", "Drop the key.")
 
 
 @dataclass
