@@ -575,6 +575,8 @@ _V07_REWARD_LEAVES = (
         "disable_log_stats skip_tokenizer_init prompt_length response_length").split())).split()
 HONOURED |= {f"reward.{leaf}": f"{_MIRRORS}::test_a_leaf_a_user_yaml_sets_sets_our_key_and_the_section_mirrors_it"
              for leaf in _V07_REWARD_LEAVES}
+HONOURED["reward.reward_model.rollout.skip_tokenizer_init"] = (
+    f"{_MIRRORS}::test_the_command_line_spelling_reads_back_from_the_section")
 HONOURED["reward.reward_model.rollout.tensor_model_parallel_size"] = (
     f"{_MIRRORS}::test_the_judges_tensor_parallel_size_is_refused_in_either_spelling")
 HONOURED |= {f"sandbox_fusion.{k}": f"{_MIRRORS}::test_legacy_keys_are_folded_and_read_null_afterwards"

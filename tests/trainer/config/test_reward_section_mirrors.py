@@ -26,7 +26,7 @@ CASES = {
         "name": "vllm", "dtype": "float32", "gpu_memory_utilization": 0.3, "enforce_eager": False,
         "max_num_batched_tokens": 4096, "max_model_len": 900, "max_num_seqs": 7, "load_format": "safetensors",
         "enable_chunked_prefill": False, "enable_prefix_caching": False, "disable_log_stats": False,
-        "skip_tokenizer_init": True, "prompt_length": 512, "response_length": 256,
+        "prompt_length": 512, "response_length": 256,
         "engine_kwargs": {"vllm": {"swap_space": 1}}}}},
     "sandbox": {"sandbox_fusion": {"url": "http://s/run_code", "max_concurrent": 3, "memory_limit_mb": 512}},
 }
@@ -64,7 +64,9 @@ def test_every_leaf_v07_declares_has_a_case_or_is_refused_or_fixed():
     settable = shipped_reward_leaves() - fixed - refused
     written_leaves = {w if not w.startswith("reward_model.rollout.engine_kwargs.") else
                       "reward_model.rollout.engine_kwargs" for w in written}
-    assert settable == written_leaves
+    # v0.7's default false is this schema's "unset" in a yaml (a copied section), and true is the engine's own: the
+    # command line sets it (test_the_command_line_spelling_reads_back_from_the_section)
+    assert settable == written_leaves | {"reward_model.rollout.skip_tokenizer_init"}
     assert all(v07_key(f"reward.{leaf}") is not None for leaf in settable)
 
 
@@ -90,9 +92,12 @@ def test_unset_leaves_read_as_the_values_the_run_uses():
 
 
 def test_the_command_line_spelling_reads_back_from_the_section():
-    got = typed("reward.num_workers=3", "reward.reward_model.rollout.max_num_seqs=7", *JUDGE_ON)
+    got = typed("reward.num_workers=3", "reward.reward_model.rollout.max_num_seqs=7",
+                "reward.reward_model.rollout.skip_tokenizer_init=false", *JUDGE_ON)
     assert got.reward.num_workers == got.reward_model.num_workers == 3
     assert got.reward.reward_model.rollout.max_num_seqs == 7
+    assert got.reward_model.rollout.engine_kwargs["vllm"]["skip_tokenizer_init"] is False
+    assert got.reward.reward_model.rollout.skip_tokenizer_init is False
 
 
 def test_legacy_keys_are_folded_and_read_null_afterwards(tmp_path):
@@ -145,3 +150,18 @@ def test_the_judges_tensor_parallel_size_is_refused_in_either_spelling():
         with pytest.raises(ConfigError, match="reward_model.rollout.tensor_model_parallel_size=2 is refused"):
             typed(line, *JUDGE_ON)
     assert typed().reward.reward_model.rollout.tensor_model_parallel_size == 1
+
+
+def test_a_typed_config_composes_again_with_its_mirrors_and_python_edits():
+    """verl.config(typed): the reward section's plain values are mirrors, not settings; an edit in Python of one
+    mirror is a setting, and an edit of the key a mirror follows is not undone by the stale mirror."""
+    import verl
+
+    cfg = verl.config(["reward_model.use_reward_loop=true"])
+    assert verl.config(cfg) == cfg  # the section's plain values (skip_tokenizer_init true, ...) write nothing
+    cfg.custom_reward_function.name = "score"  # the mirror cfg.reward.custom_reward_function.name is now stale
+    again = verl.config(cfg)
+    assert again.custom_reward_function.name == again.reward.custom_reward_function.name == "score"
+    again.reward.num_workers = 4  # upstream v0.7's spelling, edited in Python
+    edited = verl.config(again)
+    assert edited.reward_model.num_workers == edited.reward.num_workers == 4

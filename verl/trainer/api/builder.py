@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl.trainer.config import ConfigError, PPOTrainerConfig, load_config, schema_keys, validate_config
+from verl.trainer.config.reward_section import typed_reward_section
 from verl.utils.config_keys import unknown_key_message
 
 ConfigLike = PPOTrainerConfig | Mapping[str, Any] | Sequence[str] | None
@@ -61,7 +62,10 @@ def compose(config_or_overrides: ConfigLike = None) -> DictConfig:
     if config_or_overrides is None:
         return load_config([])
     if isinstance(config_or_overrides, PPOTrainerConfig):
-        return OmegaConf.create(config_or_overrides.to_dict())
+        plain = config_or_overrides.to_dict()
+        # upstream v0.7's reward section mirrors other keys: only the leaves edited in Python count as written
+        plain["reward"] = typed_reward_section(plain["reward"], config_or_overrides.__dict__.get("_reward_as_built"))
+        return OmegaConf.create(plain)
     if isinstance(config_or_overrides, DictConfig):
         return config_or_overrides.copy()
     if isinstance(config_or_overrides, Mapping):

@@ -192,17 +192,18 @@ def fold_plan(sections: dict[str, Any], current: Any, from_command_line: Iterabl
                 continue
             entry, ours = matched
             legacy = section in ("sandbox_fusion", "reward_model")  # v0.7's legacy blocks: null is unset
+            have = current(ours)
+            run = _shipped_mirror(key) if have is None else have  # unset vLLM argument: the engine's own value
             if value == MISSING or value == _v07_default(entry, key) or (legacy and value is None):
                 # v0.7's default (or null in its legacy block): not written. Said aloud where the run's differs
-                run = current(ours)
-                run = _shipped_mirror(key) if run is None else run  # a vLLM argument: the engine's own
                 if not legacy and value not in (MISSING, None) and run != value:
                     kept.append(f"{key}={value!r} (v0.7's default) is taken as unset: the run uses {run!r} ({ours})")
                 continue
+            if value == run:
+                continue  # already the value the run uses (a mirror written back as a plain value)
             if implies_loop(key):
                 loop_by = loop_by or key
-            have = current(ours)
-            if ours in from_command_line or have == value:
+            if ours in from_command_line:
                 continue
             if have is not None and have != _our_default(ours) and ours not in writes:
                 problems.append(f"{key}={value!r} (upstream v0.7's spelling, your yaml) and {ours}={have!r} set the "
@@ -269,6 +270,29 @@ def _written_reward(node: Any, problems: list[str]) -> dict[str, Any]:
             target = target.setdefault(part, {})
         target[leaf] = value
     return written
+
+
+def typed_reward_section(reward: dict[str, Any], as_built: dict[str, Any] | None) -> dict[str, Any]:
+    """The `reward` section to compose from a typed config's `reward` (its to_dict()): the shipped mirrors, with
+    the leaves a user changed in Python since the config was checked (`as_built`, that check's values; None: a
+    config never checked, compared with the class defaults) written over them, so they are folded like a yaml's.
+    A mirror left as it was is not written: it may be stale after an edit of the key it mirrors."""
+    from verl.workers.config.reward import RewardConfig
+
+    before = dict(walk_keys(as_built if as_built is not None else RewardConfig().to_dict()))
+    section = _shipped_reward()
+    for key, value in walk_keys(reward):
+        if isinstance(value, dict) and value or before.get(key, object()) == value:
+            continue
+        target = section
+        *parents, leaf = key.split(".")
+        for part in parents:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                break
+        else:
+            target[leaf] = value
+    return section
 
 
 def _legacy_rollout_keys(node: Any) -> dict[str, Any]:

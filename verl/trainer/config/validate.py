@@ -46,6 +46,8 @@ def validate_config(cfg: DictConfig | dict, *, check_files: bool = True) -> PPOT
     if result.problems or adapter_problems:
         raise ConfigError(result.problems + adapter_problems)
     typed: PPOTrainerConfig = result.config
+    # what the reward mirrors read when checked: a later Python edit of one is told apart from a stale mirror
+    typed.__dict__["_reward_as_built"] = typed.reward.to_dict()
     writes, problems = apply_deprecated_keys(typed)  # before the checks: they see the per-GPU sizes
     writes.update(adapter_writes)
     upstream_writes, upstream_problems = apply_upstream_keys(typed)
