@@ -12,8 +12,32 @@ default, which verl leaves alone, is checked in a fresh interpreter with this va
 from __future__ import annotations
 
 import os
+import sys
+
+import pytest
 
 os.environ["RAY_AUTH_MODE"] = "disabled"
+
+
+# what a Worker built in the test process writes (verl.single_controller.base.worker._configure_threads); a Ray
+# cluster started later in the same process would hand it to its workers, whose thread share then depends on which
+# tests ran before (with pytest-xdist, on how the tests were split)
+_THREAD_ENV = ("VERL_TORCH_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@pytest.fixture(autouse=True)
+def _restore_thread_settings():
+    saved = {name: os.environ.get(name) for name in _THREAD_ENV}
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if threads is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def pytest_collection_modifyitems(config, items) -> None:

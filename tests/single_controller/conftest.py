@@ -20,6 +20,9 @@ def _prepare_env() -> None:
     # Test clusters of raylets on this one machine turn Ray's token authentication off explicitly (verl leaves
     # Ray's default alone: tests/single_controller/test_ray_local_security.py).
     os.environ["RAY_AUTH_MODE"] = "disabled"
+    # a thread share a Worker built earlier in this test process wrote would reach the cluster's workers
+    for name in ("VERL_TORCH_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.pop(name, None)
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if HERE not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([HERE, *[p for p in paths if p]])
