@@ -19,6 +19,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from tests.helpers.determinism import restored_determinism
 from verl.models.tiled_mlp import apply_tiled_mlp
 from verl.utils.determinism import enable_full_determinism
 
@@ -123,21 +124,8 @@ def test_contents_cuda_records_the_kernels_and_cpu_alone_does_not(tmp_path, cont
 
 @pytest.fixture
 def restore_determinism():
-    """Put torch's deterministic mode, cuDNN's flags and the environment back as they were (a variable that was
-    unset is removed again: monkeypatch.delenv of an absent variable would not undo a later assignment)."""
-    env = {name: os.environ.pop(name, None) for name in DETERMINISM_ENV}
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
-    try:
+    with restored_determinism(DETERMINISM_ENV):
         yield
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2], before[3]
-        for name, value in env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def seeded_grads(seed: int, device: str) -> dict[str, torch.Tensor]:

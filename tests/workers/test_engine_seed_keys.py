@@ -13,6 +13,7 @@ import os
 import pytest
 import torch
 
+from tests.helpers.determinism import restored_determinism
 from tests.helpers.tiny_model import tiny_llama
 from tests.trainer.config import test_key_effects
 from tests.trainer.config.test_key_effects import problems, typed
@@ -54,19 +55,9 @@ def test_seed_everything_repeats_every_generator_and_dropout():
 
 @pytest.fixture
 def restore_determinism():
-    # saved by hand: monkeypatch.delenv records nothing for a variable that is unset, so one the test sets would stay
-    names = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "NCCL_DETERMINISTIC", "FLASH_ATTENTION_DETERMINISTIC")
-    saved_env = {name: os.environ.pop(name, None) for name in names}
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
-    yield
-    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2], before[3]
-    for name, value in saved_env.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    with restored_determinism(("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "NCCL_DETERMINISTIC",
+                               "FLASH_ATTENTION_DETERMINISTIC")):
+        yield
 
 
 def test_enable_full_determinism_turns_on_torchs_deterministic_mode(restore_determinism):
