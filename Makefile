@@ -3,6 +3,9 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# make test's processes (pytest-xdist); each test file's tests stay in one process (--dist loadscope), so its
+# module fixtures (a local Ray, a built model) start once. PYTEST_WORKERS=0 runs the suite in one process.
+PYTEST_WORKERS ?= 2
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
 
 .PHONY: setup demo test test-all test-e2e lint docs bench clean clean-venv
@@ -17,7 +20,7 @@ demo: setup
 test: setup
 	$(VENV)/bin/lint-imports --no-cache
 	$(MKDOCS) build --strict
-	$(PY) -m pytest -m "not slow" --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -n $(PYTEST_WORKERS) --dist loadscope --durations=15 $(PYTEST_ARGS)
 
 test-all: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
