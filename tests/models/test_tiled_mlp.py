@@ -151,3 +151,23 @@ def test_fsdp2_sharded_training_with_tiled_mlp_matches_the_untiled(tmp_path):
     out = run_ranks(_fsdp_worker, free_port(), str(tmp_path), nprocs=2, timeout_s=280)
     # the tiled MLPs ran; the same log-probs, and the same update on every parameter
     assert out[0] == out[1] == (True, True, [])
+
+
+def test_a_model_whose_experts_are_fused_is_refused_before_ray(tmp_path):
+    """Qwen3-MoE's experts are one fused module in transformers: nothing to tile. The pre-Ray check builds the
+    folder's model class on the meta device and names the key; a dense model's folder passes."""
+    from tests.helpers.tiny_moe import tiny_qwen3_moe_config
+    from tests.trainer.config.test_key_effects import problems, typed
+    from verl.trainer.config.tiled_mlp_checks import check_tiled_mlp
+
+    moe, dense = tmp_path / "moe", tmp_path / "dense"
+    tiny_qwen3_moe_config().save_pretrained(moe)
+    _tiny_qwen2().config.save_pretrained(dense)
+    found = problems(f"actor_rollout_ref.model.path={moe}", "actor_rollout_ref.model.tiled_mlp.enabled=true")
+    assert [p for p in found if "tiled_mlp" in p] == [
+        f"actor_rollout_ref.model.tiled_mlp.enabled=true, but the model at actor_rollout_ref.model.path={moe} has no "
+        "dense MLP (gate_proj / up_proj / down_proj modules) to tile: its experts are one fused module; set "
+        "actor_rollout_ref.model.tiled_mlp.enabled=false."]
+    dense_cfg = typed(f"actor_rollout_ref.model.path={dense}", "actor_rollout_ref.model.tiled_mlp.enabled=true",
+                      "critic.model.tiled_mlp.enabled=true", "algorithm.adv_estimator=gae")
+    assert check_tiled_mlp(dense_cfg) == []

@@ -27,6 +27,7 @@ from verl.trainer.config.reward import check_reward_model
 from verl.trainer.config.rollout_service_checks import check_rollout_services
 from verl.trainer.config.rollout_v07_checks import rollout_v07_problems
 from verl.trainer.config.router_replay_checks import check_router_replay
+from verl.trainer.config.tiled_mlp_checks import check_tiled_mlp
 from verl.trainer.config.ulysses_checks import check_ulysses
 from verl.trainer.config.upstream_keys import SINGLETON_GROUP_ESTIMATORS
 from verl.utils.config_errors import ConfigWarning
@@ -90,6 +91,7 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_rollout_services(cfg)
     problems += rollout_v07_problems(cfg)
     problems += check_router_replay(cfg)
+    problems += check_tiled_mlp(cfg)
     problems += check_profiler(cfg)
     return problems
 
