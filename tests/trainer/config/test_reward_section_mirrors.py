@@ -165,3 +165,13 @@ def test_a_typed_config_composes_again_with_its_mirrors_and_python_edits():
     again.reward.num_workers = 4  # upstream v0.7's spelling, edited in Python
     edited = verl.config(again)
     assert edited.reward_model.num_workers == edited.reward.num_workers == 4
+
+
+def test_the_section_is_typed_as_upstreams_classes_at_their_paths():
+    from verl.trainer.config.config import ModuleConfig
+    from verl.workers.config import RewardConfig, RewardManagerConfig
+
+    got = typed().reward
+    assert type(got) is RewardConfig and type(got.reward_manager) is RewardManagerConfig
+    assert type(got.reward_manager.module) is ModuleConfig
+    assert got["reward_manager"]["name"] == got.reward_manager.name == "naive"  # attribute and mapping access

@@ -17,9 +17,12 @@ from verl.workers.config.critic import CriticConfig, FSDPCriticConfig, FSDPCriti
 from verl.workers.config.engine import CheckpointConfig, FSDPEngineConfig, MixedPrecisionConfig, WrapPolicyConfig
 from verl.workers.config.model import HFModelConfig, MtpConfig
 from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
+from verl.workers.config.reward import RewardConfig
 from verl.workers.config.reward_model import (
     FSDPRewardModelConfig,
     McoreRewardModelConfig,
+    ModuleConfig,
+    RewardManagerConfig,
     RewardModelConfig,
     RewardModelModelConfig,
     RewardModelRolloutConfig,
@@ -56,12 +59,15 @@ __all__ = [
     "McoreRewardModelConfig",
     "MegatronCriticConfig",
     "MixedPrecisionConfig",
+    "ModuleConfig",
     "MtpConfig",
     "MultiTurnConfig",
     "OptimizerConfig",
     "PolicyLossConfig",
     "PrometheusConfig",
     "RefConfig",
+    "RewardConfig",
+    "RewardManagerConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RewardModelRolloutConfig",
