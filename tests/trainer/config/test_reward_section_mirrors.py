@@ -175,3 +175,14 @@ def test_the_section_is_typed_as_upstreams_classes_at_their_paths():
     assert type(got) is RewardConfig and type(got.reward_manager) is RewardManagerConfig
     assert type(got.reward_manager.module) is ModuleConfig
     assert got["reward_manager"]["name"] == got.reward_manager.name == "naive"  # attribute and mapping access
+
+
+def test_a_python_edit_under_a_mirrored_section_is_set():
+    """cfg.reward...engine_kwargs is one mirror (an interpolation of the whole section): an entry added under it
+    in Python reaches reward_model.rollout.engine_kwargs, not dropped with the mirror."""
+    import verl
+
+    cfg = verl.config(["reward_model.use_reward_loop=true", *JUDGE_ON])
+    cfg.reward.reward_model.rollout.engine_kwargs["vllm"]["swap_space"] = 1
+    got = verl.config(cfg)
+    assert dict(got.reward_model.rollout.engine_kwargs["vllm"]) == {"swap_space": 1}

@@ -264,12 +264,19 @@ def _written_reward(node: Any, problems: list[str]) -> dict[str, Any]:
         value = OmegaConf.select(node, f"reward.{key}", throw_on_missing=False)
         if OmegaConf.is_config(value):
             value = OmegaConf.to_container(value, resolve=True)
-        target = written
-        *parents, leaf = key.split(".")
-        for part in parents:
-            target = target.setdefault(part, {})
-        target[leaf] = value
+        _put(written, key, value)
     return written
+
+
+def _put(tree: dict[str, Any], key: str, value: Any) -> None:
+    """Set the dotted `key` in a nested dict, making the sections on the way (a mirror where a section is edited,
+    `engine_kwargs: ${...}`, becomes that section)."""
+    *parents, leaf = key.split(".")
+    for part in parents:
+        if not isinstance(tree.get(part), dict):
+            tree[part] = {}
+        tree = tree[part]
+    tree[leaf] = value
 
 
 def typed_reward_section(reward: dict[str, Any], as_built: dict[str, Any] | None) -> dict[str, Any]:
@@ -284,14 +291,7 @@ def typed_reward_section(reward: dict[str, Any], as_built: dict[str, Any] | None
     for key, value in walk_keys(reward):
         if isinstance(value, dict) and value or before.get(key, object()) == value:
             continue
-        target = section
-        *parents, leaf = key.split(".")
-        for part in parents:
-            target = target.setdefault(part, {})
-            if not isinstance(target, dict):
-                break
-        else:
-            target[leaf] = value
+        _put(section, key, value)
     return section
 
 

@@ -12,10 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from verl.utils.config_schema import MutableConfig, dict_field, refused
-from verl.workers.config.reward_model import RewardManagerConfig, SandboxFusionConfig
-
-_ONE_ENGINE = "one judge engine serves each reward pool here"
-_FREE_CACHE = "the judge engine sleeps while the actor trains exactly when it shares the actor's GPUs"
+from verl.workers.config.reward_model import JUDGE_KEY_REFUSALS, RewardManagerConfig, SandboxFusionConfig
 
 
 @dataclass
@@ -38,20 +35,17 @@ class RewardRolloutConfig(MutableConfig):
     dtype: str = "bfloat16"
     gpu_memory_utilization: float = 0.5
     enforce_eager: bool = True
-    cudagraph_capture_sizes: list[int] | None = refused(
-        None, "the judge engine's CUDA-graph sizes are vLLM's compilation_config here",
-        "Pass +reward_model.rollout.engine_kwargs.vllm.compilation_config.cudagraph_capture_sizes.")
-    free_cache_engine: bool = refused(True, _FREE_CACHE, "Drop the key.")
-    data_parallel_size: int = refused(1, _ONE_ENGINE, "Run more replicas with reward_model.enable_resource_pool=true "
-                                      "and reward_model.n_gpus_per_node.")
-    expert_parallel_size: int = refused(1, "the judge engine has no expert parallelism here", "Drop the key.")
+    cudagraph_capture_sizes: list[int] | None = refused(None, *JUDGE_KEY_REFUSALS["cudagraph_capture_sizes"])
+    free_cache_engine: bool = refused(True, *JUDGE_KEY_REFUSALS["free_cache_engine"])
+    data_parallel_size: int = refused(1, *JUDGE_KEY_REFUSALS["data_parallel_size"])
+    expert_parallel_size: int = refused(1, *JUDGE_KEY_REFUSALS["expert_parallel_size"])
     tensor_model_parallel_size: int = 1
     max_num_batched_tokens: int = 8192
     max_model_len: int | None = None
     max_num_seqs: int = 1024
     load_format: str = "auto"
     engine_kwargs: dict[str, Any] = dict_field({"vllm": {}, "sglang": {}})
-    limit_images: int | None = refused(None, "the judge engine takes text prompts here", "Drop the key.")
+    limit_images: int | None = refused(None, *JUDGE_KEY_REFUSALS["limit_images"])
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
     disable_log_stats: bool = True

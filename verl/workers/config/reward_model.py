@@ -102,6 +102,22 @@ NO_GENRM_TP = (
 )
 
 
+# upstream v0.7's judge-engine keys with no counterpart here -> (why, what to do): refused in v0.7's `reward:`
+# section (verl.workers.config.reward) and in its legacy `reward_model.rollout` block alike
+JUDGE_KEY_REFUSALS: dict[str, tuple[str, str]] = {
+    "cudagraph_capture_sizes": ("the judge engine's CUDA-graph sizes are vLLM's compilation_config here",
+                                "Pass +reward_model.rollout.engine_kwargs.vllm.compilation_config."
+                                "cudagraph_capture_sizes."),
+    "free_cache_engine": ("the judge engine sleeps while the actor trains exactly when it shares the actor's GPUs",
+                          "Drop the key."),
+    "data_parallel_size": ("one judge engine serves each reward pool here",
+                           "Run more replicas with reward_model.enable_resource_pool=true and "
+                           "reward_model.n_gpus_per_node."),
+    "expert_parallel_size": ("the judge engine has no expert parallelism here", "Drop the key."),
+    "limit_images": ("the judge engine takes text prompts here", "Drop the key."),
+}
+
+
 @dataclass
 class RewardModelRolloutConfig(MutableConfig):
     """The engine of a generative reward model (upstream's ``reward_model.rollout.*``): with ``name`` set (and
@@ -133,16 +149,11 @@ class RewardModelRolloutConfig(MutableConfig):
     enable_chunked_prefill: bool | None = None
     disable_log_stats: bool | None = None
     skip_tokenizer_init: bool | None = None
-    cudagraph_capture_sizes: list[int] | None = refused(
-        None, "the judge engine's CUDA-graph sizes are vLLM's compilation_config here",
-        "Pass +reward_model.rollout.engine_kwargs.vllm.compilation_config.cudagraph_capture_sizes.")
-    free_cache_engine: bool | None = refused(None, "the judge engine sleeps while the actor trains exactly when it "
-                                             "shares the actor's GPUs", "Drop the key.")
-    data_parallel_size: int | None = refused(None, "one judge engine serves each reward pool here",
-                                             "Run more replicas with reward_model.enable_resource_pool=true.")
-    expert_parallel_size: int | None = refused(None, "the judge engine has no expert parallelism here",
-                                               "Drop the key.")
-    limit_images: int | None = refused(None, "the judge engine takes text prompts here", "Drop the key.")
+    cudagraph_capture_sizes: list[int] | None = refused(None, *JUDGE_KEY_REFUSALS["cudagraph_capture_sizes"])
+    free_cache_engine: bool | None = refused(None, *JUDGE_KEY_REFUSALS["free_cache_engine"])
+    data_parallel_size: int | None = refused(None, *JUDGE_KEY_REFUSALS["data_parallel_size"])
+    expert_parallel_size: int | None = refused(None, *JUDGE_KEY_REFUSALS["expert_parallel_size"])
+    limit_images: int | None = refused(None, *JUDGE_KEY_REFUSALS["limit_images"])
 
 
 @dataclass
