@@ -77,7 +77,7 @@ tools:
         ("tools:\n  - class_name: verl.tools.gsm8k_tool.NoTool\n", ImportError, r"tools\[0\].*has no 'NoTool'"),
         ("tools:\n  - class_name: collections.OrderedDict\n", TypeError, r"tools\[0\].*not a subclass of .*BaseTool"),
         ("tools:\n  - class_name: verl.tools.gsm8k_tool.Gsm8kTool\n    config: {type: mcp}\n",
-         NotImplementedError, r"tools\[0\].*'mcp'.*not supported"),
+         ValueError, r"tools\[0\].*config.type 'mcp' needs an `mcp:` mapping"),
         ("tools:\n  - class_name: verl.tools.gsm8k_tool.Gsm8kTool\n    config: {type: grpc}\n",
          ValueError, r"tools\[0\].*config.type 'grpc' is unknown"),
         ("tools:\n  - class_name: verl.tools.gsm8k_tool.Gsm8kTool\n    tool_schema: {type: function}\n",

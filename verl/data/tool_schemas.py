@@ -2,8 +2,9 @@
 tools' OpenAI function schemas, read from the tool config file, for the chat template the dataset's overlong-prompt
 filter renders (``tools=...``), so a prompt is measured with the tool list the tool agent loop puts in front of it.
 
-Only the schemas are read here (each entry's ``tool_schema``, exactly as written): the tools themselves are built
-by the agent loop (verl.tools.utils.tool_registry), which checks their classes.
+Only the schemas are read here (each entry's ``tool_schema``, exactly as written; for an entry of ``config.type:
+mcp``, the schemas its MCP servers list, as the agent loop will show them): the tools themselves are built by the
+agent loop (verl.tools.utils.tool_registry), which checks their classes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from verl.utils.import_utils import load_yaml_list
+from verl.utils.mcp.tool_entry import mcp_entry_schemas
 
 __all__ = ["tool_schemas", "length_template_kwargs"]
 
@@ -22,6 +24,9 @@ def tool_schemas(path: str | None) -> list[dict[str, Any]] | None:
     loaded = load_yaml_list(path, "tools", "tool config", "data.tool_config_path", "class_name, config, tool_schema")
     schemas = []
     for i, entry in enumerate(loaded["tools"]):
+        if isinstance(entry, dict) and str((entry.get("config") or {}).get("type", "native")).lower() == "mcp":
+            schemas += mcp_entry_schemas(entry, f"tool config {path!r} entry {i} (data.tool_config_path)")
+            continue
         schema = entry.get("tool_schema") if isinstance(entry, dict) else None
         if not isinstance(schema, dict):
             raise ValueError(f"tool config {path!r} entry {i}: no `tool_schema` mapping (data.tool_config_path)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import yaml
 
 from verl.trainer.config import ConfigError, validate_config
 
@@ -80,4 +81,20 @@ def test_a_multi_turn_file_without_its_list_is_refused_before_ray(runnable, tmp_
     right = tmp_path / "right.yaml"
     right.write_text(f"{list_key}: []\n")
     setattr(runnable.actor_rollout_ref.rollout.multi_turn, key, str(right))
+    validate_config(runnable)
+
+
+def test_an_mcp_tool_entry_and_its_servers_file_are_checked_before_ray(runnable, tmp_path):
+    tools = tmp_path / "tools.yaml"
+    entry = {"class_name": "verl.tools.mcp_search_tool.MCPSearchTool", "config": {"type": "mcp", "rate_limit": 120},
+             "mcp": {"mcp_servers_config_path": str(tmp_path / "servers.json"), "tool_selected_list": ["search"]}}
+    tools.write_text(yaml.safe_dump({"tools": [entry]}))
+    runnable.actor_rollout_ref.rollout.multi_turn.enable = True
+    runnable.actor_rollout_ref.rollout.multi_turn.tool_config_path = str(tools)
+    runnable.data.return_raw_chat = True
+    (problem,) = _problems(runnable)
+    assert problem.startswith("actor_rollout_ref.rollout.multi_turn.tool_config_path: tool config")
+    assert "tools[0]: mcp.mcp_servers_config_path: MCP servers file not found" in problem and "servers.json" in problem
+    # the server is not started or reached by the check (it may start later): a command that does not exist passes
+    (tmp_path / "servers.json").write_text('{"mcpServers": {"search": {"command": "no-such-mcp-server"}}}')
     validate_config(runnable)

@@ -108,7 +108,21 @@ def _list_file_shape(key: str, path: str | None) -> list[str]:
     from verl.utils.import_utils import load_yaml_list
 
     try:
-        load_yaml_list(path, shape[0], shape[1], key, shape[2])
+        loaded = load_yaml_list(path, shape[0], shape[1], key, shape[2])
     except (OSError, ValueError) as exc:
         return [f"{key}: {exc}"]
-    return []
+    return _mcp_entries(key, path, loaded[shape[0]]) if shape[0] == "tools" else []
+
+
+def _mcp_entries(key: str, path: str, entries: list) -> list[str]:
+    """Each MCP tool entry's `mcp:` mapping and servers file, read now (no connection: servers may start later)."""
+    from verl.utils.mcp.tool_entry import check_mcp_entry
+
+    problems = []
+    for index, entry in enumerate(entries):
+        if isinstance(entry, dict) and str((entry.get("config") or {}).get("type", "native")).lower() == "mcp":
+            try:
+                check_mcp_entry(entry, f"{key}: tool config {path!r}, tools[{index}]")
+            except (ImportError, ValueError) as exc:
+                problems.append(str(exc))
+    return problems
