@@ -168,8 +168,11 @@ def test_a_typed_config_composes_again_with_its_mirrors_and_python_edits():
 
 
 def test_the_section_is_typed_as_upstreams_classes_at_their_paths():
+    from verl.trainer.config import config as older_module
     from verl.trainer.config.config import ModuleConfig
     from verl.workers.config import RewardConfig, RewardManagerConfig
+
+    assert older_module.RewardManagerConfig is RewardManagerConfig  # upstream v0.7 names both paths
 
     got = typed().reward
     assert type(got) is RewardConfig and type(got.reward_manager) is RewardManagerConfig
