@@ -33,6 +33,7 @@ from typing import Any
 
 from verl.trainer.config.yaml_files import GENERATED, TARGET_KEY, walk_keys
 from verl.utils.config_errors import ConfigWarning
+from verl.workers.config.reward_model import JUDGE_KEY_REFUSALS
 
 MISSING = "???"
 LOOP_SWITCH = "reward_model.use_reward_loop"
@@ -80,17 +81,9 @@ V07_KEYS: dict[str, tuple[str, Any]] = {
 LOOP_KEYS = ("reward.num_workers", "reward.max_concurrency_per_worker", "reward.reward_manager.source",
              "reward.reward_manager.module", f"{_RM}.rollout")
 
-# v0.7 judge-engine keys with no counterpart here -> (v0.7's default, what to do)
-REFUSED_ROLLOUT: dict[str, tuple[Any, str]] = {
-    "cudagraph_capture_sizes": (None, "pass vLLM's own argument as "
-                                "+reward_model.rollout.engine_kwargs.vllm.compilation_config.cudagraph_capture_sizes"),
-    "free_cache_engine": (True, "the judge engine sleeps while the actor trains exactly when it shares the actor's "
-                          "GPUs (reward_model.enable_resource_pool=false); drop the key"),
-    "data_parallel_size": (1, "one judge engine per reward pool here; run more replicas with "
-                           "reward_model.enable_resource_pool=true and reward_model.n_gpus_per_node"),
-    "expert_parallel_size": (1, "the judge engine has no expert parallelism here; drop the key"),
-    "limit_images": (None, "the judge engine takes text prompts here; drop the key"),
-}
+# v0.7 judge-engine keys with no counterpart here -> v0.7's default (why and what to do: JUDGE_KEY_REFUSALS)
+REFUSED_ROLLOUT: dict[str, Any] = {"cudagraph_capture_sizes": None, "free_cache_engine": True, "data_parallel_size": 1,
+                                   "expert_parallel_size": 1, "limit_images": None}
 _REFUSED_PREFIXES = (f"{_RM}.rollout.", "reward_model.rollout.")
 
 
@@ -110,8 +103,8 @@ def refused_rollout_key(key: str) -> str | None:
     for prefix in _REFUSED_PREFIXES:
         name = key[len(prefix):] if key.startswith(prefix) else None
         if name in REFUSED_ROLLOUT:
-            return (f"{key} is upstream v0.7's judge-engine key {name}, which has no counterpart here: "
-                    f"{REFUSED_ROLLOUT[name][1]}.")
+            why, what = JUDGE_KEY_REFUSALS[name]
+            return f"{key} is upstream v0.7's judge-engine key {name}, which has no counterpart here: {why}. {what}"
     return None
 
 
@@ -183,7 +176,7 @@ def fold_plan(sections: dict[str, Any], current: Any, from_command_line: Iterabl
             matched = v07_key(key)
             refusal = refused_rollout_key(key)
             if refusal is not None:
-                if value != REFUSED_ROLLOUT[key.rpartition(".")[2]][0] and value is not None:
+                if value != REFUSED_ROLLOUT[key.rpartition(".")[2]] and value is not None:
                     problems.append(refusal)
                 continue
             if matched is None:
