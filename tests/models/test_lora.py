@@ -173,3 +173,57 @@ def test_an_adapter_path_without_lora_rank_trains_the_adapter_with_its_own_rank(
         assert torch.allclose(loaded(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-6)
     trainable = {n for n, p in loaded.named_parameters() if p.requires_grad}
     assert trainable and all(".lora_" in n for n in trainable)
+
+
+def _critic_section(**keys):
+    from verl.workers.config.critic import FSDPCriticModelCfg
+
+    return FSDPCriticModelCfg(**{"lora_rank": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj"], **keys})
+
+
+def _tiny_critic():
+    from transformers import LlamaForTokenClassification
+
+    from tests.helpers.tiny_model import tiny_llama_config
+
+    torch.manual_seed(0)
+    return LlamaForTokenClassification(tiny_llama_config(num_labels=1))
+
+
+def test_a_critic_adapter_restarts_the_critic_with_its_value_head(tmp_path):
+    """critic.model.lora_adapter_path / exclude_modules (later upstream's HFModelConfig for the critic)."""
+    from verl.models.lora import lora_from_model_config
+
+    trained = lora_from_model_config(_tiny_critic(), _critic_section(exclude_modules=["v_proj"]), "critic.model",
+                                     modules_to_save=["score"])
+    assert _adapted(trained) == {"q_proj"}  # exclude_modules is honoured for the critic too
+    _randomise_adapter(trained)
+    folder = lora.save_lora_adapter(str(tmp_path / "critic_adapter"), trained, trained.state_dict())
+    again = lora_from_model_config(_tiny_critic(), _critic_section(lora_adapter_path=folder), "critic.model",
+                                   modules_to_save=["score"])
+    ids = torch.tensor([[3, 8, 13, 21]])
+    with torch.no_grad():  # eval: the token-classification head has dropout
+        assert torch.allclose(again.eval()(input_ids=ids).logits, trained.eval()(input_ids=ids).logits, atol=1e-6)
+    head = again.base_model.model.score.modules_to_save["default"].weight
+    assert head.requires_grad  # the value head keeps training
+    _, policy = _saved_adapter(tmp_path)  # a policy's adapter: no value head
+    with pytest.raises(ValueError, match=r"critic.model.lora_adapter_path=.*no trained copy of \['score'\]"):
+        lora_from_model_config(_tiny_critic(), _critic_section(lora_adapter_path=policy, lora_rank=4, lora_alpha=8),
+                               "critic.model", modules_to_save=["score"])
+
+
+def test_critic_adapter_keys_are_checked_before_ray(tmp_path):
+    from verl.utils.config_errors import ConfigWarning
+
+    gae = ("algorithm.adv_estimator=gae",)
+    _, policy = _saved_adapter(tmp_path)
+    wrong = _problems(*gae, "critic.model.lora_rank=4", "critic.model.lora_alpha=8",
+                      f"critic.model.lora_adapter_path={policy}", check_files=True)
+    assert any(p.startswith("critic.model.lora_adapter_path=") and "no trained copy of ['score']" in p for p in wrong)
+    # without lora_rank the critic takes the adapter's rank, as the actor does
+    with pytest.warns(ConfigWarning, match="critic.model.lora_adapter_path=.*the adapter's own r=4"):
+        typed = validate_config(load_config([*SMALL, *gae, f"critic.model.lora_adapter_path={policy}"]),
+                                check_files=False)
+    assert (typed.critic.model.lora_rank, typed.critic.model.lora_alpha) == (4, 8)
+    excluded = _problems(*gae, "critic.model.lora_rank=4", "critic.model.exclude_modules=[]")
+    assert any(p.startswith("critic.model.exclude_modules=[]") for p in excluded)

@@ -130,6 +130,18 @@ def load_lora_adapter(module: torch.nn.Module, path: str, rank: int, alpha: floa
                          f"({type(err).__name__}: {err}); was it saved from another base model?") from err
 
 
+def adapter_lacks_modules(saved: Mapping[str, Any], modules_to_save: list[str] | None, key: str,
+                          path: str) -> str | None:
+    """The refusal of an adapter (its adapter_config.json ``saved``) that holds no trained copy of a module the
+    role trains in full (``modules_to_save``: the critic's value head), or None."""
+    missing = sorted(set(modules_to_save or []) - set(saved.get("modules_to_save") or []))
+    if not missing:
+        return None
+    return (f"{key}={path!r} holds no trained copy of {missing} (the adapter's modules_to_save): it was not saved "
+            "from this role (a policy's adapter has no value head). Start from a fresh adapter (remove the key) or "
+            "give an adapter saved by this role")
+
+
 def read_adapter_config(folder: str) -> dict[str, Any]:
     with open(os.path.join(folder, ADAPTER_CONFIG), encoding="utf-8") as f:
         return json.load(f)
@@ -250,13 +262,18 @@ class PeftAdapterIO:
 def lora_from_model_config(module: torch.nn.Module, model_config: Any, key: str,
                            modules_to_save: list[str] | None = None) -> torch.nn.Module:
     """``module`` with the LoRA a worker's model section asks for (HFModelConfig / FSDPCriticModelCfg: lora_rank,
-    lora_alpha, target_modules, and for the actor exclude_modules and lora_adapter_path); unchanged at rank 0.
+    lora_alpha, target_modules, exclude_modules, lora_adapter_path); unchanged at rank 0. An adapter loaded for a
+    section with ``modules_to_save`` (the critic's value head) must hold them.
     Called before FSDP wraps the module, so the adapter's matrices are sharded with the layer they adapt."""
     rank = int(model_config.lora_rank)
     if rank <= 0:
         return module
     adapter_path = getattr(model_config, "lora_adapter_path", None)
     if adapter_path:
+        problem = adapter_lacks_modules(read_adapter_config(check_adapter_folder(adapter_path, f"{key}.lora_adapter_path")),
+                                        modules_to_save, f"{key}.lora_adapter_path", adapter_path)
+        if problem:  # e.g. a policy's adapter given to the critic: its value head would stay frozen
+            raise ValueError(problem)
         return load_lora_adapter(module, adapter_path, rank, model_config.lora_alpha, key=key)
     return add_lora(module, rank, model_config.lora_alpha, model_config.target_modules,
                     exclude_modules=getattr(model_config, "exclude_modules", None), modules_to_save=modules_to_save,

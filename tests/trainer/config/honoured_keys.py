@@ -319,6 +319,11 @@ HONOURED: dict[str, str] = {
     "critic.model.lora_rank": f"{_LORA_W}::test_lora_critic_trains_adapter_and_value_head_only",
     "critic.model.lora_alpha": f"{_LORA_W}::test_lora_critic_trains_adapter_and_value_head_only",
     "critic.model.target_modules": f"{_LORA_W}::test_lora_critic_trains_adapter_and_value_head_only",
+    "critic.model.exclude_modules": "tests/models/test_lora.py::test_a_critic_adapter_restarts_the_critic_with_its_"
+                                    "value_head",
+    "critic.model.lora_adapter_path": "tests/models/test_lora.py::test_a_critic_adapter_restarts_the_critic_with_its_"
+                                      "value_head",
+    "critic.model.hf_config_path": f"{_PATHS}::test_critic_hf_config_path_builds_the_value_model_from_that_config",
     **_fsdp("critic.model.fsdp_config"),
     "critic.model.trust_remote_code": f"{_KEYS}::test_critic_trust_remote_code_reaches_the_value_model_load",
     "critic.ppo_mini_batch_size": f"{_CRITIC}::test_update_reduces_value_error_and_reports_metrics",

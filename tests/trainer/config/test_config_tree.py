@@ -24,7 +24,8 @@ from verl.workers.config import FSDPActorConfig, FSDPOptimizerConfig, RolloutCon
 GROUP_FILES = ("actor/actor.yaml", "actor/dp_actor.yaml", "ref/ref.yaml", "ref/dp_ref.yaml", "rollout/rollout.yaml",
                "model/hf_model.yaml", "critic/critic.yaml", "critic/dp_critic.yaml", "data/legacy_data.yaml",
                "reward_model/reward_model.yaml", "reward_model/dp_reward_model.yaml", "engine/fsdp.yaml",
-               "optim/fsdp.yaml", "algorithm/rollout_correction.yaml", "reward/reward.yaml")
+               "optim/fsdp.yaml", "algorithm/rollout_correction.yaml", "reward/reward.yaml",
+               "distillation/distillation.yaml")
 
 
 def test_the_groups_are_laid_out_as_upstream_and_ppo_trainer_composes_them():
@@ -36,7 +37,7 @@ def test_the_groups_are_laid_out_as_upstream_and_ppo_trainer_composes_them():
     assert defaults[-1] == "_self_"
     tree = compose_tree()
     assert set(tree) == {"data", "actor_rollout_ref", "critic", "reward_model", "custom_reward_function", "algorithm",
-                         "trainer", "ray_kwargs", "global_profiler", "transfer_queue",
+                         "trainer", "ray_kwargs", "global_profiler", "transfer_queue", "distillation",
                          "reward", "sandbox_fusion"}  # upstream v0.7's reward section and its legacy sandbox block
     assert tree["reward"]["reward_manager"]["_target_"] == "verl.workers.config.reward_model.RewardManagerConfig"
     assert tree["actor_rollout_ref"]["actor"]["optim"]["lr"] == 1e-6  # optim/fsdp.yaml

@@ -278,3 +278,18 @@ def test_a_missing_local_folder_is_refused_before_ray(key, tmp_path):
     with pytest.raises(ConfigError) as info:
         validate_config(load_config([f"{key}={tmp_path / 'none'}"]), check_files=True)
     assert any(p.startswith(f"{key.lstrip('+')}: ") and "not found" in p for p in info.value.problems)
+
+
+def test_critic_hf_config_path_builds_the_value_model_from_that_config(folders):
+    """critic.model.hf_config_path (later upstream's HFModelConfig for the critic): as the actor's."""
+    from verl.models.loader import load_causal_lm
+
+    base = ("algorithm.adv_estimator=gae", f"{ARR}.model.path={folders['model']}")
+    plain, _ = load_causal_lm(typed(*base).critic.model, "critic.model", value_head=True)
+    section = typed(*base, f"critic.model.hf_config_path={folders['config']}").critic.model
+    module, path = load_causal_lm(section, "critic.model", value_head=True)
+    assert path == folders["model"] and section.path == folders["model"]  # the critic follows the actor's folder
+    assert _rope_theta(module.config) == ROPE_THETA != _rope_theta(plain.config)
+    with pytest.raises(FileNotFoundError, match="critic.model.hf_config_path"):
+        load_causal_lm(typed(*base, f"critic.model.hf_config_path={folders['config']}/none").critic.model,
+                       "critic.model", value_head=True)

@@ -40,18 +40,23 @@ def check_lora(cfg: PPOTrainerConfig) -> list[str]:
     model = cfg.actor_rollout_ref.model
     problems = _section(ACTOR, model, exclude=True)
     if cfg.use_critic:
-        problems += _section(CRITIC, cfg.critic.model, exclude=False)
+        problems += _section(CRITIC, cfg.critic.model, exclude=True)
     return problems
 
 
 def check_lora_files(cfg: PPOTrainerConfig) -> list[str]:
-    """lora_adapter_path: a peft LoRA folder whose r and lora_alpha are the configured ones."""
-    model = cfg.actor_rollout_ref.model
+    """lora_adapter_path (the actor's, and the critic's when it trains): a peft LoRA folder whose r and lora_alpha
+    are the configured ones."""
+    sections = [(ACTOR, cfg.actor_rollout_ref.model)] + ([(CRITIC, cfg.critic.model)] if cfg.use_critic else [])
+    return [problem for prefix, model in sections for problem in _adapter_folder(prefix, model)]
+
+
+def _adapter_folder(prefix: str, model: Any) -> list[str]:
     if not model.lora_adapter_path or model.lora_rank <= 0:
         return []
-    from verl.models.lora import check_adapter_folder, read_adapter_config
+    from verl.models.lora import adapter_lacks_modules, check_adapter_folder, read_adapter_config
 
-    key = f"{ACTOR}.lora_adapter_path"
+    key = f"{prefix}.lora_adapter_path"
     try:
         folder = check_adapter_folder(model.lora_adapter_path, key)
     except (FileNotFoundError, ValueError) as err:
@@ -59,6 +64,7 @@ def check_lora_files(cfg: PPOTrainerConfig) -> list[str]:
     saved = read_adapter_config(folder)
     if int(saved.get("r", -1)) != model.lora_rank or float(saved.get("lora_alpha", -1)) != float(model.lora_alpha):
         return [f"{key}={model.lora_adapter_path!r} holds an adapter with r={saved.get('r')}, lora_alpha="
-                f"{saved.get('lora_alpha')}, but {ACTOR}.lora_rank={model.lora_rank}, {ACTOR}.lora_alpha="
+                f"{saved.get('lora_alpha')}, but {prefix}.lora_rank={model.lora_rank}, {prefix}.lora_alpha="
                 f"{model.lora_alpha}; set them to the adapter's values"]
-    return []
+    problem = adapter_lacks_modules(saved, ["score"] if prefix == CRITIC else None, key, model.lora_adapter_path)
+    return [problem] if problem else []

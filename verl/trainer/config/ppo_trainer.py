@@ -11,7 +11,7 @@ from verl.trainer.config.reward import CustomRewardFunctionConfig, FSDPRewardMod
 from verl.trainer.config.trainer import RayKwargsConfig, TrainerConfig, TransferQueueConfig
 from verl.utils.config_schema import MutableConfig
 from verl.utils.profiler.config import GlobalProfilerConfig
-from verl.workers.config import ActorRolloutRefConfig, FSDPCriticConfig
+from verl.workers.config import ActorRolloutRefConfig, DistillationConfig, FSDPCriticConfig
 from verl.workers.config.reward import RewardConfig
 
 
@@ -31,6 +31,8 @@ class PPOTrainerConfig(MutableConfig):
     # which steps are profiled and how (verl.utils.profiler; the roles' `profiler` sections say who)
     global_profiler: GlobalProfilerConfig = field(default_factory=GlobalProfilerConfig)
     transfer_queue: TransferQueueConfig = field(default_factory=TransferQueueConfig)  # refused unless disabled
+    # upstream's on-policy distillation from teacher models: refused unless at its defaults
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
 
     @property
     def use_critic(self) -> bool:

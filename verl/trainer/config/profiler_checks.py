@@ -1,8 +1,9 @@
 """Checks of ``global_profiler`` and the roles' ``profiler`` sections, before Ray starts (docs/profiling.md).
 
-A profiler setting either records something or is refused: a tool this machine cannot run (nsys and npu are not
-built; torch_memory needs CUDA), steps without a tool or without an enabled role, a role enabled for a worker the
-run does not have, and a torch step window where no update runs or that two roles of one trace would both set.
+A profiler setting either records something or is refused: a tool this machine cannot run (nsys, npu and Ascend's
+precision_debugger are not built; torch_memory needs CUDA), steps without a tool or without an enabled role, a role
+enabled for a worker the run does not have, and a torch step window where no update runs or that two roles of one
+trace would both set.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import shutil
 import torch
 
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
-from verl.utils.profiler.config import ProfilerConfig, TorchProfilerToolConfig
+from verl.utils.profiler.config import PRECISION_DEBUGGER_REFUSAL, ProfilerConfig, TorchProfilerToolConfig
 
 __all__ = ["check_profiler", "profiler_roles"]
 
@@ -96,6 +97,8 @@ def _tool_problems(cfg: PPOTrainerConfig) -> list[str]:
 
 def _hardware_refusal(tool: str, device: str) -> str | None:
     cuda = torch.cuda.is_available() and device != "cpu"
+    if tool == "precision_debugger":
+        return PRECISION_DEBUGGER_REFUSAL[0]
     if tool == "npu":
         return "the Ascend NPU profiler needs an NPU and torch_npu; this package runs on CUDA and CPU only"
     if tool == "nsys":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from verl.utils.config_schema import (
@@ -88,15 +88,38 @@ class TrainerConfig(MutableConfig):
     use_legacy_worker_impl: str = choice("auto", LEGACY_WORKER_IMPL)
 
 
+_TQ_WHY = ("upstream's TransferQueue data plane (the transferqueue package's controller and storage units, and the "
+           "trainer and workers that read and write batch fields through it) is not built: batches travel as "
+           "DataProto through the worker-group calls")
+_TQ_BACKEND_REFUSAL = (
+    f"it sizes or picks the storage of upstream's TransferQueue ({_TQ_WHY}), so nothing here would read it",
+    "Leave every transfer_queue.backend key at its default (storage_backend=SimpleStorage).",
+)
+
+
+@dataclass
+class SimpleStorageConfig(MutableConfig):
+    """`transfer_queue.backend.SimpleStorage`: upstream's ZeroMQ storage units (refused unless at the defaults)."""
+
+    total_storage_size: int = refused(100000, *_TQ_BACKEND_REFUSAL)  # samples held at most
+    num_data_storage_units: int = refused(8, *_TQ_BACKEND_REFUSAL)  # storage Ray actors
+
+
+@dataclass
+class TransferQueueBackendConfig(MutableConfig):
+    """`transfer_queue.backend` (upstream after v0.7): TransferQueue's pluggable storage and its options."""
+
+    storage_backend: str = refused("SimpleStorage", *_TQ_BACKEND_REFUSAL)
+    SimpleStorage: SimpleStorageConfig = field(default_factory=SimpleStorageConfig)  # noqa: N815 (upstream's key)
+
+
 @dataclass
 class TransferQueueConfig(MutableConfig):
     """`transfer_queue` (upstream v0.7): its TransferQueue data system streams the batch's fields between the
     trainer and the workers through storage Ray actors (the `transferqueue` package, `tq.init`)."""
 
-    enable: bool = refused(
-        False, "upstream's TransferQueue data plane (the transferqueue package's controller and storage units, and "
-        "the trainer and workers that read and write batch fields through it) is not built: batches travel as "
-        "DataProto through the worker-group calls", "Remove it (or set transfer_queue.enable=false).")
+    enable: bool = refused(False, _TQ_WHY, "Remove it (or set transfer_queue.enable=false).")
+    backend: TransferQueueBackendConfig = field(default_factory=TransferQueueBackendConfig)
 
 
 @dataclass

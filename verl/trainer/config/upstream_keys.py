@@ -20,8 +20,9 @@
 - `rollout.update_weights_bucket_megabytes`: accepted with a note when changed (an SGLang request size).
 - `rollout.layered_summon`: accepted with a note; the weight sync streams parameter by parameter, in buckets
   of `rollout.checkpoint_engine.update_weights_bucket_megabytes`.
-- `model.lora_adapter_path` with `lora_rank: 0`: as upstream, the adapter decides: its `r`, `lora_alpha` and
-  `target_modules` (adapter_config.json) become the model section's, with a note; an unreadable folder is refused.
+- `model.lora_adapter_path` with `lora_rank: 0` (the actor's, and `critic.model`'s): as upstream, the adapter
+  decides: its `r`, `lora_alpha` and `target_modules` (adapter_config.json) become the model section's, with a
+  note; an unreadable folder is refused.
 """
 
 from __future__ import annotations
@@ -77,16 +78,29 @@ def _clip_grad(cfg: PPOTrainerConfig, writes: dict[str, Any], problems: list[str
 
 
 def adopt_adapter_rank(node: Any) -> tuple[dict[str, Any], list[str]]:
-    """`model.lora_adapter_path` with `lora_rank: 0`: the adapter's r / lora_alpha / target_modules, written into
-    the composed config ``node`` before it is typed (the typed model section is frozen). Returns (writes,
-    problems) as apply_upstream_keys does."""
-    model = node.get(ARR, {}).get("model", {})
+    """`model.lora_adapter_path` with `lora_rank: 0` (actor_rollout_ref.model, critic.model): the adapter's r /
+    lora_alpha / target_modules, written into the composed config ``node`` before it is typed (the typed model
+    section is frozen). Returns (writes, problems) as apply_upstream_keys does."""
+    writes: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, model in ((f"{ARR}.model", node.get(ARR, {}).get("model", {})),
+                       ("critic.model", node.get("critic", {}).get("model", {}))):
+        found, problem = _adapter_rank(key, model)
+        writes |= found
+        problems += problem
+    if writes:
+        with read_write(node), open_dict(node):
+            for dotted, value in writes.items():
+                OmegaConf.update(node, dotted, value, merge=False)
+    return writes, problems
+
+
+def _adapter_rank(key: str, model: Any) -> tuple[dict[str, Any], list[str]]:
     path, rank = model.get("lora_adapter_path"), model.get("lora_rank", 0)
     if not path or not isinstance(rank, int) or rank > 0:
         return {}, []
     from verl.models.lora import check_adapter_folder, read_adapter_config
 
-    key = f"{ARR}.model"
     try:
         saved = read_adapter_config(check_adapter_folder(path, f"{key}.lora_adapter_path"))
         adopted = {"lora_rank": int(saved["r"]), "lora_alpha": saved["lora_alpha"]}
@@ -96,14 +110,10 @@ def adopt_adapter_rank(node: Any) -> tuple[dict[str, Any], list[str]]:
     targets = saved.get("target_modules")
     if targets:  # peft writes a list of module names (or one name / regex string)
         adopted["target_modules"] = sorted(targets) if isinstance(targets, list) else targets
-    writes = {f"{key}.{name}": value for name, value in adopted.items()}
-    with read_write(node), open_dict(node):
-        for dotted, value in writes.items():
-            OmegaConf.update(node, dotted, value, merge=False)
     _note(f"{key}.lora_adapter_path={path!r} with lora_rank=0: LoRA with the adapter's own r={adopted['lora_rank']}, "
           f"lora_alpha={adopted['lora_alpha']}, target_modules={adopted.get('target_modules', model.get('target_modules'))}"
           ", as upstream (training continues from the adapter).")
-    return writes, []
+    return {f"{key}.{name}": value for name, value in adopted.items()}, []
 
 
 def _tau(cfg: PPOTrainerConfig, writes: dict[str, Any]) -> None:

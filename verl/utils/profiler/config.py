@@ -16,9 +16,11 @@ from verl.base_config import BaseConfig
 from verl.utils.config_schema import at_least, choice, dict_field, list_field, refused
 
 __all__ = ["TOOLS", "NsightToolConfig", "GlobalNsightToolConfig", "GlobalProfilerConfig", "NPUToolConfig", "TorchProfilerToolConfig", "TorchMemoryToolConfig",
+           "PrecisionDebuggerToolConfig", "GlobalPrecisionDebuggerToolConfig", "PRECISION_DEBUGGER_REFUSAL",
            "ProfilerToolConfig", "GlobalTorchMemoryConfig", "GlobalToolConfig", "ProfilerConfig"]
 
-TOOLS = ("nsys", "npu", "torch", "torch_memory")
+# precision_debugger (upstream after v0.7) is named so that it is refused with its reason, not as an unknown tool
+TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
 TORCH_CONTENTS = ("cuda", "cpu", "memory", "shapes", "stack")
 DEFAULT_SAVE_PATH = "outputs/profile"
 
@@ -26,6 +28,14 @@ _NSYS = ("Nsight Systems profiling is not built here: it needs the workers start
          "runtime_env) on a CUDA machine", "Leave it at its default; profile with global_profiler.tool=torch.")
 _NPU = ("the Ascend NPU profiler needs an NPU and torch_npu, which this build does not support",
         "Leave it at its default; profile with global_profiler.tool=torch.")
+PRECISION_DEBUGGER_REFUSAL = (
+    "upstream's precision_debugger tool runs Ascend's msprobe PrecisionDebugger (the mindstudio-probe package) "
+    "around the chosen stages to dump tensors for accuracy comparison on Ascend NPUs; msprobe, torch_npu and NPU "
+    "support are not part of this build",
+    "Leave the precision_debugger keys at their defaults and global_profiler.tool off precision_debugger; profile "
+    "with global_profiler.tool=torch.",
+)
+_PD_GLOBAL = "global_profiler.global_tool_config.precision_debugger."
 _STACK_DEPTH = ("torch.cuda.memory._record_memory_history (torch 2.13) has no stack-depth setting",
                 "Leave it at 32; global_tool_config.torch_memory.stacks=python records Python frames only.")
 _NSIGHT_OPTIONS = {"trace": "cuda,nvtx,cublas,ucx", "cuda-memory-usage": "true", "cuda-graph-trace": "graph"}
@@ -103,6 +113,30 @@ class TorchMemoryToolConfig(BaseConfig):
 
 
 @dataclass
+class PrecisionDebuggerToolConfig(BaseConfig):
+    """A role's ``tool_config.precision_debugger`` (msprobe's options; refused unless at their defaults). Its keys
+    follow the global section's in the yaml, so a value set there alone is reported there only."""
+
+    config_path: str | None = refused(None, *PRECISION_DEBUGGER_REFUSAL, follows=_PD_GLOBAL + "config_path")
+    steps: list[int] | None = refused(None, *PRECISION_DEBUGGER_REFUSAL)  # upstream: deprecated, ignored
+    stages: list[str] | None = refused(None, *PRECISION_DEBUGGER_REFUSAL, follows=_PD_GLOBAL + "stages")
+    strict: bool = refused(False, *PRECISION_DEBUGGER_REFUSAL, follows=_PD_GLOBAL + "strict")
+
+
+@dataclass
+class GlobalPrecisionDebuggerToolConfig(BaseConfig):
+    """``global_profiler.global_tool_config.precision_debugger``: msprobe's config file, the stages it wraps and
+    whether an unknown stage fails. Refused unless at its defaults (PRECISION_DEBUGGER_REFUSAL)."""
+
+    _target_aliases: ClassVar[tuple[str, ...]] = ("verl.utils.profiler.config.PrecisionDebuggerToolConfig",)
+
+    config_path: str | None = refused(None, *PRECISION_DEBUGGER_REFUSAL)
+    steps: list[int] | None = refused(None, *PRECISION_DEBUGGER_REFUSAL)
+    stages: list[str] | None = refused(None, *PRECISION_DEBUGGER_REFUSAL)
+    strict: bool = refused(False, *PRECISION_DEBUGGER_REFUSAL)
+
+
+@dataclass
 class ProfilerToolConfig(BaseConfig):
     """A role's ``tool_config``: one section per tool (upstream keeps it untyped)."""
 
@@ -110,6 +144,7 @@ class ProfilerToolConfig(BaseConfig):
     npu: NPUToolConfig = field(default_factory=NPUToolConfig)
     torch: TorchProfilerToolConfig = field(default_factory=TorchProfilerToolConfig)
     torch_memory: TorchMemoryToolConfig = field(default_factory=TorchMemoryToolConfig)
+    precision_debugger: PrecisionDebuggerToolConfig = field(default_factory=PrecisionDebuggerToolConfig)
 
 
 @dataclass
@@ -127,6 +162,7 @@ class GlobalTorchMemoryConfig(BaseConfig):
 class GlobalToolConfig(BaseConfig):
     nsys: GlobalNsightToolConfig = field(default_factory=GlobalNsightToolConfig)
     torch_memory: GlobalTorchMemoryConfig = field(default_factory=GlobalTorchMemoryConfig)
+    precision_debugger: GlobalPrecisionDebuggerToolConfig = field(default_factory=GlobalPrecisionDebuggerToolConfig)
 
 
 @dataclass
@@ -134,7 +170,8 @@ class ProfilerConfig(BaseConfig):
     """A role's profiler (``<role>.profiler``), as upstream's class.
 
     Args:
-        tool: nsys | npu | torch | torch_memory; null: no profiler. Follows global_profiler.tool in the yaml.
+        tool: nsys | npu | torch | torch_memory | precision_debugger (refused); null: no profiler. Follows
+            global_profiler.tool in the yaml.
         enable: profile this role in the steps global_profiler.steps names.
         all_ranks: profile every rank of the role; else ``ranks`` (empty: rank 0, as upstream).
         ranks: the ranks to profile.

@@ -14,8 +14,21 @@ from verl.workers.config.actor import (
 )
 from verl.workers.config.actor_rollout_ref import ActorRolloutRefConfig
 from verl.workers.config.critic import CriticConfig, FSDPCriticConfig, FSDPCriticModelCfg, MegatronCriticConfig
-from verl.workers.config.engine import CheckpointConfig, FSDPEngineConfig, MixedPrecisionConfig, WrapPolicyConfig
-from verl.workers.config.model import HFModelConfig, MtpConfig
+from verl.workers.config.distillation import (
+    DistillationConfig,
+    DistillationLossConfig,
+    DistillationTeacherInferenceConfig,
+    DistillationTeacherModelConfig,
+    DistillationTeacherModelsConfig,
+)
+from verl.workers.config.engine import (
+    CheckpointConfig,
+    FSDPEngineConfig,
+    MixedPrecisionConfig,
+    QATEngineConfig,
+    WrapPolicyConfig,
+)
+from verl.workers.config.model import HFModelConfig, MegatronLoraConfig, MtpConfig
 from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
 from verl.workers.config.reward import RewardConfig
 from verl.workers.config.reward_model import (
@@ -48,6 +61,11 @@ __all__ = [
     "CheckpointEngineConfig",
     "CriticConfig",
     "CustomAsyncServerConfig",
+    "DistillationConfig",
+    "DistillationLossConfig",
+    "DistillationTeacherInferenceConfig",
+    "DistillationTeacherModelConfig",
+    "DistillationTeacherModelsConfig",
     "FSDPActorConfig",
     "FSDPCriticConfig",
     "FSDPCriticModelCfg",
@@ -57,6 +75,7 @@ __all__ = [
     "HFModelConfig",
     "McoreActorConfig",
     "McoreRewardModelConfig",
+    "MegatronLoraConfig",
     "MegatronCriticConfig",
     "MixedPrecisionConfig",
     "ModuleConfig",
@@ -65,6 +84,7 @@ __all__ = [
     "OptimizerConfig",
     "PolicyLossConfig",
     "PrometheusConfig",
+    "QATEngineConfig",
     "RefConfig",
     "RewardConfig",
     "RewardManagerConfig",

@@ -35,7 +35,12 @@ class FSDPCriticModelCfg(BaseConfig):
     _mutable_fields = frozenset({"path", "tokenizer_path", "gradient_checkpointing_policy"})
 
     path: str | None = None  # None: the actor's model
+    # upstream's: the folder whose config.json builds the value model (the weights still come from path); None: path
+    hf_config_path: str | None = None
     tokenizer_path: str | None = None
+    custom_chat_template: str | None = refused(
+        None, "the critic scores the token ids the rollout made and renders no chat, so a chat template of its own "
+        "would never be used", "Remove it (actor_rollout_ref.model.custom_chat_template sets the rollout's template).")
     override_config: dict[str, Any] = dict_field()
     external_lib: str | None = refused(None, *NO_EXTERNAL_LIB, follows="actor_rollout_ref.model.external_lib")
     enable_gradient_checkpointing: bool = True  # upstream's default, as the actor's
@@ -47,6 +52,9 @@ class FSDPCriticModelCfg(BaseConfig):
     lora_rank: int = at_least(0, 0)
     lora_alpha: int = 16
     target_modules: str | list[str] = "all-linear"
+    exclude_modules: str | list[str] | None = None  # peft's: module names (or a regex) never adapted
+    # a saved critic adapter (peft folder whose modules_to_save holds the value head `score`) to start from
+    lora_adapter_path: str | None = None
     trust_remote_code: bool = False
     use_shm: bool = refused(False, "copying the critic's model folder to /dev/shm is not built",
                             "Remove it (actor_rollout_ref.model.use_shm copies the actor's model).")

@@ -8,6 +8,7 @@ from typing import Any
 
 from verl.base_config import BaseConfig
 from verl.utils.config_schema import Refusal, choice, dict_field, list_field, refused, refused_values
+from verl.workers.config.qat import QAT_IGNORE_PATTERNS, QAT_REFUSAL
 
 DTYPES = ("fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
 _SAME_DTYPE = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}
@@ -66,6 +67,28 @@ class MixedPrecisionConfig(BaseConfig):
     )
 
 
+# the engine's copy of the actor's qat section: the same NVFP4 fake-quantisation, so the same reason it is missing
+QAT_ENGINE_REFUSAL = (
+    QAT_REFUSAL[0],
+    "Leave every fsdp_config.qat key (of the actor, the reference, the critic and the reward model) at its default "
+    "(enable=false).",
+)
+
+
+@dataclass
+class QATEngineConfig(BaseConfig):
+    """`fsdp_config.qat` (upstream after v0.7, verl.workers.config.QATEngineConfig): quantization-aware training
+    configured on the engine instead of the role (`actor.qat`); the rollout's qat follows the actor's. Same keys
+    and defaults as verl.workers.config.qat.QATConfig, each refused unless at its default (QAT_ENGINE_REFUSAL)."""
+
+    enable: bool = refused(False, *QAT_ENGINE_REFUSAL)
+    mode: str = refused("w4a16", *QAT_ENGINE_REFUSAL)  # w4a16 | w4a4
+    group_size: int = refused(16, *QAT_ENGINE_REFUSAL)
+    ignore_patterns: list[str] = refused(list_field(QAT_IGNORE_PATTERNS), *QAT_ENGINE_REFUSAL)
+    activation_observer: str = refused("static_minmax", *QAT_ENGINE_REFUSAL)
+    quantization_config_path: str | None = refused(None, *QAT_ENGINE_REFUSAL)
+
+
 @dataclass
 class FSDPEngineConfig(BaseConfig):
     """`fsdp_config` of every FSDP-trained or evaluated role: FSDP2 (`fully_shard`) over all ranks.
@@ -109,6 +132,7 @@ class FSDPEngineConfig(BaseConfig):
     # same setting as mixed_precision.param_dtype: one given applies to both, two different ones are refused.
     # null (ours; upstream: bfloat16): the hardware's dtype, bf16 only where it is native
     dtype: str | None = choice(None, DTYPES)
+    qat: QATEngineConfig = field(default_factory=QATEngineConfig)  # refused unless at its defaults
 
     def __post_init__(self) -> None:
         mp = self.mixed_precision

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.base_config import BaseConfig
-from verl.utils.config_schema import at_least, choice, dict_field, refused
+from verl.utils.config_schema import at_least, choice, dict_field, list_field, refused
 from verl.workers.config.engine import CHECKPOINTING_POLICIES
 
 # Shared by the model sections of the actor and the critic (critic.py imports them).
@@ -47,6 +47,42 @@ MTP_REFUSAL = (
     "as the draft model of its speculative decoding",
     "Leave every actor_rollout_ref.model.mtp key (and rollout.mtp) at its default (enable=false).",
 )
+
+
+# Shared by the model sections of the actor and the critic: upstream's Megatron-Bridge LoRA (`model.lora`)
+MEGATRON_LORA_REFUSAL = (
+    "model.lora configures upstream's Megatron-Core LoRA (Megatron-Bridge's LoRA / DoRA / canonical-LoRA adapters "
+    "on Megatron's fused linear_qkv / linear_proj / linear_fc1 / linear_fc2 layers, used by its Megatron engine); "
+    "neither Megatron-Core nor Megatron-Bridge is built here, so none of these keys would be read",
+    "Leave every model.lora key at its default (rank=0); with FSDP, LoRA is model.lora_rank / lora_alpha / "
+    "target_modules / exclude_modules / lora_adapter_path (peft, docs/lora.md).",
+)
+MEGATRON_LORA_TARGETS = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
+
+
+@dataclass
+class MegatronLoraConfig(BaseConfig):
+    """`model.lora` (upstream after v0.7): the Megatron engine's LoRA through Megatron-Bridge. `type` picks the
+    adapter (lora | dora | canonical_lora), `rank` > 0 turns it on, `merge` folds it into the base weights for the
+    rollout, the freeze_* keys choose what of a VLM stays frozen. Each key refused unless at its default
+    (MEGATRON_LORA_REFUSAL); the FSDP LoRA here is the section's lora_rank / lora_alpha / target_modules keys."""
+
+    type: str = refused("lora", *MEGATRON_LORA_REFUSAL)
+    merge: bool = refused(False, *MEGATRON_LORA_REFUSAL)
+    rank: int = refused(0, *MEGATRON_LORA_REFUSAL)
+    alpha: int = refused(32, *MEGATRON_LORA_REFUSAL)
+    dropout: float = refused(0.0, *MEGATRON_LORA_REFUSAL)
+    target_modules: list[str] = refused(list_field(MEGATRON_LORA_TARGETS), *MEGATRON_LORA_REFUSAL)
+    exclude_modules: list[str] = refused(list_field([]), *MEGATRON_LORA_REFUSAL)
+    dropout_position: str = refused("pre", *MEGATRON_LORA_REFUSAL)  # pre | post
+    lora_A_init_method: str = refused("xavier", *MEGATRON_LORA_REFUSAL)  # noqa: N815 (upstream's key)
+    lora_B_init_method: str = refused("zero", *MEGATRON_LORA_REFUSAL)  # noqa: N815 (upstream's key)
+    a2a_experimental: bool = refused(False, *MEGATRON_LORA_REFUSAL)
+    dtype: str | None = refused(None, *MEGATRON_LORA_REFUSAL)
+    adapter_path: str | None = refused(None, *MEGATRON_LORA_REFUSAL)
+    freeze_vision_model: bool = refused(True, *MEGATRON_LORA_REFUSAL)
+    freeze_vision_projection: bool = refused(True, *MEGATRON_LORA_REFUSAL)
+    freeze_language_model: bool = refused(True, *MEGATRON_LORA_REFUSAL)
 
 
 @dataclass
@@ -110,3 +146,4 @@ class HFModelConfig(BaseConfig):
     fused_kernel_options: FusedKernelOptions = field(default_factory=lambda: FusedKernelOptions())
     tiled_mlp: TiledMlpConfig = field(default_factory=TiledMlpConfig)  # verl.models.tiled_mlp
     mtp: MtpConfig = refused(field(default_factory=MtpConfig), *MTP_REFUSAL)
+    lora: MegatronLoraConfig = field(default_factory=MegatronLoraConfig)  # Megatron's LoRA: refused unless default

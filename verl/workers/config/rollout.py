@@ -31,6 +31,19 @@ _QUANTIZATION_REFUSAL = (
     "Leave actor_rollout_ref.rollout.quantization and quantization_config_file null (the rollout then runs in "
     "rollout.dtype).")
 
+_STANDALONE_ROLLOUT_REFUSAL = (
+    "upstream's standalone rollout (rollout.nnodes > 0) starts the inference servers on a resource pool of their "
+    "own, rollout.nnodes x rollout.n_gpus_per_node devices beside the trainer's, and syncs the weights to them over "
+    "the network; here the rollout always runs colocated in the actor's workers (the hybrid engine) on "
+    "trainer.nnodes x trainer.n_gpus_per_node, and no separate rollout pool or cross-pool weight sync is built",
+    "Leave actor_rollout_ref.rollout.nnodes=0 (colocated); size the run with trainer.nnodes / trainer.n_gpus_per_node.",
+)
+_ROLLOUT_GPUS_REFUSAL = (
+    "rollout.n_gpus_per_node is the per-node size of upstream's rollout pool, which follows "
+    "trainer.n_gpus_per_node when the rollout is colocated (rollout.nnodes=0); the rollout here is always "
+    "colocated in the actor's workers, so another value would describe a pool that does not exist",
+    "Leave it unset (it follows trainer.n_gpus_per_node); change trainer.n_gpus_per_node to resize the run.",
+)
 
 @dataclass
 class SamplingConfig(BaseConfig):
@@ -144,6 +157,10 @@ class RolloutConfig(BaseConfig):
     )
     # async (upstream's default): the agent loop (verl/workers/rollout/agent_loop); sync: one batched generate call
     mode: str = choice("async", ROLLOUT_MODES)
+    # upstream after v0.7: a standalone rollout on nodes of its own (nnodes > 0, n_gpus_per_node GPUs each)
+    nnodes: int = refused(0, *_STANDALONE_ROLLOUT_REFUSAL)
+    # follows trainer.n_gpus_per_node in the yaml: its default here is that key's (upstream's yaml falls back to 8)
+    n_gpus_per_node: int = refused(2, *_ROLLOUT_GPUS_REFUSAL, follows="trainer.n_gpus_per_node")
     temperature: float = at_least(1.0, 0.0)
     top_k: int = -1  # -1: no top-k filtering
     top_p: float = 1.0
