@@ -112,3 +112,32 @@ def test_token2text_adds_the_decoded_text(tmp_path, monkeypatch):
     span = next(s for s in trace.data.spans if s.name == "Loop.run")
     assert span.outputs["prompt_text"] == tokenizer.decode(ids) and span.outputs["response_text"] == tokenizer.decode(ids[:1])
     assert span.outputs["output"]["prompt_ids"] == ids
+
+
+def test_trace_project_and_experiment_follow_the_trainer_unless_set(tmp_path, monkeypatch):
+    """rollout.trace.project_name / experiment_name (upstream after v0.7): where the traces go."""
+    from tests.helpers.tiny_tokenizer import build_tiny_tokenizer
+    from tests.workers.rollout.agent_loop.test_tool_agent import CALL, _config, _run, _turns
+    from verl.trainer.config import validate_config
+    from verl.trainer.config.validate import load_config
+    from verl.workers.rollout.agent_loop.base import TRACE_META_KEY, with_trace_names
+
+    base = ["actor_rollout_ref.rollout.trace.backend=mlflow", "actor_rollout_ref.rollout.mode=async",
+            "trainer.project_name=proj", "trainer.experiment_name=exp"]
+    trainers = validate_config(load_config(base), check_files=False)
+    assert trainers.actor_rollout_ref.rollout.trace.project_name is None  # unset: the trainer's
+    assert with_trace_names({}, trainers)[TRACE_META_KEY] == {"project_name": "proj", "experiment_name": "exp"}
+    own = validate_config(load_config([*base, "actor_rollout_ref.rollout.trace.project_name=traces"]),
+                          check_files=False)
+    names = with_trace_names({}, own)[TRACE_META_KEY]
+    assert names == {"project_name": "traces", "experiment_name": "exp"}
+
+    uri = f"file:{tmp_path / 'mlruns'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    config = _config(tmp_path, **{"rollout.trace.backend": "mlflow"})
+    _run(config, build_tiny_tokenizer(), _turns([CALL % "2*3", "6"]), meta_info={TRACE_META_KEY: names})
+    (trace,) = _traces(uri, "traces")  # the experiment is the trace project
+    root = next(span for span in trace.data.spans if span.name == "agent_loop")
+    assert root.attributes["experiment_name"] == "exp"
+    assert _traces(uri, "proj") == []

@@ -238,6 +238,8 @@ HONOURED: dict[str, str] = {
     f"{ARR}.rollout.trace.backend": "tests/utils/test_rollout_trace.py::test_agent_loop_trajectories_become_mlflow_traces",
     f"{ARR}.rollout.trace.max_samples_per_step_per_worker": "tests/utils/test_rollout_trace.py::test_agent_loop_trajectories_become_mlflow_traces",
     f"{ARR}.rollout.trace.token2text": "tests/utils/test_rollout_trace.py::test_token2text_adds_the_decoded_text",
+    **{f"{ARR}.rollout.trace.{name}": "tests/utils/test_rollout_trace.py::test_trace_project_and_experiment_follow_"
+       "the_trainer_unless_set" for name in ("project_name", "experiment_name")},
     # issue 33: vLLM's metrics for Prometheus, the checkpoint engine's buckets (refused values: the field markers)
     f"{ARR}.rollout.prometheus.enable": f"{_PROM}::test_vllm_metrics_are_scraped_over_http_after_a_generation",
     f"{ARR}.rollout.prometheus.served_model_name": f"{_PROM}::test_vllm_metrics_are_scraped_over_http_after_a_generation",

@@ -18,7 +18,16 @@ from verl.workers.config.engine import (
     check_one_micro_batch_size,
     train_strategy,
 )
-from verl.workers.config.model import NO_EXTERNAL_LIB, TiledMlpConfig
+from verl.workers.config.model import (
+    FUSED_KERNELS_REFUSAL,
+    LIGER_REFUSAL,
+    MTP_REFUSAL,
+    NO_EXTERNAL_LIB,
+    FusedKernelOptions,
+    MegatronLoraConfig,
+    MtpConfig,
+    TiledMlpConfig,
+)
 from verl.workers.config.optimizer import FSDPOptimizerConfig, OptimizerConfig
 from verl.workers.config.registries import LOSS_AGG_MODES
 
@@ -59,6 +68,13 @@ class FSDPCriticModelCfg(BaseConfig):
     use_shm: bool = refused(False, "copying the critic's model folder to /dev/shm is not built",
                             "Remove it (actor_rollout_ref.model.use_shm copies the actor's model).")
     tiled_mlp: TiledMlpConfig = field(default_factory=TiledMlpConfig)  # as the actor's (verl.models.tiled_mlp)
+    # later upstream builds critic.model as the actor's HFModelConfig: its GPU-kernel, MTP and Megatron-LoRA keys
+    # are refused here as the actor's are
+    use_liger: bool = refused(False, *LIGER_REFUSAL)
+    use_fused_kernels: bool = refused(False, *FUSED_KERNELS_REFUSAL)
+    fused_kernel_options: FusedKernelOptions = field(default_factory=FusedKernelOptions)
+    mtp: MtpConfig = refused(field(default_factory=MtpConfig), *MTP_REFUSAL)
+    lora: MegatronLoraConfig = field(default_factory=MegatronLoraConfig)
 
 
 @dataclass

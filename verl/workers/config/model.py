@@ -45,7 +45,8 @@ MTP_REFUSAL = (
     "NVIDIA GPUs; the FSDP actor here loads the model through transformers, which has no MTP layers (it drops "
     "num_nextn_predict_layers / mtp_num_hidden_layers weights), so there is nothing to train, save or hand to vLLM "
     "as the draft model of its speculative decoding",
-    "Leave every actor_rollout_ref.model.mtp key (and rollout.mtp) at its default (enable=false).",
+    "Leave every model.mtp key (actor_rollout_ref.model.mtp, which rollout.mtp follows, and critic.model.mtp) at "
+    "its default (enable=false).",
 )
 
 
@@ -94,6 +95,12 @@ class TiledMlpConfig(BaseConfig):
     num_shards: int = at_least(4, 1)
 
 
+# Shared by the model sections of the actor and the critic
+LIGER_REFUSAL = ("Liger kernels are GPU kernels this build does not include", "Set it to false.")
+FUSED_KERNELS_REFUSAL = ("the fused GPU log-prob kernels are not built (on CPU the fused RMSNorm/rotary are on "
+                         "already; VERL_FUSED_NORM_ROPE=0 turns them off)", "Set it to false.")
+
+
 @dataclass
 class FusedKernelOptions(BaseConfig):
     """`model.fused_kernel_options`: upstream's backend of the fused log-prob kernels (use_fused_kernels)."""
@@ -133,15 +140,8 @@ class HFModelConfig(BaseConfig):
     lora_adapter_path: str | None = None  # a saved peft adapter folder to start from instead of a fresh adapter
     use_shm: bool = False  # copy the model folder to /dev/shm once on the driver; every worker loads that copy
     trust_remote_code: bool = False
-    use_liger: bool = refused(
-        False, "Liger kernels are GPU kernels this build does not include", "Set it to false."
-    )
-    use_fused_kernels: bool = refused(
-        False,
-        "the fused GPU log-prob kernels are not built (on CPU the fused RMSNorm/rotary are on already; "
-        "VERL_FUSED_NORM_ROPE=0 turns them off)",
-        "Set it to false.",
-    )
+    use_liger: bool = refused(False, *LIGER_REFUSAL)
+    use_fused_kernels: bool = refused(False, *FUSED_KERNELS_REFUSAL)
     # upstream: the fused log-prob kernels' backend (torch | triton); only read with use_fused_kernels
     fused_kernel_options: FusedKernelOptions = field(default_factory=lambda: FusedKernelOptions())
     tiled_mlp: TiledMlpConfig = field(default_factory=TiledMlpConfig)  # verl.models.tiled_mlp

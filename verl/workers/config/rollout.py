@@ -119,8 +119,14 @@ class TraceConfig(BaseConfig):
     """Rollout tracing (verl.utils.rollout_trace): every agent-loop trajectory is a trace, its loop run, engine
     requests and tool calls spans in it. ``backend``: mlflow (the tracker's store: ``$MLFLOW_TRACKING_URI``, else
     ``./mlruns``) or weave (where installed); null: off. ``token2text``: outputs also carry their decoded text.
-    ``max_samples_per_step_per_worker``: trajectories traced per generation call and rollout rank (null: all)."""
+    ``max_samples_per_step_per_worker``: trajectories traced per generation call and rollout rank (null: all).
+    ``project_name`` / ``experiment_name``: the mlflow experiment / weave project the traces go to, and the experiment
+    name each trace records (the trainer's by default)."""
 
+    # upstream after v0.7: the traces' project and experiment (upstream's yaml interpolates trainer.project_name /
+    # experiment_name; ours leaves them null, which means the same)
+    project_name: str | None = None
+    experiment_name: str | None = None
     backend: str | None = choice(None, ("weave", "mlflow"))
     token2text: bool = False
     max_samples_per_step_per_worker: int | None = at_least(None, 0)

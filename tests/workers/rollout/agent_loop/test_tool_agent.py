@@ -42,7 +42,7 @@ def _config(tmp_path, interaction: bool = False, tool_config: dict | None = None
     return typed_section(ActorRolloutRefConfig, values, **overrides)
 
 
-def _run(config, tokenizer, script, rows: int = 1, extra_info: dict | None = None):
+def _run(config, tokenizer, script, rows: int = 1, extra_info: dict | None = None, meta_info: dict | None = None):
     backend = ScriptedBackend(tokenizer, script)
     manager = AgentLoopManager(config, tokenizer, lambda meta: backend)
     messages = [{"role": "system", "content": "Use the calc tool."}, {"role": "user", "content": "What is 12*13?"}]
@@ -53,7 +53,8 @@ def _run(config, tokenizer, script, rows: int = 1, extra_info: dict | None = Non
                "extra_info": [extra_info or {"tools_kwargs": {"calc": {"create_kwargs": {"seed": 7}}}}] * rows}
     batch = DataProto.from_dict({"input_ids": ids, "attention_mask": mask, "position_ids": mask.cumsum(-1) - 1},
                                 non_tensors={k: np.array(v + [None], dtype=object)[:-1] for k, v in columns.items()},
-                                meta_info={"eos_token_id": tokenizer.eos_token_id, "pad_token_id": 0})
+                                meta_info={"eos_token_id": tokenizer.eos_token_id, "pad_token_id": 0,
+                                           **(meta_info or {})})
     params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": 0}
     return manager.generate_sequences(batch, params), backend
 

@@ -75,11 +75,13 @@ TRACE_META_KEY = "rollout_trace"
 
 
 def with_trace_names(meta: dict[str, Any], config: Any) -> dict[str, Any]:
-    """``meta`` plus trainer.project_name / experiment_name when rollout.trace is on (the traces' experiment)."""
+    """``meta`` plus rollout.trace.project_name / experiment_name (the trainer's where unset) when rollout.trace is
+    on: the traces' project and experiment."""
     trace = getattr(config.actor_rollout_ref.rollout, "trace", None)
     if trace is None or trace.backend is None:
         return meta
-    names = {"project_name": config.trainer.project_name, "experiment_name": config.trainer.experiment_name}
+    names = {"project_name": getattr(trace, "project_name", None) or config.trainer.project_name,
+             "experiment_name": getattr(trace, "experiment_name", None) or config.trainer.experiment_name}
     return {**meta, TRACE_META_KEY: names}
 
 
