@@ -9,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from verl.trainer.config.aliases import rewrite_aliases
 from verl.trainer.config.checks import run_checks
+from verl.trainer.config.critic_fsdp import fold_critic_fsdp
 from verl.trainer.config.deprecated import (
     apply_deprecated_keys,
     fold_both_update_sizes,
@@ -42,6 +43,9 @@ def validate_config(cfg: DictConfig | dict, *, check_files: bool = True) -> PPOT
     reward_writes, reward_problems = fold_reward_section(node)  # before typing: v0.7's reward: section is ours
     adapter_writes.update(reward_writes)
     adapter_problems += reward_problems
+    critic_writes, critic_problems = fold_critic_fsdp(node)  # before typing: two places of the critic's engine
+    adapter_writes.update(critic_writes)
+    adapter_problems += critic_problems
     result = build_config(PPOTrainerConfig, node)
     if result.problems or adapter_problems:
         raise ConfigError(result.problems + adapter_problems)

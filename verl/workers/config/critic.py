@@ -142,3 +142,6 @@ class FSDPCriticConfig(CriticConfig):
     forward_micro_batch_size_per_gpu: int | None = at_least(2, 1)
     ulysses_sequence_parallel_size: int = at_least(1, 1)  # Ulysses: verl.utils.ulysses
     grad_clip: float = 1.0
+    # later upstream's place of the critic's engine: settled with model.fsdp_config before typing (one setting per
+    # key, verl.trainer.config.critic_fsdp); the worker reads model.fsdp_config
+    fsdp: FSDPEngineConfig = field(default_factory=FSDPEngineConfig)
