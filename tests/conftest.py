@@ -56,3 +56,15 @@ def pytest_collection_modifyitems(config, items) -> None:
                                    "run `pytest -m gpu` on a machine with a GPU")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture
+def mcp_manager(monkeypatch):
+    """A fresh MCP client manager (the process-wide ``ClientManager`` would keep servers between tests), closed
+    after the test."""
+    from verl.utils.mcp import client_manager
+
+    fresh = client_manager.MCPClientManager()
+    monkeypatch.setattr(client_manager, "ClientManager", fresh)
+    yield fresh
+    fresh.close()

@@ -10,8 +10,6 @@ import pytest
 
 from verl.tools.utils.tool_registry import initialize_tools_from_config
 from verl.utils.import_utils import import_file_as_module
-from verl.utils.mcp import client_manager
-from verl.utils.mcp.client_manager import MCPClientManager
 
 pytest.importorskip("mcp")
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,21 +28,16 @@ def test_evaluate_refuses_what_is_not_small_arithmetic(expression):
         evaluate(expression)
 
 
-def test_the_example_tool_config_serves_calculate(monkeypatch):
+def test_the_example_tool_config_serves_calculate(monkeypatch, mcp_manager):
     monkeypatch.chdir(ROOT)  # the example's paths are relative to the repository root
-    manager = MCPClientManager()
-    monkeypatch.setattr(client_manager, "ClientManager", manager)
-    try:
-        (tool,) = initialize_tools_from_config("examples/mcp_tools/mcp_tool_config.yaml")
+    (tool,) = initialize_tools_from_config("examples/mcp_tools/mcp_tool_config.yaml")
 
-        async def run(expression):
-            instance, _ = await tool.create()
-            response, _, metrics = await tool.execute(instance, {"expression": expression})
-            return response.text, metrics["status"]
+    async def run(expression):
+        instance, _ = await tool.create()
+        response, _, metrics = await tool.execute(instance, {"expression": expression})
+        return response.text, metrics["status"]
 
-        assert tool.name == "calculate" and tool.config["rate_limit"] == 100
-        assert asyncio.run(run("(12 + 3) * 4")) == ("60", "success")
-        text, status = asyncio.run(run("open('x')"))
-        assert status == "error" and json.loads(text)["result"].startswith("Tool call failed: ")
-    finally:
-        manager.close()
+    assert tool.name == "calculate" and tool.config["rate_limit"] == 100
+    assert asyncio.run(run("(12 + 3) * 4")) == ("60", "success")
+    text, status = asyncio.run(run("open('x')"))
+    assert status == "error" and json.loads(text)["result"].startswith("Tool call failed: ")

@@ -17,22 +17,12 @@ from verl.data.tool_schemas import tool_schemas
 from verl.tools.mcp_base_tool import MCPBaseTool
 from verl.tools.mcp_search_tool import MCPSearchTool
 from verl.tools.utils.tool_registry import initialize_tools_from_config
-from verl.utils.mcp import client_manager
-from verl.utils.mcp.client_manager import MCPClientManager, TokenBucket, mcp2openai
+from verl.utils.mcp.client_manager import TokenBucket, mcp2openai
 from verl.utils.mcp.servers import load_mcp_servers
 
 pytest.importorskip("mcp")
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
-
-
-@pytest.fixture
-def manager(monkeypatch):
-    """A fresh process manager per test (the module's ClientManager is process-wide), closed afterwards."""
-    fresh = MCPClientManager()
-    monkeypatch.setattr(client_manager, "ClientManager", fresh)
-    yield fresh
-    fresh.close()
 
 
 def servers_file(tmp_path: Path, servers: dict, name: str = "servers.json") -> str:
@@ -133,7 +123,7 @@ def test_mcp2openai_keeps_the_input_schema():
 # ---- a stdio server
 
 
-def test_an_mcp_entry_yields_the_selected_tools_of_its_server(tmp_path, manager):
+def test_an_mcp_entry_yields_the_selected_tools_of_its_server(tmp_path, mcp_manager):
     path = tool_config(tmp_path, stdio_servers(tmp_path), ["shout", "add"], {"rate_limit": 50, "timeout": 5},
                        class_name="verl.tools.mcp_search_tool.MCPSearchTool")
     tools = initialize_tools_from_config(path)
@@ -143,7 +133,7 @@ def test_an_mcp_entry_yields_the_selected_tools_of_its_server(tmp_path, manager)
     assert add.config["rate_limit"] == 50 and add.timeout == 5.0
     schema = add.get_openai_tool_schema().model_dump(exclude_none=True)["function"]
     assert schema["description"] == "Add two integers." and schema["parameters"]["required"] == ["a", "b"]
-    assert manager.rate_limiters["local"].rate == 50
+    assert mcp_manager.rate_limiters["local"].rate == 50
     text, metrics = call(add, {"a": 12, "b": 13})
     assert text == "25" and metrics == {"query_count": 0, "status": "success", "total_results": 1,
                                         "api_request_error": ""}
@@ -151,19 +141,19 @@ def test_an_mcp_entry_yields_the_selected_tools_of_its_server(tmp_path, manager)
     assert asyncio.run(add.calc_reward("i")) == ["25"]  # upstream's: the answers so far
 
 
-def test_every_tool_of_the_servers_without_a_selection(tmp_path, manager):
+def test_every_tool_of_the_servers_without_a_selection(tmp_path, mcp_manager):
     tools = initialize_tools_from_config(tool_config(tmp_path, stdio_servers(tmp_path)))
     assert {tool.name for tool in tools} == {"add", "shout", "pid", "fail", "wait_for_file", "exit_server"}
 
 
-def test_one_server_process_answers_every_call_from_any_event_loop(tmp_path, manager):
+def test_one_server_process_answers_every_call_from_any_event_loop(tmp_path, mcp_manager):
     (pid,) = initialize_tools_from_config(tool_config(tmp_path, stdio_servers(tmp_path), ["pid"]))
     first = call(pid, {}, "a")[0]
     second = call(pid, {}, "b")[0]  # another asyncio.run: another event loop
     assert first.isdigit() and first == second
 
 
-def test_a_failed_call_is_told_to_the_model(tmp_path, manager):
+def test_a_failed_call_is_told_to_the_model(tmp_path, mcp_manager):
     fail, wait = initialize_tools_from_config(
         tool_config(tmp_path, stdio_servers(tmp_path), ["fail", "wait_for_file"], {"timeout": 0.5}))
     text, metrics = call(fail, {})
@@ -176,7 +166,7 @@ def test_a_failed_call_is_told_to_the_model(tmp_path, manager):
     assert call(wait, {"path": str(flag)})[0] == "found"
 
 
-def test_a_lost_server_is_reported_then_started_again(tmp_path, manager):
+def test_a_lost_server_is_reported_then_started_again(tmp_path, mcp_manager):
     pid, leave = initialize_tools_from_config(
         tool_config(tmp_path, stdio_servers(tmp_path), ["pid", "exit_server"]))
     before = call(pid, {})[0]
@@ -186,7 +176,7 @@ def test_a_lost_server_is_reported_then_started_again(tmp_path, manager):
     assert after.isdigit() and after != before
 
 
-def test_the_agent_loop_default_timeout_follows_the_tool_timeout(tmp_path, manager):
+def test_the_agent_loop_default_timeout_follows_the_tool_timeout(tmp_path, mcp_manager):
     (add,) = initialize_tools_from_config(
         tool_config(tmp_path, stdio_servers(tmp_path), ["add"], {"timeout": 120}))
     assert add.config["tool_call_timeout"] > 120
@@ -201,7 +191,7 @@ def test_the_agent_loop_default_timeout_follows_the_tool_timeout(tmp_path, manag
     ({"config": {"rate_limit": 0}}, "config.rate_limit must be a positive number"),
     ({"config": {"timeout": "soon"}}, "config.timeout must be a positive number"),
 ])
-def test_a_wrong_mcp_entry_is_refused_naming_the_entry(tmp_path, manager, change, message):
+def test_a_wrong_mcp_entry_is_refused_naming_the_entry(tmp_path, mcp_manager, change, message):
     selected = change.pop("selected", ["add"])
     path = tool_config(tmp_path, stdio_servers(tmp_path), selected, **change)
     with pytest.raises(ValueError, match=message) as info:
@@ -209,7 +199,7 @@ def test_a_wrong_mcp_entry_is_refused_naming_the_entry(tmp_path, manager, change
     assert "tools.yaml" in str(info.value) and "tools[0]" in str(info.value)
 
 
-def test_mcp_keys_on_a_native_entry_and_unknown_mcp_keys_are_refused(tmp_path, manager):
+def test_mcp_keys_on_a_native_entry_and_unknown_mcp_keys_are_refused(tmp_path, mcp_manager):
     path = tmp_path / "tools.yaml"
     path.write_text(yaml.safe_dump({"tools": [{"class_name": "verl.tools.gsm8k_tool.Gsm8kTool",
                                                "config": {"type": "native"}, "mcp": {"mcp_servers_config_path": "x"}}]}))
@@ -223,14 +213,14 @@ def test_mcp_keys_on_a_native_entry_and_unknown_mcp_keys_are_refused(tmp_path, m
         initialize_tools_from_config(bad)
 
 
-def test_two_servers_serving_one_name_are_refused(tmp_path, manager):
+def test_two_servers_serving_one_name_are_refused(tmp_path, mcp_manager):
     servers = servers_file(tmp_path, {"one": {"command": sys.executable, "args": [SERVER]},
                                       "two": {"command": sys.executable, "args": [SERVER, "stdio"]}})
     with pytest.raises(ValueError, match="tool 'add' is served by both MCP servers 'one' and 'two'"):
         initialize_tools_from_config(tool_config(tmp_path, servers, ["add"]))
 
 
-def test_the_dataset_reads_the_schemas_the_server_lists(tmp_path, manager):
+def test_the_dataset_reads_the_schemas_the_server_lists(tmp_path, mcp_manager):
     schemas = tool_schemas(tool_config(tmp_path, stdio_servers(tmp_path), ["add"]))
     assert [schema["function"]["name"] for schema in schemas] == ["add"]
     assert schemas[0]["function"]["parameters"]["properties"]["a"]["type"] == "integer"
@@ -246,7 +236,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.parametrize(("transport", "path"), [("sse", "/sse"), ("http", "/mcp")])
-def test_a_url_server(tmp_path, manager, transport, path):
+def test_a_url_server(tmp_path, mcp_manager, transport, path):
     port = _free_port()
     process = subprocess.Popen([sys.executable, SERVER, transport, str(port)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)

@@ -20,3 +20,17 @@ def problems_of(cfg: DictConfig) -> list[str]:
     with pytest.raises(ConfigError) as info:
         validate_config(cfg, check_files=False)
     return info.value.problems
+
+
+def typed_from(*overrides: str):
+    """The typed config of the shipped defaults plus ``overrides`` (command-line spellings), without file checks."""
+    from verl.trainer.config import load_config
+
+    return validate_config(load_config(list(overrides)), check_files=False)
+
+
+def refusal_of(*overrides: str) -> str:
+    """The whole refusal (all problems) of the defaults plus ``overrides``; fails the test when they are valid."""
+    with pytest.raises(ConfigError) as info:
+        typed_from(*overrides)
+    return str(info.value)

@@ -10,23 +10,13 @@ import pytest
 
 from tests.tools.test_mcp_tools import SERVER
 from tests.workers.rollout.agent_loop.test_tool_agent import _config, _run, _segments, _turns, tokenizer  # noqa: F401
-from verl.utils.mcp import client_manager
-from verl.utils.mcp.client_manager import MCPClientManager
 
 pytest.importorskip("mcp")
 
 ADD_CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 144}}\n</tool_call>'
 
 
-@pytest.fixture
-def manager(monkeypatch):
-    fresh = MCPClientManager()
-    monkeypatch.setattr(client_manager, "ClientManager", fresh)
-    yield fresh
-    fresh.close()
-
-
-def test_a_model_call_is_answered_by_the_mcp_server(tmp_path, tokenizer, manager):  # noqa: F811
+def test_a_model_call_is_answered_by_the_mcp_server(tmp_path, tokenizer, mcp_manager):  # noqa: F811
     servers = tmp_path / "servers.json"
     servers.write_text(json.dumps({"mcpServers": {"math": {"command": sys.executable, "args": [SERVER]}}}))
     tools = {"tools": [{"class_name": "verl.tools.mcp_base_tool.MCPBaseTool", "config": {"type": "mcp"},
@@ -39,4 +29,4 @@ def test_a_model_call_is_answered_by_the_mcp_server(tmp_path, tokenizer, manager
     assert out.non_tensor_batch["__tool_calls__"][0] == 1 and out.non_tensor_batch["__tool_errors__"][0] == 0
     prompt = tokenizer.decode(out.batch["prompts"][0][out.batch["attention_mask"][0, :1024].bool()])
     assert '"name": "add"' in prompt and "Add two integers." in prompt
-    assert list(manager.tool_client_mapping) == ["add"]
+    assert list(mcp_manager.tool_client_mapping) == ["add"]
