@@ -22,7 +22,7 @@ from verl.data.prompt_ids import TRUNCATION_MODES, left_pad, truncate_ids
 from verl.data.prompt_text import as_messages as _as_messages
 from verl.data.prompt_text import chat_text as _chat_text
 from verl.data.rl_vision import check_media_columns, vision_item, vision_prompt_length
-from verl.data.tool_schemas import tool_schemas
+from verl.data.tool_schemas import function_tool_schemas, tool_schemas
 from verl.data.vision import split_placeholders
 from verl.utils.torch_functional import compute_position_id_with_mask
 
@@ -81,7 +81,8 @@ class RLHFDataset(Dataset):
         self.template_kwargs = dict(getattr(config, "apply_chat_template_kwargs", None) or {})
         # data.tool_config_path: the tools' schemas in the chat template the overlong-prompt filter counts (as
         # upstream's dataset; the tool agent loop renders them into the prompt it sends)
-        self.tool_schemas = tool_schemas(getattr(config, "tool_config_path", None))
+        self.tool_schemas = ((tool_schemas(getattr(config, "tool_config_path", None)) or [])
+                             + function_tool_schemas(getattr(config, "function_tool_path", None))) or None
         tools = {"tools": self.tool_schemas} if self.tool_schemas else {}
         self.filter_template_kwargs = {**self.template_kwargs, **tools}
         self.shuffle = config.shuffle

@@ -14,7 +14,7 @@ from typing import Any
 from verl.utils.import_utils import load_yaml_list
 from verl.utils.mcp.tool_entry import mcp_entry_schemas
 
-__all__ = ["tool_schemas", "length_template_kwargs"]
+__all__ = ["function_tool_schemas", "tool_schemas", "length_template_kwargs"]
 
 
 def tool_schemas(path: str | None) -> list[dict[str, Any]] | None:
@@ -34,11 +34,22 @@ def tool_schemas(path: str | None) -> list[dict[str, Any]] | None:
     return schemas
 
 
+def function_tool_schemas(path: str | None) -> list[dict[str, Any]]:
+    """The schemas of the @function_tool functions of the file at ``path`` (data.function_tool_path)."""
+    if not path:
+        return []
+    from verl.utils.function_tools import load_function_tools_from_path
+
+    return [tool.tool_schema for tool in load_function_tools_from_path(path, "data.function_tool_path")]
+
+
 def length_template_kwargs(data: Any) -> dict[str, Any]:
     """The chat-template variables prompts are measured with (``data``: the typed data section): the user's
     ``apply_chat_template_kwargs``, plus ``tools`` when ``data.filter_overlong_prompts`` drops rows (the dataset's
     filter counts the tools; the items' prompts and the truncation check do not)."""
     kwargs = dict(getattr(data, "apply_chat_template_kwargs", None) or {})
-    schemas = tool_schemas(getattr(data, "tool_config_path", None)) if getattr(data, "filter_overlong_prompts",
-                                                                               False) else None
+    schemas = None
+    if getattr(data, "filter_overlong_prompts", False):
+        schemas = ((tool_schemas(getattr(data, "tool_config_path", None)) or [])
+                   + function_tool_schemas(getattr(data, "function_tool_path", None)))
     return {**kwargs, "tools": schemas} if schemas else kwargs

@@ -47,13 +47,18 @@ def load_yaml_list(path: str, list_key: str, what: str, config_key: str, entry_f
     return loaded
 
 
+def module_name_for(path: str, prefix: str) -> str:
+    """The sys.modules name import_file_as_module gives the file at ``path``."""
+    return prefix + hashlib.sha1(path.encode()).hexdigest()[:12]
+
+
 def import_file_as_module(path: str, prefix: str) -> ModuleType:
     """The python file at the absolute ``path`` imported once per process, as ``prefix`` + a hash of the path.
 
     Registered in sys.modules (pickling and dataclasses need it); an import that fails is removed again and its
     exception propagates unchanged.
     """
-    module_name = prefix + hashlib.sha1(path.encode()).hexdigest()[:12]
+    module_name = module_name_for(path, prefix)
     if module_name in sys.modules:
         return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, path)

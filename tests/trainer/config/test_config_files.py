@@ -98,3 +98,18 @@ def test_an_mcp_tool_entry_and_its_servers_file_are_checked_before_ray(runnable,
     # the server is not started or reached by the check (it may start later): a command that does not exist passes
     (tmp_path / "servers.json").write_text('{"mcpServers": {"search": {"command": "no-such-mcp-server"}}}')
     validate_config(runnable)
+
+
+def test_a_function_tool_file_is_checked_before_ray(runnable, tmp_path):
+    arr = runnable.actor_rollout_ref
+    arr.rollout.multi_turn.function_tool_path = str(tmp_path / "tools.py")
+    problems = _problems(runnable)
+    assert any(p.startswith("actor_rollout_ref.rollout.multi_turn.function_tool_path: function tool file") and
+               "tools.py" in p for p in problems)
+    assert any("function_tool_path / interaction_config_path are set but multi_turn.enable=false" in p
+               for p in problems)
+    (tmp_path / "tools.py").write_text("")
+    arr.rollout.multi_turn.enable = True
+    runnable.data.return_raw_chat = True
+    runnable.data.function_tool_path = str(tmp_path / "tools.py")
+    validate_config(runnable)

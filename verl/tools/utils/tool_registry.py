@@ -23,7 +23,7 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema
 from verl.utils.import_utils import import_class, load_yaml_list
 
-__all__ = ["ToolType", "get_tool_class", "initialize_tools_from_config"]
+__all__ = ["ToolType", "get_tool_class", "initialize_tools_from_config", "load_all_tools"]
 
 SUPPORTED_TOOL_TYPES = ("native", "mcp")
 
@@ -102,4 +102,20 @@ def initialize_tools_from_config(tools_config_file: str) -> list[BaseTool]:
                                  "the model calls tools by name, so names must be unique")
             seen[tool.name] = index
             tools.append(tool)
+    return tools
+
+
+def load_all_tools(tool_config_path: str | None, function_tool_path: str | None = None) -> list[BaseTool]:
+    """The tool config's tools, then the function tools of ``function_tool_path`` (upstream after v0.7); the names
+    of all must be unique."""
+    from verl.tools.function_tool import FunctionToolAdapter, load_function_tools_from_path
+
+    tools = initialize_tools_from_config(tool_config_path) if tool_config_path else []
+    owners = {tool.name: f"tool config {tool_config_path!r}" for tool in tools}
+    for function in (load_function_tools_from_path(function_tool_path) if function_tool_path else []):
+        if function.name in owners:
+            raise ValueError(f"function tool {function.name!r} of {function_tool_path!r} has the name of a tool of "
+                             f"{owners[function.name]}; the model calls tools by name, so rename one")
+        owners[function.name] = f"function tool file {function_tool_path!r}"
+        tools.append(FunctionToolAdapter(function))
     return tools

@@ -88,6 +88,8 @@ class DataConfig(MutableConfig):
     # upstream v0.7: the tool config whose schemas the overlong-prompt filter renders into the chat template
     # (verl.data.tool_schemas); follows actor_rollout_ref.rollout.multi_turn.tool_config_path
     tool_config_path: str | None = None
+    # upstream after v0.7: the function tools' schemas count too; follows multi_turn.function_tool_path
+    function_tool_path: str | None = None
 
     @property
     def resolved_gen_batch_size(self) -> int:

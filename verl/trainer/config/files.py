@@ -88,6 +88,11 @@ def check_files(cfg: PPOTrainerConfig) -> list[str]:
                              "agent loop config")):
         found = _local_path(f"actor_rollout_ref.rollout.{key}", path, f"{what} YAML")
         problems += found or _list_file_shape(f"actor_rollout_ref.rollout.{key}", path)
+    function_tools = rollout.multi_turn.function_tool_path
+    problems += _local_path("actor_rollout_ref.rollout.multi_turn.function_tool_path", function_tools,
+                            "function tool file (Python)")
+    if cfg.data.function_tool_path and cfg.data.function_tool_path != function_tools:
+        problems += _local_path("data.function_tool_path", cfg.data.function_tool_path, "function tool file (Python)")
     if cfg.data.tool_config_path and cfg.data.tool_config_path != rollout.multi_turn.tool_config_path:
         found = _local_path("data.tool_config_path", cfg.data.tool_config_path, "tool config YAML")
         problems += found or _list_file_shape("data.tool_config_path", cfg.data.tool_config_path)

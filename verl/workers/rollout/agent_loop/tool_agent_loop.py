@@ -51,7 +51,8 @@ class ToolAgentLoop(AgentLoopBase):
     @classmethod
     def init_class(cls, config, tokenizer, processor=None, **kwargs: Any) -> None:
         multi_turn = config.config.actor_rollout_ref.rollout.multi_turn
-        cls.tools, cls.tool_schemas = load_tools(multi_turn.tool_config_path)
+        cls.tools, cls.tool_schemas = load_tools(multi_turn.tool_config_path,
+                                                 getattr(multi_turn, "function_tool_path", None))
         cls.interactions = load_interactions(multi_turn.interaction_config_path)
         # data.apply_chat_template_kwargs, sent by the trainer with the batch (agent_loop.base.with_template_kwargs)
         data = getattr(config.config, "data", None)
@@ -295,12 +296,12 @@ def _messages(kwargs: dict) -> list[dict]:
     return [dict(m) for m in list(raw)]
 
 
-def load_tools(path: str | None) -> tuple[dict[str, Any], list[dict]]:
-    if not path:
+def load_tools(path: str | None, function_tool_path: str | None = None) -> tuple[dict[str, Any], list[dict]]:
+    if not path and not function_tool_path:
         return {}, []
-    from verl.tools.utils.tool_registry import initialize_tools_from_config
+    from verl.tools.utils.tool_registry import load_all_tools
 
-    tools = initialize_tools_from_config(path)
+    tools = load_all_tools(path, function_tool_path)
     by_name, schemas = {}, []
     for tool in tools:
         schema = tool.get_openai_tool_schema()
