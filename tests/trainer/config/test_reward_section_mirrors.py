@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from tests.trainer.config.test_reward_section import compose_user_yaml, typed
 from verl.trainer.config import ConfigError, validate_config
-from verl.trainer.config.reward_section import v07_key
+from verl.trainer.config.reward_section import REFUSED_ROLLOUT, v07_key
 from verl.trainer.config.yaml_files import GENERATED, walk_keys
 from verl.utils.config_errors import ConfigWarning
 
@@ -26,7 +26,7 @@ CASES = {
         "name": "vllm", "dtype": "float32", "gpu_memory_utilization": 0.3, "enforce_eager": False,
         "max_num_batched_tokens": 4096, "max_model_len": 900, "max_num_seqs": 7, "load_format": "safetensors",
         "enable_chunked_prefill": False, "enable_prefix_caching": False, "disable_log_stats": False,
-        "prompt_length": 512, "response_length": 256,
+        "prompt_length": 512, "response_length": 256, "scheduling_policy": "priority",
         "engine_kwargs": {"vllm": {"swap_space": 1}}}}},
     "sandbox": {"sandbox_fusion": {"url": "http://s/run_code", "max_concurrent": 3, "memory_limit_mb": 512}},
 }
@@ -57,10 +57,10 @@ def test_a_leaf_a_user_yaml_sets_sets_our_key_and_the_section_mirrors_it(tmp_pat
 def test_every_leaf_v07_declares_has_a_case_or_is_refused_or_fixed():
     """The cases above write every settable leaf of the declared section (so each mirror is shown both ways)."""
     written = {leaf for case in CASES.values() for leaf in _leaves(case)}
-    fixed = {"reward_manager._target_", "reward_manager.module._target_", "reward_model.rollout._target_",
+    fixed = {"_target_", "reward_manager._target_", "reward_manager.module._target_", "reward_model._target_",
+             "reward_model.rollout._target_", "sandbox_fusion._target_",
              "reward_model.rollout.tensor_model_parallel_size"}  # 1 only: NO_GENRM_TP
-    refused = {f"reward_model.rollout.{k}" for k in ("cudagraph_capture_sizes", "free_cache_engine",
-                                                     "data_parallel_size", "expert_parallel_size", "limit_images")}
+    refused = {f"reward_model.rollout.{k}" for k in REFUSED_ROLLOUT}  # JUDGE_KEY_REFUSALS
     settable = shipped_reward_leaves() - fixed - refused
     written_leaves = {w if not w.startswith("reward_model.rollout.engine_kwargs.") else
                       "reward_model.rollout.engine_kwargs" for w in written}

@@ -19,9 +19,10 @@ warning. This schema keeps the older layout, so here it is the other way round: 
   `reward.*` key that only the loop reads (`LOOP_KEYS`: num_workers, max_concurrency_per_worker, the reward manager
   class by importlib, the judge's rollout) turns it on, as in v0.7; with `reward_model.use_reward_loop=false` given
   too it is an error.
-- v0.7's judge-engine keys this schema has no key for (enforce_eager, max_model_len, ...) are vLLM engine arguments:
-  they are `reward_model.rollout.engine_kwargs.vllm.<key>`, passed to `vllm.LLM` (`VLLM_ARGS`). The ones that are not
-  (`REFUSED_ROLLOUT`) are refused with what to do instead.
+- upstream's judge-engine keys this schema has no key for (enforce_eager, max_model_len, later upstream's
+  scheduling_policy, ...) are vLLM engine arguments: they are `reward_model.rollout.engine_kwargs.vllm.<key>`, passed
+  to `vllm.LLM` (`VLLM_ARGS`). The ones that are not (`REFUSED_ROLLOUT`, with the keys under its sections `mtp` and
+  `disaggregation`) are refused unless at upstream's default, with what to do instead.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ _ROLLOUT_SAME = ("name", "dtype", "gpu_memory_utilization", "tensor_model_parall
                  "response_length", "enable_prefix_caching")
 # v0.7's judge-engine keys that are vllm.LLM arguments of the same name (our engine passes engine_kwargs.vllm last)
 VLLM_ARGS = ("enforce_eager", "max_num_batched_tokens", "max_model_len", "max_num_seqs", "load_format",
-             "enable_chunked_prefill", "disable_log_stats", "skip_tokenizer_init")
-_VLLM_DEFAULTS = (True, 8192, None, 1024, "auto", True, True, False)
+             "enable_chunked_prefill", "disable_log_stats", "skip_tokenizer_init", "scheduling_policy")
+_VLLM_DEFAULTS = (True, 8192, None, 1024, "auto", True, True, False, "fcfs")
 
 # v0.7's key -> (ours, v0.7's default). A section (custom_reward_function, sandbox_fusion, engine_kwargs) maps
 # every key under it; the default of a section is None (any leaf under it counts as written).
@@ -81,9 +82,18 @@ V07_KEYS: dict[str, tuple[str, Any]] = {
 LOOP_KEYS = ("reward.num_workers", "reward.max_concurrency_per_worker", "reward.reward_manager.source",
              "reward.reward_manager.module", f"{_RM}.rollout")
 
-# v0.7 judge-engine keys with no counterpart here -> v0.7's default (why and what to do: JUDGE_KEY_REFUSALS)
-REFUSED_ROLLOUT: dict[str, Any] = {"cudagraph_capture_sizes": None, "free_cache_engine": True, "data_parallel_size": 1,
-                                   "expert_parallel_size": 1, "limit_images": None}
+# upstream's judge-engine keys with no counterpart here -> upstream's default (why and what to do:
+# JUDGE_KEY_REFUSALS, one entry per key or section); v0.7's, then later upstream's
+V07_REFUSED = ("cudagraph_capture_sizes", "free_cache_engine", "data_parallel_size", "expert_parallel_size",
+                "limit_images")
+REFUSED_ROLLOUT: dict[str, Any] = {
+    **dict(zip(V07_REFUSED, (None, True, 1, 1, None), strict=True)),
+    "pipeline_model_parallel_size": 1, "layered_summon": False, "full_determinism": False, "seed": 42, "multi_stage_wake_up": False, "ignore_eos": False, "temperature": 1.0, "top_k": -1, "top_p": 1.0,
+    "do_sample": True, "n": 1, "quantization": None, "quantization_config_file": None, "mtp": None,
+    **{f"disaggregation.{k}": d for k, d in (("enabled", False), ("prefill_replicas", 1), ("decode_replicas", 1),
+                                             ("decode_tensor_model_parallel_size", None), ("transfer_backend", "nixl"),
+                                             ("bootstrap_port", None), ("ib_device", None))},
+}
 _REFUSED_PREFIXES = (f"{_RM}.rollout.", "reward_model.rollout.")
 
 
@@ -98,14 +108,29 @@ def v07_key(key: str) -> tuple[str, str] | None:
     return best, V07_KEYS[best][0] + key[len(best):]
 
 
-def refused_rollout_key(key: str) -> str | None:
-    """The refusal of a v0.7 judge-engine key this schema has no counterpart for, or None."""
+def _refused_name(key: str) -> str | None:
+    """The judge-engine name (`seed`, `disaggregation.enabled`, `mtp.enable`) of a refused key, or None."""
     for prefix in _REFUSED_PREFIXES:
         name = key[len(prefix):] if key.startswith(prefix) else None
-        if name in REFUSED_ROLLOUT:
-            why, what = JUDGE_KEY_REFUSALS[name]
-            return f"{key} is upstream v0.7's judge-engine key {name}, which has no counterpart here: {why}. {what}"
+        if name is not None and name.split(".")[0] in JUDGE_KEY_REFUSALS:  # a key, or any key under a section
+            return name
     return None
+
+
+def refused_default(key: str) -> Any:
+    """Upstream's default of a refused judge-engine key (a whole section, or a key under `mtp`: null)."""
+    return REFUSED_ROLLOUT.get(_refused_name(key) or "")
+
+
+def refused_rollout_key(key: str) -> str | None:
+    """The refusal of an upstream judge-engine key this schema has no counterpart for, or None."""
+    name = _refused_name(key)
+    if name is None:
+        return None
+    section = name.split(".")[0]
+    why, what = JUDGE_KEY_REFUSALS[section]
+    era = "upstream v0.7's" if section in V07_REFUSED else "later upstream's"
+    return f"{key} is {era} judge-engine key {name}, which has no counterpart here: {why}. {what}"
 
 
 def implies_loop(key: str) -> bool:
@@ -176,7 +201,7 @@ def fold_plan(sections: dict[str, Any], current: Any, from_command_line: Iterabl
             matched = v07_key(key)
             refusal = refused_rollout_key(key)
             if refusal is not None:
-                if value != REFUSED_ROLLOUT[key.rpartition(".")[2]] and value is not None:
+                if value != refused_default(key) and value is not None:
                     problems.append(refusal)
                 continue
             if matched is None:

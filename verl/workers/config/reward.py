@@ -23,6 +23,24 @@ class RewardFunctionConfig(MutableConfig):
     name: str = "compute_score"
 
 
+def _judge_refused(default: Any, name: str) -> Any:
+    return refused(default, *JUDGE_KEY_REFUSALS[name])
+
+
+@dataclass
+class RewardDisaggregationConfig(MutableConfig):
+    """reward.reward_model.rollout.disaggregation (upstream after v0.7): prefill/decode disaggregated serving of the
+    judge. Refused unless at upstream's defaults."""
+
+    enabled: bool = _judge_refused(False, "disaggregation")
+    prefill_replicas: int = _judge_refused(1, "disaggregation")
+    decode_replicas: int = _judge_refused(1, "disaggregation")
+    decode_tensor_model_parallel_size: int | None = _judge_refused(None, "disaggregation")
+    transfer_backend: str = _judge_refused("nixl", "disaggregation")
+    bootstrap_port: int | None = _judge_refused(None, "disaggregation")
+    ib_device: str | None = _judge_refused(None, "disaggregation")
+
+
 @dataclass
 class RewardRolloutConfig(MutableConfig):
     """reward.reward_model.rollout: the judge engine. v0.7 names upstream's RolloutConfig for it; this section has
@@ -52,13 +70,33 @@ class RewardRolloutConfig(MutableConfig):
     skip_tokenizer_init: bool = True
     prompt_length: int = 2048
     response_length: int = 2048
+    # upstream after v0.7: vLLM's scheduler (engine_kwargs.vllm.scheduling_policy); the others are refused
+    scheduling_policy: str = "fcfs"
+    pipeline_model_parallel_size: int = _judge_refused(1, "pipeline_model_parallel_size")
+    layered_summon: bool = _judge_refused(False, "layered_summon")
+    full_determinism: bool = _judge_refused(False, "full_determinism")
+    seed: int = _judge_refused(42, "seed")
+    multi_stage_wake_up: bool = _judge_refused(False, "multi_stage_wake_up")
+    ignore_eos: bool = _judge_refused(False, "ignore_eos")
+    temperature: float = _judge_refused(1.0, "temperature")
+    top_k: int = _judge_refused(-1, "top_k")
+    top_p: float = _judge_refused(1.0, "top_p")
+    do_sample: bool = _judge_refused(True, "do_sample")
+    n: int = _judge_refused(1, "n")
+    quantization: str | None = _judge_refused(None, "quantization")
+    quantization_config_file: str | None = _judge_refused(None, "quantization_config_file")
+    mtp: dict[str, Any] | None = _judge_refused(None, "mtp")
+    disaggregation: RewardDisaggregationConfig = field(default_factory=RewardDisaggregationConfig)
 
 
 @dataclass
 class RewardModelConfig(MutableConfig):
     """reward.reward_model: mirrors reward_model.enable / enable_resource_pool / n_gpus_per_node / nnodes /
     model.path and the judge engine (reward_model.rollout). Not verl.workers.config.RewardModelConfig, which is the
-    older `reward_model` section's class."""
+    older `reward_model` section's class; upstream's yaml names that one for this section (`_target_`), where its
+    class of the same name is this section's."""
+
+    _target_aliases: ClassVar[tuple[str, ...]] = ("verl.workers.config.RewardModelConfig",)
 
     enable: bool = False
     enable_resource_pool: bool = False

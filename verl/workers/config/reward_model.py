@@ -102,8 +102,13 @@ NO_GENRM_TP = (
 )
 
 
-# upstream v0.7's judge-engine keys with no counterpart here -> (why, what to do): refused in v0.7's `reward:`
-# section (verl.workers.config.reward) and in its legacy `reward_model.rollout` block alike
+_PER_REQUEST = ("the judge's sampling is chosen per request by the reward function (the chat-completion request "
+                "it sends to reward_router_address); a request that leaves it out gets upstream's default, and no "
+                "other engine-wide default is built")
+
+# upstream's judge-engine keys with no counterpart here -> (why, what to do): refused in upstream's `reward:` section
+# (verl.workers.config.reward) and in v0.7's legacy `reward_model.rollout` block alike. A section's keys (mtp,
+# disaggregation) share its entry.
 JUDGE_KEY_REFUSALS: dict[str, tuple[str, str]] = {
     "cudagraph_capture_sizes": ("the judge engine's CUDA-graph sizes are vLLM's compilation_config here",
                                 "Pass +reward_model.rollout.engine_kwargs.vllm.compilation_config."
@@ -115,6 +120,42 @@ JUDGE_KEY_REFUSALS: dict[str, tuple[str, str]] = {
                            "reward_model.n_gpus_per_node."),
     "expert_parallel_size": ("the judge engine has no expert parallelism here", "Drop the key."),
     "limit_images": ("the judge engine takes text prompts here", "Drop the key."),
+    # later upstream's judge-engine keys (its judge is a rollout replica served over HTTP: verl/experimental/reward_loop)
+    "pipeline_model_parallel_size": ("each judge engine runs in one process; pipeline parallelism over several GPUs "
+                                     "is not built", "Set it to 1 (more judge replicas: "
+                                     "reward_model.enable_resource_pool=true with reward_model.n_gpus_per_node)."),
+    "layered_summon": ("it shapes the actor-to-rollout weight sync of a LoRA model; the judge's weights are loaded "
+                       "once from reward_model.model.path and never synced", "Drop the key."),
+    "full_determinism": ("deterministic, batch-invariant judge serving (torch's deterministic algorithms, vLLM's "
+                         "batch-invariant kernels) is not built for the judge engine",
+                         "Drop the key; set seed in each request your reward function sends for reproducible "
+                         "sampling."),
+    "seed": ("the vLLM judge seeds every sampled request itself (verl.workers.rollout.seeding) unless the request "
+             "carries its own seed, and the HF judge has no engine seed, so an engine-wide seed would not change "
+             "the judge's answers",
+             "Drop the key; set seed in the request your reward function sends to reward_router_address."),
+    "multi_stage_wake_up": ("staged wake-up is an SGLang engine option (upstream ignores it for vLLM); the judge "
+                            "engines here (vLLM, HF) wake in one step", "Drop the key."),
+    "ignore_eos": ("the judge ends every answer at its model's EOS (upstream's judge too: it answers over its chat "
+                   "server, and rollout.ignore_eos is read only by the rollout's token-in generate path)",
+                   "Drop the key; the request's max_tokens bounds an answer."),
+    **{name: (_PER_REQUEST, what) for name, what in (
+        ("temperature", "Drop the key; set temperature in the request (unset: 1.0, as upstream; 0: greedy)."),
+        ("top_k", "Drop the key; set top_k in the request (unset: no top-k, as upstream)."),
+        ("top_p", "Drop the key; set top_p in the request (unset: 1.0, as upstream)."),
+        ("do_sample", "Drop the key; a request with temperature 0 is answered greedily."),
+        ("n", "Drop the key; the judge gives one answer per request (n=1): send one request per answer."))},
+    **dict.fromkeys(("quantization", "quantization_config_file"), (
+        "upstream's online quantization of the judge's weights (fp8 in 128x128 blocks through its vLLM patches, or "
+        "torchao with a config file) is not built",
+        "Drop the key; vLLM's own online quantization (another scheme than upstream's fp8 blocks) can be passed as "
+        "+reward_model.rollout.engine_kwargs.vllm.quantization.")),
+    "mtp": ("speculative decoding with the judge model's MTP layers has no key here",
+            "Drop the key; vLLM's speculative decoding can be passed as "
+            "+reward_model.rollout.engine_kwargs.vllm.speculative_config."),
+    "disaggregation": ("prefill/decode disaggregated serving (separate prefill and decode replicas handing the KV "
+                       "cache over a transfer backend) is not built; each judge engine runs prefill and decode itself",
+                       "Leave every reward.reward_model.rollout.disaggregation key at its default (enabled=false)."),
 }
 
 
