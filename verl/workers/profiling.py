@@ -53,3 +53,9 @@ class DistProfilerExtension:
     def stop_profile(self) -> None:
         for profiler in (*reversed(self.extra_profilers), self.profiler):
             profiler.stop()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def run_profile_finish_hook(self) -> None:
+        """After the run's last profiled step: each role's ``profiler.finish_hook_cmd``, on the ranks it selects."""
+        for profiler in (self.profiler, *self.extra_profilers):
+            profiler.run_finish_hook()

@@ -38,7 +38,8 @@ def test_the_groups_are_laid_out_as_upstream_and_ppo_trainer_composes_them():
     tree = compose_tree()
     assert set(tree) == {"data", "actor_rollout_ref", "critic", "reward_model", "custom_reward_function", "algorithm",
                          "trainer", "ray_kwargs", "global_profiler", "transfer_queue", "distillation",
-                         "reward", "sandbox_fusion"}  # upstream v0.7's reward section and its legacy sandbox block
+                         "reward", "sandbox_fusion",  # upstream v0.7's reward section and its legacy sandbox block
+                         "skip"}  # upstream main's SkipManager section (verl.utils.skip)
     assert tree["reward"]["reward_manager"]["_target_"] == "verl.workers.config.reward_model.RewardManagerConfig"
     assert tree["actor_rollout_ref"]["actor"]["optim"]["lr"] == 1e-6  # optim/fsdp.yaml
     assert tree["critic"]["optim"]["lr"] == 1e-5  # dp_critic.yaml over optim/fsdp.yaml

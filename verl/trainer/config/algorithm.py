@@ -9,7 +9,7 @@ from typing import Any
 
 from verl.base_config import BaseConfig
 from verl.utils.config_errors import ConfigWarning
-from verl.utils.config_schema import at_least, choice
+from verl.utils.config_schema import at_least, choice, refused
 from verl.workers.config.registries import ADV_ESTIMATORS, KL_PENALTIES, adv_estimator_registered
 
 KL_CTRL_TYPES = ("fixed", "adaptive")
@@ -41,6 +41,11 @@ class FilterGroupsConfig(BaseConfig):
     enable: bool = False
     metric: str | None = choice(None, FILTER_GROUPS_METRICS)  # required once enabled
     max_num_gen_batches: int = at_least(0, 0)  # generation rounds per step before giving up; 0: no limit
+    # upstream after v0.7: how many train-batch-sized prompt batches its synchronous DAPO keeps generating at once
+    max_inflight_gen_batches: int = refused(
+        1, "generating several prompt batches concurrently while filtering groups is not built: here "
+        "verl/trainer/ppo/dynamic_sampling.py generates one batch, filters it, and only then generates the next",
+        "Leave algorithm.filter_groups.max_inflight_gen_batches at 1; max_num_gen_batches bounds the rounds.")
 
 
 # the same names as verl.algos.rollout_correction's (a test keeps them equal): checking a config needs no torch

@@ -11,6 +11,7 @@ from verl.trainer.config.reward import CustomRewardFunctionConfig, FSDPRewardMod
 from verl.trainer.config.trainer import RayKwargsConfig, TrainerConfig, TransferQueueConfig
 from verl.utils.config_schema import MutableConfig
 from verl.utils.profiler.config import GlobalProfilerConfig
+from verl.utils.skip import SkipManagerConfig
 from verl.workers.config import ActorRolloutRefConfig, DistillationConfig, FSDPCriticConfig
 from verl.workers.config.reward import RewardConfig
 
@@ -33,6 +34,8 @@ class PPOTrainerConfig(MutableConfig):
     transfer_queue: TransferQueueConfig = field(default_factory=TransferQueueConfig)  # refused unless disabled
     # upstream's on-policy distillation from teacher models: refused unless at its defaults
     distillation: DistillationConfig = field(default_factory=DistillationConfig)
+    # upstream main's run-wide rollout skip: refused unless at its defaults (actor_rollout_ref.rollout.skip is built)
+    skip: SkipManagerConfig = field(default_factory=SkipManagerConfig)
 
     @property
     def use_critic(self) -> bool:

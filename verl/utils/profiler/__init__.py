@@ -10,11 +10,13 @@ from verl.utils.profiler.config import (
     NsightToolConfig,
     ProfilerConfig,
     ProfilerToolConfig,
+    RoleProfilerConfig,
+    RolloutProfilerConfig,
     TorchMemoryToolConfig,
     TorchProfilerToolConfig,
 )
 from verl.utils.profiler.profile import DistProfiler, mark_annotate, mark_end_range, mark_start_range
 
-__all__ = ["ProfilerConfig", "NsightToolConfig", "NPUToolConfig", "TorchProfilerToolConfig", "TorchMemoryToolConfig",
+__all__ = ["ProfilerConfig", "RoleProfilerConfig", "RolloutProfilerConfig", "NsightToolConfig", "NPUToolConfig", "TorchProfilerToolConfig", "TorchMemoryToolConfig",
            "ProfilerToolConfig", "GlobalProfilerConfig", "GlobalNsightToolConfig", "GlobalToolConfig", "GlobalTorchMemoryConfig", "DistProfiler", "mark_start_range",
            "mark_end_range", "mark_annotate"]

@@ -9,6 +9,7 @@ ranks and ``tool_config``. What each tool does here (``torch`` everywhere, ``tor
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -17,7 +18,9 @@ from verl.utils.config_schema import at_least, choice, dict_field, list_field, r
 
 __all__ = ["TOOLS", "NsightToolConfig", "GlobalNsightToolConfig", "GlobalProfilerConfig", "NPUToolConfig", "TorchProfilerToolConfig", "TorchMemoryToolConfig",
            "PrecisionDebuggerToolConfig", "GlobalPrecisionDebuggerToolConfig", "PRECISION_DEBUGGER_REFUSAL",
-           "ProfilerToolConfig", "GlobalTorchMemoryConfig", "GlobalToolConfig", "ProfilerConfig"]
+           "ProfilerToolConfig", "GlobalTorchMemoryConfig", "GlobalToolConfig", "ProfilerConfig", "RoleProfilerConfig",
+           "RolloutNPUToolConfig", "RolloutTorchProfilerToolConfig", "RolloutProfilerToolConfig",
+           "RolloutProfilerConfig", "RELOCATE_NOTE"]
 
 # precision_debugger (upstream after v0.7) is named so that it is refused with its reason, not as an unknown tool
 TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
@@ -38,6 +41,16 @@ PRECISION_DEBUGGER_REFUSAL = (
 _PD_GLOBAL = "global_profiler.global_tool_config.precision_debugger."
 _STACK_DEPTH = ("torch.cuda.memory._record_memory_history (torch 2.13) has no stack-depth setting",
                 "Leave it at 32; global_tool_config.torch_memory.stacks=python records Python frames only.")
+_TOKEN_WINDOW = (
+    "upstream windows the rollout engine's own profiler (vLLM / SGLang's start_profile) by response-token index; "
+    "here the rollout runs in the actor's worker and is recorded by that worker's torch trace, whose window is the "
+    "training step (or tool_config.torch.step_start / step_end), and no per-token start or stop is built",
+    "Leave profile_token_start / profile_token_end null (the whole generation is recorded).",
+)
+RELOCATE_NOTE = ("moves nsys reports (from Ray's fixed nsight folder) and the rollout engines' own traces (from "
+                  "per-replica folders) into save_path; neither is written here (nsys is refused, and the rollout is "
+                  "traced by the actor worker's torch profiler), and every trace here is written under save_path "
+                  "already (<save_path>/<step>/<role>/)")
 _NSIGHT_OPTIONS = {"trace": "cuda,nvtx,cublas,ucx", "cuda-memory-usage": "true", "cuda-graph-trace": "graph"}
 
 
@@ -147,6 +160,58 @@ class ProfilerToolConfig(BaseConfig):
     precision_debugger: PrecisionDebuggerToolConfig = field(default_factory=PrecisionDebuggerToolConfig)
 
 
+def _same_values(a: Any, b: Any) -> bool:
+    """Field-by-field equality of a rollout section and the role section it extends; a field only one of them has
+    counts as null on the other (the token window's default)."""
+    names = {f.name for f in dataclasses.fields(a)} | {f.name for f in dataclasses.fields(b)}
+    return all(getattr(a, n, None) == getattr(b, n, None) for n in names)
+
+
+# The rollout's sections below compare equal to the actor's when their values agree (eq=False keeps this __eq__):
+# the rollout runs in the actor's worker, and a section that follows the actor's is the same profiler.
+@dataclass(eq=False)
+class RolloutNPUToolConfig(NPUToolConfig):
+    """The rollout's ``tool_config.npu``: also upstream's response-token window (after v0.7), refused."""
+
+    _target_aliases: ClassVar[tuple[str, ...]] = ("verl.utils.profiler.config.NPUToolConfig",)
+
+    profile_token_start: int | None = refused(None, *_NPU)
+    profile_token_end: int | None = refused(None, *_NPU)
+
+    def __eq__(self, other: object) -> bool:
+        return _same_values(self, other) if isinstance(other, NPUToolConfig) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(eq=False)
+class RolloutTorchProfilerToolConfig(TorchProfilerToolConfig):
+    """The rollout's ``tool_config.torch``: also upstream's response-token window (after v0.7), refused."""
+
+    _target_aliases: ClassVar[tuple[str, ...]] = ("verl.utils.profiler.config.TorchProfilerToolConfig",)
+
+    profile_token_start: int | None = refused(None, *_TOKEN_WINDOW)  # from this response token (null: the first)
+    profile_token_end: int | None = refused(None, *_TOKEN_WINDOW)  # up to this one, exclusive (null: the end)
+
+    def __eq__(self, other: object) -> bool:
+        return _same_values(self, other) if isinstance(other, TorchProfilerToolConfig) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(eq=False)
+class RolloutProfilerToolConfig(ProfilerToolConfig):
+    """The rollout's ``tool_config``: its npu and torch sections carry the token window."""
+
+    npu: RolloutNPUToolConfig = field(default_factory=RolloutNPUToolConfig)
+    torch: RolloutTorchProfilerToolConfig = field(default_factory=RolloutTorchProfilerToolConfig)
+
+    def __eq__(self, other: object) -> bool:
+        return _same_values(self, other) if isinstance(other, ProfilerToolConfig) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass
 class GlobalTorchMemoryConfig(BaseConfig):
     """``global_profiler.global_tool_config.torch_memory``: torch.cuda.memory._record_memory_history's arguments."""
@@ -198,20 +263,66 @@ class ProfilerConfig(BaseConfig):
             return True
         return rank in self.ranks if self.ranks else rank == 0
 
+    def runs_finish_hook(self, rank: int) -> bool:
+        """Whether ``rank`` runs a finish hook: never here; RoleProfilerConfig (the roles with upstream's
+        finish-hook keys) says otherwise."""
+        return False
+
     def union(self, other: ProfilerConfig) -> ProfilerConfig:
         """Profile what either config profiles."""
-        return ProfilerConfig(tool=self.tool or other.tool, enable=self.enable or other.enable,
-                              all_ranks=self.all_ranks or other.all_ranks,
-                              ranks=sorted(set(self.ranks) | set(other.ranks)),
-                              save_path=self.save_path or other.save_path, tool_config=self.tool_config)
+        return dataclasses.replace(self, tool=self.tool or other.tool, enable=self.enable or other.enable,
+                                   all_ranks=self.all_ranks or other.all_ranks,
+                                   ranks=sorted(set(self.ranks) | set(other.ranks)),
+                                   save_path=self.save_path or other.save_path)
 
     def intersect(self, other: ProfilerConfig) -> ProfilerConfig:
         """Profile only what both configs profile."""
-        return ProfilerConfig(tool=self.tool if self.tool == other.tool else None,
-                              enable=self.enable and other.enable, all_ranks=self.all_ranks and other.all_ranks,
-                              ranks=sorted(set(self.ranks) & set(other.ranks)),
-                              save_path=self.save_path if self.save_path == other.save_path else None,
-                              tool_config=self.tool_config)
+        return dataclasses.replace(self, tool=self.tool if self.tool == other.tool else None,
+                                   enable=self.enable and other.enable, all_ranks=self.all_ranks and other.all_ranks,
+                                   ranks=sorted(set(self.ranks) & set(other.ranks)),
+                                   save_path=self.save_path if self.save_path == other.save_path else None)
+
+
+@dataclass
+class RoleProfilerConfig(ProfilerConfig):
+    """The profiler of the actor, reference, rollout and critic: ProfilerConfig with upstream's finish-hook keys
+    (after v0.7), which the yaml makes follow global_profiler's (the rollout's follow the actor's). Upstream's yaml
+    names ``verl.utils.profiler.ProfilerConfig`` for these sections; the reward model's has no such keys."""
+
+    _target_aliases: ClassVar[tuple[str, ...]] = ("verl.utils.profiler.ProfilerConfig",
+                                                  "verl.utils.profiler.config.ProfilerConfig")
+
+    relocate_results: bool = False  # accepted with a note (RELOCATE_NOTE)
+    finish_hook_cmd: str | None = None
+    finish_hook_all_ranks: bool = False
+    finish_hook_ranks: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.finish_hook_ranks, (list, tuple, set)):
+            raise AssertionError(f"ProfilerConfig.finish_hook_ranks must be a list of ranks, got "
+                                 f"{type(self.finish_hook_ranks).__name__} {self.finish_hook_ranks!r}")
+
+    def runs_finish_hook(self, rank: int) -> bool:
+        """Whether ``rank`` runs ``finish_hook_cmd`` (upstream: every rank with finish_hook_all_ranks, else
+        finish_hook_ranks, else the profiled ranks)."""
+        if not self.finish_hook_cmd:
+            return False
+        if self.finish_hook_all_ranks:
+            return True
+        return rank in self.finish_hook_ranks if self.finish_hook_ranks else self.profiles_rank(rank)
+
+
+@dataclass(eq=False)
+class RolloutProfilerConfig(RoleProfilerConfig):
+    """``actor_rollout_ref.rollout.profiler``: a role's, with the rollout's tool_config (the token window)."""
+
+    tool_config: RolloutProfilerToolConfig | None = field(default_factory=RolloutProfilerToolConfig)
+
+    def __eq__(self, other: object) -> bool:
+        return _same_values(self, other) if isinstance(other, ProfilerConfig) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass
@@ -227,6 +338,13 @@ class GlobalProfilerConfig(BaseConfig):
         profile_continuous_steps: consecutive steps in ``steps`` share one trace (started at the first, stopped
             after the last) instead of one trace each.
         save_path: where traces go (the roles' save_path follow it).
+        relocate_results: upstream moves nsys reports and rollout-engine traces into save_path; accepted with
+            a note here, where every trace is written under save_path already.
+        finish_hook_cmd: a shell command each selected rank of a profiled role runs once, after the run's last
+            profiled step (its traces are written by then), e.g. to upload save_path. It sees VERL_PROFILE_SAVE_PATH,
+            VERL_PROFILE_TOOL, VERL_PROFILE_RANK, VERL_PROFILE_PID and VERL_PROFILE_ROLE. null: none.
+        finish_hook_all_ranks: every rank of the role runs it.
+        finish_hook_ranks: the ranks that run it; empty: the role's profiled ranks.
         global_tool_config: the tools' run-wide options.
     """
 
@@ -237,6 +355,11 @@ class GlobalProfilerConfig(BaseConfig):
     steps: list[int] | None = None
     profile_continuous_steps: bool = False
     save_path: str = DEFAULT_SAVE_PATH
+    # upstream after v0.7; the roles' profiler sections follow these four in the yaml
+    relocate_results: bool = False
+    finish_hook_cmd: str | None = None
+    finish_hook_all_ranks: bool = False
+    finish_hook_ranks: list[int] = field(default_factory=list)
     global_tool_config: GlobalToolConfig = field(default_factory=GlobalToolConfig)
 
     def profiled(self, step: int) -> bool:

@@ -8,6 +8,9 @@ role not enabled) every call is a no-op.
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +19,8 @@ from verl.utils.profiler.torch_memory import TorchMemoryProfiler
 from verl.utils.profiler.torch_profile import TorchProfiler, annotate_call
 
 __all__ = ["DistProfiler", "mark_start_range", "mark_end_range", "mark_annotate"]
+
+logger = logging.getLogger(__name__)
 
 
 class _NoOpProfiler:
@@ -62,6 +67,23 @@ class DistProfiler:
 
     def stop(self) -> None:
         self.impl.stop()
+
+    def run_finish_hook(self) -> int | None:
+        """Run the role's ``finish_hook_cmd`` through the shell on this rank (the driver calls it once, after the
+        run's last profiled step), when the role is profiled and the rank is selected (``finish_hook_all_ranks``,
+        else ``finish_hook_ranks``, else the profiled ranks). Returns the command's exit status, None when it did not
+        run. A failing command is logged, not raised: the traces are written and training goes on."""
+        config = self.config
+        if not (config.enable and config.tool) or not config.runs_finish_hook(self.rank):
+            return None
+        env = {**os.environ, "VERL_PROFILE_SAVE_PATH": str(config.save_path or ""),
+               "VERL_PROFILE_TOOL": str(config.tool), "VERL_PROFILE_RANK": str(self.rank),
+               "VERL_PROFILE_PID": str(os.getpid()), "VERL_PROFILE_ROLE": self.role}
+        result = subprocess.run(config.finish_hook_cmd, shell=True, env=env, check=False)
+        if result.returncode != 0:
+            logger.warning("[Profiler] rank %d: %s's finish_hook_cmd %r exited with status %d", self.rank, self.role,
+                           config.finish_hook_cmd, result.returncode)
+        return result.returncode
 
     @staticmethod
     def annotate(message: str | None = None, color: str | None = None, domain: str | None = None,
