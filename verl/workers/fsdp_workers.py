@@ -212,7 +212,8 @@ class ActorRolloutRefWorker(_FSDPWorkerBase):
 
             self.agent_loop_manager = AgentLoopManager(self.config, self.tokenizer, self._agent_loop_backend,
                                                        processor=self._rollout_processor(),
-                                                       engine_group=self._engine_group())
+                                                       engine_group=self._engine_group(),
+                                                       seed=self.config.rollout.seed)
         # the actor also serves compute_log_prob; a rollout-only worker builds a no-grad actor for it
         if not self._is_actor:
             from verl.workers.actor import DataParallelPPOActor

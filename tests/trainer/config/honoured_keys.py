@@ -109,6 +109,10 @@ HONOURED: dict[str, str] = {
     f"{ARR}.actor.sum_pi_squared_checkpointing": "tests/algos/test_otb.py::test_sum_pi_squared_checkpointing_keeps_less_and_gives_the_same_gradient",
     f"{ARR}.ref.entropy_from_logits_with_chunking": "tests/workers/actor/test_entropy_keys.py::test_the_reference_section_carries_the_same_keys",
     f"{ARR}.ref.entropy_checkpointing": "tests/workers/actor/test_entropy_keys.py::test_the_reference_section_carries_the_same_keys",
+    f"{ARR}.actor.entropy_from_logits_chunk_size": "tests/workers/actor/test_entropy_keys.py::test_the_chunk_size_is_"
+                                                   "the_rows_per_chunk",
+    f"{ARR}.ref.entropy_from_logits_chunk_size": "tests/workers/actor/test_entropy_keys.py::test_the_chunk_size_is_"
+                                                 "the_rows_per_chunk",
     f"{ARR}.actor.tau_pos": f"{_UPSTREAM}::test_actor_tau_spelling_sets_the_sapo_temperatures",
     f"{ARR}.actor.tau_neg": f"{_UPSTREAM}::test_actor_tau_spelling_sets_the_sapo_temperatures",
     f"{ARR}.actor.use_torch_compile": "tests/workers/actor/test_entropy_compile.py::test_the_actor_update_with_a_"
@@ -235,6 +239,12 @@ HONOURED: dict[str, str] = {
     f"{ARR}.nccl_timeout": "tests/workers/test_nccl_timeout.py::test_nccl_timeout_is_the_process_groups_timeout",
     f"{ARR}.rollout.layered_summon": f"{_UPSTREAM}::test_layered_summon_is_accepted_with_a_note_saying_the_sync_already_streams",
     f"{ARR}.rollout.skip_tokenizer_init": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
+    f"{ARR}.rollout.multi_turn.function_tool_path": "tests/workers/rollout/agent_loop/test_function_tool_agent.py::"
+                                                    "test_a_model_call_runs_the_function",
+    "data.function_tool_path": "tests/tools/test_function_tools.py::test_the_dataset_counts_the_function_tools_in_"
+                               "the_prompt_it_measures",
+    f"{ARR}.rollout.seed": "tests/workers/rollout/test_seeding.py::test_rollout_seed_reaches_the_vllm_engine_and_the_"
+                           "agent_loop",
     f"{ARR}.rollout.trace.backend": "tests/utils/test_rollout_trace.py::test_agent_loop_trajectories_become_mlflow_traces",
     f"{ARR}.rollout.trace.max_samples_per_step_per_worker": "tests/utils/test_rollout_trace.py::test_agent_loop_trajectories_become_mlflow_traces",
     f"{ARR}.rollout.trace.token2text": "tests/utils/test_rollout_trace.py::test_token2text_adds_the_decoded_text",
@@ -529,7 +539,7 @@ def _engine_mirror_keys() -> dict[str, str]:
     t = "tests/trainer/config/test_engine_mirror.py"
     actor = f"{t}::test_the_actor_fsdp_config_keys_reach_the_role_keys_the_workers_read"
     names = ("ulysses_sequence_parallel_size", "entropy_from_logits_with_chunking", "use_torch_compile",
-             "entropy_checkpointing")
+             "entropy_checkpointing", "entropy_from_logits_chunk_size")
     out = {f"{ARR}.actor.fsdp_config.{name}": actor for name in names}
     out |= {f"{ARR}.ref.fsdp_config.{name}": f"{t}::test_ref_and_critic_engine_keys_apply" for name in names}
     out[f"{ARR}.ref.fsdp_config.forward_only"] = f"{t}::test_the_reference_is_forward_only_either_way"
@@ -557,6 +567,7 @@ HONOURED |= {
     "critic.data_loader_seed": f"{_SEED_KEYS}::test_the_roles_update_shuffles_with_its_data_loader_seed",
     f"{ARR}.actor.calculate_entropy": f"{_SEED_KEYS}::test_calculate_entropy_reports_the_entropy_and_leaves_the_update_alone",
     f"{ARR}.actor.loss_scale_factor": f"{_SEED_KEYS}::test_loss_scale_factor_is_seq_mean_token_sum_norms_divisor",
+    "critic.loss_scale_factor": f"{_CRITIC}::test_loss_scale_factor_divides_the_value_loss",
 }
 
 # upstream v0.7's rollout keys (tests/workers/rollout/test_rollout_v07_keys.py); the others of that set are refusals
@@ -569,31 +580,6 @@ HONOURED |= {
     f"{ARR}.rollout.qat": f"{_V07}::test_qat_is_refused_on_the_actor_and_its_rollout_mirror",
 }
 
-# upstream v0.7's reward section (reward/reward.yaml): every settable leaf mirrors and sets one of our keys
-_MIRRORS = "tests/trainer/config/test_reward_section_mirrors.py"
-_V07_REWARD_LEAVES = (
-    "num_workers max_concurrency_per_worker custom_reward_function.path custom_reward_function.name "
-    "reward_manager.source reward_manager.name reward_manager.module.path reward_manager.module.name "
-    "reward_model.enable reward_model.enable_resource_pool reward_model.n_gpus_per_node reward_model.nnodes "
-    "reward_model.model_path sandbox_fusion.url sandbox_fusion.max_concurrent sandbox_fusion.memory_limit_mb "
-    + " ".join(f"reward_model.rollout.{k}" for k in (
-        "name dtype gpu_memory_utilization enforce_eager max_num_batched_tokens "
-        "max_model_len max_num_seqs load_format engine_kwargs enable_chunked_prefill enable_prefix_caching "
-        "disable_log_stats skip_tokenizer_init prompt_length response_length").split())).split()
-HONOURED |= {f"reward.{leaf}": f"{_MIRRORS}::test_a_leaf_a_user_yaml_sets_sets_our_key_and_the_section_mirrors_it"
-             for leaf in _V07_REWARD_LEAVES}
-HONOURED["reward.reward_model.rollout.skip_tokenizer_init"] = (
-    f"{_MIRRORS}::test_the_command_line_spelling_reads_back_from_the_section")
-HONOURED["reward.reward_model.rollout.tensor_model_parallel_size"] = (
-    f"{_MIRRORS}::test_the_judges_tensor_parallel_size_is_refused_in_either_spelling")
-HONOURED |= {f"sandbox_fusion.{k}": f"{_MIRRORS}::test_legacy_keys_are_folded_and_read_null_afterwards"
-             for k in ("url", "max_concurrent", "memory_limit_mb")}
-HONOURED |= {f"reward_model.rollout.{k}": f"{_MIRRORS}::test_legacy_keys_are_folded_and_read_null_afterwards"
-             for k in ("enforce_eager", "max_num_batched_tokens", "max_model_len", "max_num_seqs", "load_format",
-                       "enable_chunked_prefill", "disable_log_stats", "skip_tokenizer_init")}
+from tests.trainer.config.honoured_keys_upstream import add_later_upstream_keys  # noqa: E402
 
-# later upstream's place of the critic's engine: each leaf settled with critic.model.fsdp_config (whose effect tests
-# are above) before typing
-HONOURED |= {key.replace("critic.model.fsdp_config.", "critic.fsdp.", 1):
-             "tests/trainer/config/test_critic_fsdp.py::test_either_place_sets_the_engine_the_critic_worker_reads"
-             for key in list(HONOURED) if key.startswith("critic.model.fsdp_config.")}
+add_later_upstream_keys(HONOURED)

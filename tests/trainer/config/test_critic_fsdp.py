@@ -42,5 +42,5 @@ def test_two_different_values_in_the_two_places_are_refused():
 
 
 def test_a_refused_engine_key_is_refused_in_the_new_place_too():
-    with pytest.raises(ConfigError, match=r"critic.fsdp.qat.enable=True is refused"):
+    with pytest.raises(ConfigError, match=r"critic\.model\.fsdp_config\.qat\.enable=True is refused"):
         typed("critic.fsdp.qat.enable=true")

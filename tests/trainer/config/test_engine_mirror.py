@@ -40,10 +40,11 @@ def test_the_actor_fsdp_config_keys_reach_the_role_keys_the_workers_read(cfg):
              actor_rollout_ref__actor__fsdp_config__ulysses_sequence_parallel_size=2,
              actor_rollout_ref__actor__fsdp_config__entropy_from_logits_with_chunking=True,
              actor_rollout_ref__actor__fsdp_config__entropy_checkpointing=True,
+             actor_rollout_ref__actor__fsdp_config__entropy_from_logits_chunk_size=512,
              actor_rollout_ref__actor__fsdp_config__use_torch_compile=True)
     typed, _ = _validate(cfg)
     actor = typed.actor_rollout_ref.actor
-    assert actor.ulysses_sequence_parallel_size == 2
+    assert actor.ulysses_sequence_parallel_size == 2 and actor.entropy_from_logits_chunk_size == 512
     assert actor.entropy_from_logits_with_chunking is True and actor.entropy_checkpointing is True
     assert actor.use_torch_compile is True
     # written back into the composed config too, so the workers built from it read the same values
@@ -68,6 +69,7 @@ def test_role_keys_reach_the_engine_keys(cfg):
 
 def test_ref_and_critic_engine_keys_apply(cfg):
     set_keys(cfg, actor_rollout_ref__ref__fsdp_config__entropy_from_logits_with_chunking=True,
+             actor_rollout_ref__ref__fsdp_config__entropy_from_logits_chunk_size=64,
              actor_rollout_ref__ref__fsdp_config__entropy_checkpointing=True,
              actor_rollout_ref__ref__fsdp_config__use_torch_compile=True,
              algorithm__adv_estimator="gae", critic__model__use_remove_padding=True,
@@ -75,6 +77,7 @@ def test_ref_and_critic_engine_keys_apply(cfg):
     typed, _ = _validate(cfg)
     ref = typed.actor_rollout_ref.ref
     assert ref.entropy_from_logits_with_chunking is True and ref.entropy_checkpointing is True
+    assert ref.entropy_from_logits_chunk_size == 64
     assert ref.use_torch_compile is True and typed.actor_rollout_ref.actor.use_torch_compile is False
     assert typed.critic.ulysses_sequence_parallel_size == 2
     # the reference's size can differ from the actor's only through its own keys; its engine key reaches it too
@@ -128,6 +131,11 @@ def test_critic_entropy_keys_are_refused_and_compile_noted(cfg):
     assert any(p.startswith("critic.model.fsdp_config.entropy_checkpointing=true: the critic computes values")
                for p in problems_of(cfg))
     set_keys(cfg, critic__model__fsdp_config__entropy_checkpointing=False,
+             critic__model__fsdp_config__entropy_from_logits_chunk_size=16)
+    assert any(p.startswith("critic.model.fsdp_config.entropy_from_logits_chunk_size=16: the critic computes values")
+               for p in problems_of(cfg))
+    set_keys(cfg, critic__model__fsdp_config__entropy_from_logits_chunk_size=2048)
+    set_keys(cfg, critic__model__fsdp_config__entropy_checkpointing=False,
              critic__model__fsdp_config__use_torch_compile=False)
     _, notes = _validate(cfg)
     assert any(n.startswith("critic.model.fsdp_config.use_torch_compile=False: the critic has no compiled") for n in notes)
@@ -138,13 +146,16 @@ def test_reward_model_engine_keys(cfg):
     set_keys(cfg, reward_model__enable=True, reward_model__model__path="/models/rm",
              reward_model__model__fsdp_config__entropy_checkpointing=True,
              reward_model__model__fsdp_config__entropy_from_logits_with_chunking=True,
+             reward_model__model__fsdp_config__entropy_from_logits_chunk_size=16,
              reward_model__model__fsdp_config__ulysses_sequence_parallel_size=2)
     problems = problems_of(cfg)
+    assert any(p.startswith(f"{key}.entropy_from_logits_chunk_size=16") for p in problems)
     assert any(p.startswith(f"{key}.entropy_checkpointing=true") for p in problems)
     assert any(p.startswith(f"{key}.entropy_from_logits_with_chunking=true") for p in problems)
     assert any(p.startswith(f"{key}.ulysses_sequence_parallel_size=2") for p in problems)
     set_keys(cfg, reward_model__model__fsdp_config__entropy_checkpointing=False,
              reward_model__model__fsdp_config__entropy_from_logits_with_chunking=False,
+             reward_model__model__fsdp_config__entropy_from_logits_chunk_size=2048,
              reward_model__model__fsdp_config__ulysses_sequence_parallel_size=1,
              reward_model__model__fsdp_config__use_torch_compile=False)
     typed, notes = _validate(cfg)

@@ -81,8 +81,30 @@ def test_the_reference_section_carries_the_same_keys():
     data = training_batch(model, temperature=1.0)
     data.meta_info.update(micro_batch_size=2)
     policy = DataParallelPPOActor(ref, model)
-    assert policy._entropy is entropy_from_logits_with_chunking
+    assert policy._entropy.func is entropy_from_logits_with_chunking and policy._entropy.keywords == {"chunk_size": 2048}
     _, entropy = policy.compute_log_prob(data, calculate_entropy=True)  # what it computes if asked: the entropy
     _, plain = DataParallelPPOActor(actor_config(), model).compute_log_prob(data, calculate_entropy=True)
     mask = data.batch["response_mask"]  # the packed path (the section's default) leaves zeros past a response's end
     assert torch.allclose(entropy * mask, plain * mask, atol=1e-5)
+
+
+def test_the_chunk_size_is_the_rows_per_chunk(monkeypatch):
+    """actor.entropy_from_logits_chunk_size (upstream after v0.7): the chunked entropy's rows per chunk."""
+    from types import SimpleNamespace
+
+    import verl.workers.actor.entropy as entropy_module
+
+    seen = []
+
+    def spy(logits, chunk_size):
+        seen.append(chunk_size)
+        return entropy_from_logits_with_chunking(logits, chunk_size=chunk_size)
+
+    monkeypatch.setattr(entropy_module, "entropy_from_logits_with_chunking", spy)
+    logits = torch.randn(2, 5, 11, generator=torch.Generator().manual_seed(1))
+    config = SimpleNamespace(entropy_from_logits_with_chunking=True, entropy_from_logits_chunk_size=3,
+                             entropy_checkpointing=False)
+    assert torch.equal(entropy_function(config)(logits), entropy_from_logits(logits)) and seen == [3]
+    config.entropy_from_logits_with_chunking = False  # the size only matters with the chunked function
+    entropy_function(config)(logits)
+    assert seen == [3]

@@ -137,3 +137,21 @@ def test_load_value_model_from_causal_lm_folder(tmp_path):
     critic.save_pretrained(tmp_path / "critic")
     reloaded = load_value_model(tmp_path / "critic")
     assert torch.equal(reloaded.score.weight, torch.full((1, 32), 0.5))
+
+
+def test_loss_scale_factor_divides_the_value_loss():
+    """critic.loss_scale_factor (upstream after v0.7; follows the actor's): seq-mean-token-sum-norm's divisor."""
+    model = tiny_critic()
+    data = _training_data(model)
+    first = {}
+    for factor in (None, 10.0):
+        trained = copy.deepcopy(model)
+        config = critic_config(loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=factor)
+        critic = DataParallelPPOCritic(config, trained, torch.optim.SGD(trained.parameters(), lr=0.0))
+        first[factor] = critic.update_critic(data)["critic/vf_loss"][0]
+    # the first micro-batch (rows 0, 1; 5 padded response positions): null divides by 5, the factor by 10
+    assert first[10.0] == pytest.approx(first[None] * 5 / 10, rel=1e-5)
+    from tests.trainer.config.overrides_helpers import refusal_of
+
+    refusal = refusal_of("algorithm.adv_estimator=gae", "critic.loss_scale_factor=2")
+    assert "critic.loss_scale_factor=2.0 divides the value loss only with critic.loss_agg_mode=" in refusal

@@ -194,3 +194,29 @@ def test_validation_sends_its_step():
     validator.wg.generate_sequences = recording
     validator.run(step=9)
     assert seen and all(m["global_steps"] == 9 and m["validate"] is True for m in seen)
+
+
+def test_rollout_seed_reaches_the_vllm_engine_and_the_agent_loop(monkeypatch):
+    """actor_rollout_ref.rollout.seed (upstream after v0.7): the vLLM rollout's seed (engine seed + rank, and every
+    sampled request's); the worker hands the same seed to its agent-loop manager. 42 by default, as upstream."""
+    import verl.workers.rollout.vllm_rollout as vllm_rollout
+    import verl.workers.sharding_manager.fsdp_vllm as fsdp_vllm
+    from tests.helpers.typed_config import typed_section
+    from verl.trainer.config import ActorRolloutRefConfig
+    from verl.workers.rollout.registry import build_rollout
+
+    built = {}
+
+    class FakeRollout:
+        def __init__(self, *args, seed, **kwargs):
+            built["seed"] = seed
+
+    monkeypatch.setattr(vllm_rollout, "vLLMRollout", FakeRollout)
+    monkeypatch.setattr(fsdp_vllm, "FSDPVLLMShardingManager", lambda *args, **kwargs: None)
+    section = typed_section(ActorRolloutRefConfig, {"model.path": "unused", "rollout.name": "vllm"})
+    assert section.rollout.seed == 42
+    build_rollout(section.rollout, None, None, "unused", None)
+    assert built["seed"] == 42
+    seven = typed_section(ActorRolloutRefConfig, {"model.path": "unused", "rollout.name": "vllm", "rollout.seed": 7})
+    build_rollout(seven.rollout, None, None, "unused", None)
+    assert built["seed"] == 7

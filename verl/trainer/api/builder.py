@@ -65,6 +65,8 @@ def compose(config_or_overrides: ConfigLike = None) -> DictConfig:
         plain = config_or_overrides.to_dict()
         # upstream v0.7's reward section mirrors other keys: only the leaves edited in Python count as written
         plain["reward"] = typed_reward_section(plain["reward"], config_or_overrides.__dict__.get("_reward_as_built"))
+        # critic.fsdp is critic.model.fsdp_config in a checked config (verl.trainer.config.critic_fsdp): one copy
+        plain.get("critic", {}).pop("fsdp", None)
         return OmegaConf.create(plain)
     if isinstance(config_or_overrides, DictConfig):
         return config_or_overrides.copy()

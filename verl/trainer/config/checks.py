@@ -71,7 +71,7 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_actor_batches(cfg)
     problems += check_log_prob_batches(cfg)
     if cfg.use_critic:
-        problems += check_critic_batches(cfg)
+        problems += check_critic_batches(cfg) + check_critic_loss_scale(cfg)
     problems += check_algorithm(cfg)
     problems += check_dynamic_sampling(cfg)
     problems += check_lengths(cfg)
@@ -262,6 +262,19 @@ def check_actor_batches(cfg: PPOTrainerConfig) -> list[str]:
         actor.use_dynamic_bsz,
     )
     return _check_update(update, cfg.data.train_batch_size) if dp >= 1 else []
+
+
+def check_critic_loss_scale(cfg: PPOTrainerConfig) -> list[str]:
+    """critic.loss_scale_factor (it follows the actor's, whose check names an inherited value): a divisor of
+    seq-mean-token-sum-norm only, and positive."""
+    critic = cfg.critic
+    factor = critic.loss_scale_factor
+    if factor is None or factor == cfg.actor_rollout_ref.actor.loss_scale_factor:
+        return []
+    if critic.loss_agg_mode != "seq-mean-token-sum-norm":
+        return [f"critic.loss_scale_factor={factor} divides the value loss only with critic.loss_agg_mode="
+                f"seq-mean-token-sum-norm, not {critic.loss_agg_mode}; set that mode or critic.loss_scale_factor=null."]
+    return [] if factor > 0 else [f"critic.loss_scale_factor must be > 0 (the loss's divisor), got {factor}."]
 
 
 def check_critic_batches(cfg: PPOTrainerConfig) -> list[str]:
@@ -495,9 +508,11 @@ def check_multi_turn(cfg: PPOTrainerConfig) -> list[str]:
     if multi_turn.enable and not cfg.data.return_raw_chat:
         problems.append("actor_rollout_ref.rollout.multi_turn.enable=true needs data.return_raw_chat=true: the tool "
                         "agent renders each row's chat messages with the tool schemas.")
-    if not multi_turn.enable and (multi_turn.tool_config_path or multi_turn.interaction_config_path):
-        problems.append("actor_rollout_ref.rollout.multi_turn.tool_config_path / interaction_config_path are set but "
-                        "multi_turn.enable=false; set actor_rollout_ref.rollout.multi_turn.enable=true (and mode=async).")
+    if not multi_turn.enable and (multi_turn.tool_config_path or multi_turn.interaction_config_path
+                                  or multi_turn.function_tool_path):
+        problems.append("actor_rollout_ref.rollout.multi_turn.tool_config_path / function_tool_path / "
+                        "interaction_config_path are set but multi_turn.enable=false; set "
+                        "actor_rollout_ref.rollout.multi_turn.enable=true (and mode=async).")
     return problems + _over_sample_problems(rollout)
 
 

@@ -1,7 +1,7 @@
 """The `fsdp_config` keys that repeat a role key (upstream's FSDPEngineConfig fields, issue 33): one setting each.
 
 Upstream's engine section carries `ulysses_sequence_parallel_size`, `entropy_from_logits_with_chunking`,
-`use_torch_compile`, `entropy_checkpointing` and `forward_only` beside the role keys of the same names (its
+`entropy_from_logits_chunk_size`, `use_torch_compile`, `entropy_checkpointing` and `forward_only` beside the role keys of the same names (its
 engine-based workers read the engine's, its legacy workers the role's). Here the role key is what the workers read,
 and the engine key is the same setting:
 
@@ -26,11 +26,16 @@ from typing import Any
 from verl.workers.config.engine import FSDPEngineConfig
 
 ARR = "actor_rollout_ref"
-MIRRORED = ("ulysses_sequence_parallel_size", "entropy_from_logits_with_chunking", "use_torch_compile",
-            "entropy_checkpointing")
+MIRRORED = ("ulysses_sequence_parallel_size", "entropy_from_logits_with_chunking", "entropy_from_logits_chunk_size",
+            "use_torch_compile", "entropy_checkpointing")
+_ENTROPY_KEYS = ("entropy_from_logits_with_chunking", "entropy_from_logits_chunk_size", "entropy_checkpointing")
 # the reference's yaml makes these follow the actor's (ref.yaml / dp_ref.yaml)
 REF_FOLLOWS_ACTOR = ("ulysses_sequence_parallel_size", "use_torch_compile")
 _ENGINE_DEFAULTS = {name: FSDPEngineConfig.__dataclass_fields__[name].default for name in MIRRORED}
+
+
+def _shown(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _role_default(role: Any, name: str) -> Any:
@@ -85,10 +90,11 @@ def apply_engine_mirrors(cfg: Any, writes: dict[str, Any], problems: list[str], 
     if engine.forward_only:
         problems.append(f"{key}.forward_only=true: the critic trains (update_critic needs a backward pass); set it "
                         "false, or leave it out.")
-    for name in ("entropy_from_logits_with_chunking", "entropy_checkpointing"):
-        if getattr(engine, name):
-            problems.append(f"{key}.{name}=true: the critic computes values, never an entropy, so there is nothing "
-                            "for it to change; remove it (the actor's key of the same name is the one that acts).")
+    for name in _ENTROPY_KEYS:
+        if getattr(engine, name) != _ENGINE_DEFAULTS[name]:
+            problems.append(f"{key}.{name}={_shown(getattr(engine, name))}: the critic computes values, never an "
+                            "entropy, so there is nothing for it to change; remove it (the actor's key of the same "
+                            "name is the one that acts).")
     if engine.use_torch_compile != _ENGINE_DEFAULTS["use_torch_compile"]:
         note(f"{key}.use_torch_compile={engine.use_torch_compile}: the critic has no compiled function (only the "
              "actor's entropy is compiled, by actor_rollout_ref.actor.use_torch_compile), so it changes nothing.")
@@ -103,9 +109,10 @@ def check_reward_model_engine(cfg: Any, problems: list[str], note) -> None:
     if engine.ulysses_sequence_parallel_size != 1:
         problems.append(f"{key}.ulysses_sequence_parallel_size={engine.ulysses_sequence_parallel_size}: the reward "
                         "model scores without sequence parallelism here; set it to 1.")
-    for name in ("entropy_from_logits_with_chunking", "entropy_checkpointing"):
-        if getattr(engine, name):
-            problems.append(f"{key}.{name}=true: the reward model computes scores, never an entropy; remove it.")
+    for name in _ENTROPY_KEYS:
+        if getattr(engine, name) != _ENGINE_DEFAULTS[name]:
+            problems.append(f"{key}.{name}={_shown(getattr(engine, name))}: the reward model computes scores, never an "
+                            "entropy; remove it.")
     if engine.use_torch_compile != _ENGINE_DEFAULTS["use_torch_compile"]:
         note(f"{key}.use_torch_compile={engine.use_torch_compile}: the reward model has no compiled function, so it "
              "changes nothing.")

@@ -7,8 +7,8 @@
   policy_loss follow the actor's; an explicit policy_loss value wins, with a note).
 - `algorithm.adv_estimator=grpo|rloo` with `rollout.n=1`: accepted as upstream does; a group of one has no
   baseline, so each advantage is the response's own score (GRPO: divided by std 1), i.e. plain REINFORCE.
-- `fsdp_config.use_orig_params` / `forward_prefetch` (FSDP1 options), `trainer.use_legacy_worker_impl=disable`:
-  accepted, each with a note.
+- `fsdp_config.use_orig_params` / `forward_prefetch` (FSDP1 options), `trainer.use_legacy_worker_impl=disable`,
+  `trainer.use_v1=false`, the profilers' `relocate_results=true`: accepted, each with a note.
 - `fsdp_config.{ulysses_sequence_parallel_size, entropy_from_logits_with_chunking, use_torch_compile,
   entropy_checkpointing, forward_only}`: the role keys of the same names (verl.trainer.config.engine_mirror).
 - `actor.tis_imp_ratio_cap` > 0 (truncated IS, verl.algos.tis): needs rollout.calculate_log_probs, the vanilla
@@ -38,6 +38,7 @@ from verl.trainer.config.engine_mirror import apply_engine_mirrors
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.config.tis_checks import tis_problems
 from verl.utils.config_errors import ConfigWarning
+from verl.utils.profiler.config import RELOCATE_NOTE
 
 ARR = "actor_rollout_ref"
 # Group estimators whose group of one is defined upstream (no baseline: the score itself); the others stay refused.
@@ -159,6 +160,16 @@ def _notes(cfg: PPOTrainerConfig) -> None:
     if cfg.trainer.use_legacy_worker_impl == "disable":
         _note("trainer.use_legacy_worker_impl=disable selects upstream's engine-based workers; this build has one "
               "worker implementation (verl/workers/fsdp_workers.py, FSDP2), which runs for every value.")
+    relocating = [key for key, on in (("global_profiler", cfg.global_profiler.relocate_results),
+                                      (f"{ARR}.actor.profiler", arr.actor.profiler.relocate_results),
+                                      (f"{ARR}.rollout.profiler", arr.rollout.profiler.relocate_results),
+                                      (f"{ARR}.ref.profiler", arr.ref.profiler.relocate_results),
+                                      ("critic.profiler", cfg.critic.profiler.relocate_results)) if on]
+    if relocating:
+        _note(f"{relocating[0]}.relocate_results=true: upstream {RELOCATE_NOTE}, so there is nothing to move.")
+    if not cfg.trainer.use_v1:
+        _note("trainer.use_v1=false selects upstream's older trainer loop instead of its v1 trainer; this build has "
+              "one trainer (synchronous, colocated: generate, then update, each step), which runs for either value.")
 
 
 def _note(message: str) -> None:

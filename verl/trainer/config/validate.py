@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from verl.trainer.config.aliases import rewrite_aliases
 from verl.trainer.config.checks import run_checks
-from verl.trainer.config.critic_fsdp import fold_critic_fsdp
+from verl.trainer.config.critic_fsdp import fold_critic_fsdp, share_critic_engine
 from verl.trainer.config.deprecated import (
     apply_deprecated_keys,
     fold_both_update_sizes,
@@ -50,6 +50,7 @@ def validate_config(cfg: DictConfig | dict, *, check_files: bool = True) -> PPOT
     if result.problems or adapter_problems:
         raise ConfigError(result.problems + adapter_problems)
     typed: PPOTrainerConfig = result.config
+    share_critic_engine(typed)
     # what the reward mirrors read when checked: a later Python edit of one is told apart from a stale mirror
     typed.__dict__["_reward_as_built"] = typed.reward.to_dict()
     writes, problems = apply_deprecated_keys(typed)  # before the checks: they see the per-GPU sizes

@@ -1,7 +1,8 @@
 """The per-token entropy the actor computes from its logits, as its config section asks (upstream's keys):
 
-- ``entropy_from_logits_with_chunking``: upstream's chunked function (2048 rows at a time) instead of the default
-  one, which already works in row chunks of at most 2^24 elements here; the numbers are the same.
+- ``entropy_from_logits_with_chunking``: upstream's chunked function (``entropy_from_logits_chunk_size`` rows at a
+  time, 2048 by default) instead of the default one, which already works in row chunks of at most 2^24 elements
+  here; the numbers are the same.
 - ``entropy_checkpointing``: when the entropy is part of the loss (``entropy_coeff`` != 0), its float32 softmax over
   the vocabulary is not kept for backward but recomputed there (``torch.utils.checkpoint``): one (tokens x vocab)
   float32 tensor less per micro-batch, one more softmax pass in backward. Without grad it changes nothing.
@@ -17,6 +18,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +32,10 @@ __all__ = ["entropy_function", "sum_pi_squared_function"]
 
 def entropy_function(config: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     """(…, V) logits -> float32 (…) entropies, for an ActorConfig or RefConfig section."""
-    base = entropy_from_logits_with_chunking if config.entropy_from_logits_with_chunking else entropy_from_logits
+    base = entropy_from_logits
+    if config.entropy_from_logits_with_chunking:
+        base = functools.partial(entropy_from_logits_with_chunking,
+                                 chunk_size=getattr(config, "entropy_from_logits_chunk_size", 2048))
     if getattr(config, "use_torch_compile", False):
         base = torch.compile(base, dynamic=True)
     if not config.entropy_checkpointing:

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from verl.base_config import BaseConfig
 from verl.utils.config_schema import Refusal, at_least, choice, dict_field, refused
-from verl.utils.profiler.config import ProfilerConfig
+from verl.utils.profiler.config import RoleProfilerConfig
 from verl.workers.config.engine import (
     MEGATRON_REFUSAL,
     CheckpointConfig,
@@ -39,6 +39,12 @@ class PolicyLossConfig(BaseConfig):
     # sapo gate temperatures; the yaml makes them follow upstream's actor.tau_pos / actor.tau_neg
     tau_pos: float = 1.0
     tau_neg: float = 1.05
+    # upstream after v0.7: the quadratic penalty of its `dro` loss mode, -(logp * A - beta / 2 * (logp - old_logp)^2)
+    dro_beta: float | None = refused(
+        None, "upstream's dro policy loss (Direct Reward Optimization: a quadratic log-ratio penalty instead of "
+        "the PPO clip) is not built here, so nothing would read its beta",
+        "Leave it null; pick a built loss with actor_rollout_ref.actor.policy_loss.loss_mode (vanilla, gspo, "
+        "cispo, sapo, ...).")
 
 
 ROUTER_REPLAY_MODES = ("disabled", "R2", "R3")
@@ -114,7 +120,7 @@ class ActorConfig(BaseConfig):
     tau_neg: float = 1.05
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)  # verl.utils.profiler
+    profiler: RoleProfilerConfig = field(default_factory=RoleProfilerConfig)  # verl.utils.profiler
     optim: OptimizerConfig = field(default_factory=OptimizerConfig)
     router_replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)
 
@@ -187,6 +193,8 @@ class FSDPActorConfig(ActorConfig):
     grad_clip: float = 1.0
     ulysses_sequence_parallel_size: int = at_least(1, 1)  # Ulysses: verl.utils.ulysses
     entropy_from_logits_with_chunking: bool = False  # verl.workers.actor.entropy
+    # upstream after v0.7: the rows per chunk of the chunked entropy (with entropy_from_logits_with_chunking)
+    entropy_from_logits_chunk_size: int = at_least(2048, 1)
     entropy_checkpointing: bool = False
     # the log-prob pass also returns sum_v pi_v^2 per token (algorithm.adv_estimator=optimal_token_baseline)
     calculate_sum_pi_squared: bool = False
@@ -225,13 +233,14 @@ class RefConfig(BaseConfig):
     use_torch_compile: bool = False  # ${actor_rollout_ref.actor.use_torch_compile}
     # as the actor's (verl.workers.actor.entropy); the reference pass computes no entropy, so they change nothing
     entropy_from_logits_with_chunking: bool = False
+    entropy_from_logits_chunk_size: int = at_least(2048, 1)
     entropy_checkpointing: bool = False
     log_prob_micro_batch_size: int | None = at_least(None, 1)  # deprecated global size (verl.trainer.config.deprecated)
     log_prob_micro_batch_size_per_gpu: int | None = at_least(2, 1)
     log_prob_use_dynamic_bsz: bool = False
     log_prob_max_token_len_per_gpu: int = at_least(16384, 1)
     ulysses_sequence_parallel_size: int = at_least(1, 1)
-    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)  # verl.utils.profiler
+    profiler: RoleProfilerConfig = field(default_factory=RoleProfilerConfig)  # verl.utils.profiler
     # R2 / R3: the reference pass replays the batch's routed_experts (verl.workers.actor.router_replay)
     router_replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)
     # upstream's: None, the reference is the actor's model (actor_rollout_ref.model); {path: folder} loads a

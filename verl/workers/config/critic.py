@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from verl.base_config import BaseConfig
 from verl.utils.config_schema import Refusal, at_least, choice, dict_field, refused
-from verl.utils.profiler.config import ProfilerConfig
+from verl.utils.profiler.config import RoleProfilerConfig
 from verl.workers.config.engine import (
     CHECKPOINTING_POLICIES,
     MEGATRON_REFUSAL,
@@ -103,8 +103,10 @@ class CriticConfig(BaseConfig):
     max_consecutive_nonfinite_grad_skips: int | None = at_least(3, 0)  # ours, as the actor's
     cliprange_value: float = 0.5
     loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
+    # upstream after v0.7 (the yaml follows the actor's): seq-mean-token-sum-norm's divisor (None: the padded length)
+    loss_scale_factor: float | None = None
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)  # verl.utils.profiler
+    profiler: RoleProfilerConfig = field(default_factory=RoleProfilerConfig)  # verl.utils.profiler
     optim: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=1e-5))  # the engine's class below
     model: FSDPCriticModelCfg = field(default_factory=FSDPCriticModelCfg)
 
@@ -112,6 +114,8 @@ class CriticConfig(BaseConfig):
         # upstream's rule at construction (ValueError); from the yaml the builder reports it under `critic`
         check_one_micro_batch_size(self.use_dynamic_bsz, self.ppo_micro_batch_size, self.ppo_micro_batch_size_per_gpu,
                                    "ppo_micro_batch_size")
+        # loss_scale_factor is checked with the run (verl.trainer.config.checks): it follows the actor's, whose own
+        # check already names a value the critic only inherits
 
 
 @dataclass

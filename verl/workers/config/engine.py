@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.base_config import BaseConfig
-from verl.utils.config_schema import Refusal, choice, dict_field, list_field, refused, refused_values
+from verl.utils.config_schema import Refusal, at_least, choice, dict_field, list_field, refused, refused_values
 from verl.workers.config.qat import QAT_IGNORE_PATTERNS, QAT_REFUSAL
 
 DTYPES = ("fp32", "float32", "bf16", "bfloat16", "fp16", "float16")
@@ -118,6 +118,7 @@ class FSDPEngineConfig(BaseConfig):
     # refused. forward_only: whether the role only runs forward passes (the reference: always; actor, critic: never).
     ulysses_sequence_parallel_size: int = 1
     entropy_from_logits_with_chunking: bool = False
+    entropy_from_logits_chunk_size: int = at_least(2048, 1)  # upstream after v0.7
     use_torch_compile: bool = True
     entropy_checkpointing: bool = False
     forward_only: bool = False
@@ -158,3 +159,8 @@ class CheckpointConfig(BaseConfig):
                                              "weight converter of upstream's Megatron engine, which is not built here",
                                              "Remove it: FSDP checkpoints are torch.distributed shards (add hf_model "
                                              "to save_contents for a plain HF folder).")
+    # upstream after v0.7: whether a resume must match every saved model tensor to a parameter
+    strict: bool = refused(True, "a resume here loads the checkpoint's model state whole (torch.distributed.checkpoint "
+                           "shards, every saved tensor onto its parameter) or stops; loading the part that matches a "
+                           "changed model and skipping the rest is not built", "Leave it true; to start a changed model "
+                           "from saved weights, save hf_model (save_contents) and point model.path at that folder.")

@@ -8,7 +8,7 @@ from typing import Any
 
 from verl.base_config import BaseConfig
 from verl.utils.config_schema import Refusal, at_least, choice, dict_field, refused, refused_values
-from verl.utils.profiler.config import ProfilerConfig
+from verl.utils.profiler.config import RolloutProfilerConfig
 from verl.workers.config.model import MTP_REFUSAL, MtpConfig
 from verl.workers.config.qat import QATConfig
 from verl.workers.config.rollout_services import CheckpointEngineConfig, PrometheusConfig
@@ -70,6 +70,8 @@ class MultiTurnConfig(BaseConfig):
     enable: bool = False
     max_assistant_turns: int | None = at_least(None, 1)
     tool_config_path: str | None = None
+    # upstream after v0.7: a Python file whose @function_tool functions are tools too (verl.utils.function_tools)
+    function_tool_path: str | None = None
     max_user_turns: int | None = at_least(None, 1)
     max_parallel_calls: int = at_least(1, 1)
     max_tool_response_length: int = at_least(256, 1)  # characters
@@ -147,6 +149,27 @@ class SkipConfig(BaseConfig):
     compress: bool = True
 
 
+_PD_REFUSAL = (
+    "upstream's prefill/decode disaggregation (SGLang only) serves the rollout from separate prefill and decode "
+    "replicas that hand the KV cache over a transfer backend (nixl, mooncake, ...); the rollout here is one engine "
+    "per actor worker (hf, or vLLM in process), which runs prefill and decode itself, and SGLang is not built",
+    "Leave every actor_rollout_ref.rollout.disaggregation key at its default (enabled=false).",
+)
+
+
+@dataclass
+class DisaggregationConfig(BaseConfig):
+    """`rollout.disaggregation` (upstream after v0.7): prefill/decode disaggregated serving. Refused unless default."""
+
+    enabled: bool = refused(False, *_PD_REFUSAL)
+    prefill_replicas: int = refused(1, *_PD_REFUSAL)
+    decode_replicas: int = refused(1, *_PD_REFUSAL)
+    decode_tensor_model_parallel_size: int | None = refused(None, *_PD_REFUSAL)  # null: tensor_model_parallel_size
+    transfer_backend: str = refused("nixl", *_PD_REFUSAL)  # nixl | mooncake | ascend | mori | fake
+    bootstrap_port: int | None = refused(None, *_PD_REFUSAL)  # the prefill side's bootstrap server; null: any
+    ib_device: str | None = refused(None, *_PD_REFUSAL)  # InfiniBand device for mooncake over RDMA
+
+
 @dataclass
 class RolloutConfig(BaseConfig):
     # dtype null is resolved on the driver; the deprecated global size becomes the per-GPU one after the check
@@ -167,6 +190,15 @@ class RolloutConfig(BaseConfig):
     nnodes: int = refused(0, *_STANDALONE_ROLLOUT_REFUSAL)
     # follows trainer.n_gpus_per_node in the yaml: its default here is that key's (upstream's yaml falls back to 8)
     n_gpus_per_node: int = refused(2, *_ROLLOUT_GPUS_REFUSAL, follows="trainer.n_gpus_per_node")
+    # upstream after v0.7: the engine's seed (+ the rank) and the base of every sampled request's own seed
+    # (verl.workers.rollout.seeding)
+    seed: int = 42
+    full_determinism: bool = refused(
+        False, "upstream turns on torch's deterministic algorithms and vLLM's batch-invariant kernels in a rollout "
+        "process of its own; here the rollout shares the actor's worker process, whose "
+        "actor_rollout_ref.actor.fsdp_config.full_determinism does the torch part, and every sampled request "
+        "already carries its own seed, so its tokens do not depend on what it was batched with",
+        "Set actor_rollout_ref.actor.fsdp_config.full_determinism=true instead.")
     temperature: float = at_least(1.0, 0.0)
     top_k: int = -1  # -1: no top-k filtering
     top_p: float = 1.0
@@ -248,6 +280,11 @@ class RolloutConfig(BaseConfig):
     # R3 (actor.router_replay.mode=R3): the rollout records each token's MoE top-k experts (routed_experts) for the
     # actor to replay (verl.models.router_replay); the hf rollout records them, rollout.mode sync or async (agent loop)
     enable_rollout_routing_replay: bool = False
+    # upstream after v0.7: every this many steps, log the MoE experts' load balance from the routing-replay data
+    moe_load_balance_metrics_interval: int = refused(
+        0, "upstream computes MoE expert-load metrics from the rollout engine's routing-replay records; no such "
+        "metric is built here (the routing recorded for router replay feeds the actor's replay only)",
+        "Leave it at 0 (off).")
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
     engine_kwargs: dict[str, Any] = dict_field({"vllm": {}, "sglang": {}, "trtllm": {}})
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
@@ -255,7 +292,7 @@ class RolloutConfig(BaseConfig):
     skip: SkipConfig = field(default_factory=SkipConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
     # in the actor's worker the actor's profiler runs; this one must equal it (verl.trainer.config.profiler_checks)
-    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
+    profiler: RolloutProfilerConfig = field(default_factory=RolloutProfilerConfig)
     # vLLM's metrics served for a Prometheus server (verl.workers.rollout.prometheus)
     prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
     # the weight hand-over trainer -> engine: naive (colocated) only, in buckets (sharding_manager/fsdp_vllm.py)
@@ -265,3 +302,4 @@ class RolloutConfig(BaseConfig):
     # upstream's yaml makes it follow actor_rollout_ref.actor.qat (null where the actor has none); each of its keys
     # is refused unless at its default, as the actor's (verl.workers.config.qat)
     qat: QATConfig | None = field(default_factory=QATConfig)
+    disaggregation: DisaggregationConfig = field(default_factory=DisaggregationConfig)

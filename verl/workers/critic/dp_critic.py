@@ -157,7 +157,8 @@ class DataParallelPPOCritic(BasePPOCritic):
             vpreds = self._forward_micro_batch(micro_batch)
             vf_loss, vf_clipfrac = core_algos.compute_value_loss(
                 vpreds=vpreds, returns=micro_batch["returns"], values=micro_batch["values"],
-                response_mask=response_mask, cliprange_value=cliprange_value, loss_agg_mode=loss_agg_mode)
+                response_mask=response_mask, cliprange_value=cliprange_value, loss_agg_mode=loss_agg_mode,
+                loss_scale_factor=getattr(self.config, "loss_scale_factor", None))
             return vf_loss, {
                 "critic/vf_loss": vf_loss.detach(),
                 "critic/vf_clipfrac": metric_value(vf_clipfrac),

@@ -40,7 +40,7 @@ def _build_vllm(config, module, tokenizer, model_path, device_mesh, trust_remote
     env = os.environ
     rollout = vLLMRollout(model_path, config, tokenizer, getattr(module, "config", None),
                           rank=int(env.get("RANK", 0)), local_rank=int(env.get("LOCAL_RANK", 0)),
-                          local_world_size=int(env.get("LOCAL_WORLD_SIZE", 1)),
+                          local_world_size=int(env.get("LOCAL_WORLD_SIZE", 1)), seed=config.seed,
                           trust_remote_code=trust_remote_code)
     return rollout, FSDPVLLMShardingManager(module, rollout, tp_size=config.tensor_model_parallel_size,
                                             bucket_megabytes=config.checkpoint_engine.update_weights_bucket_megabytes)
