@@ -39,6 +39,9 @@ class _Group:
     def stop_profile(self) -> None:
         self.log.append((self.name, "stop"))
 
+    def run_profile_finish_hook(self) -> None:
+        self.log.append((self.name, "hook"))
+
 
 class _Trainer:
     def __init__(self, config, total: int) -> None:

@@ -10,6 +10,7 @@ import warnings
 
 import pytest
 
+from tests.utils.test_profiler_config import _Group  # the driver-schedule fake
 from verl.trainer.config import ConfigError, ConfigWarning, load_config, validate_config
 from verl.trainer.config.trainer import TrainerConfig, TransferQueueConfig
 
@@ -245,18 +246,6 @@ def test_the_finish_hook_runs_on_the_selected_ranks_only(tmp_path):
     assert off.run_finish_hook() is None and not marker.exists()
 
 
-class _Group:
-    def __init__(self, name: str, log: list) -> None:
-        self.name, self.log = name, log
-
-    def start_profile(self, **kwargs) -> None:
-        self.log.append((self.name, "start", kwargs["profile_step"]))
-
-    def stop_profile(self) -> None:
-        self.log.append((self.name, "stop"))
-
-    def run_profile_finish_hook(self) -> None:
-        self.log.append((self.name, "hook"))
 
 
 def _driver_log(config, total: int) -> list:
