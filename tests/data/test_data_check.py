@@ -166,3 +166,21 @@ def test_dataset_filter_message_says_what_happened(tokenizer, tmp_path, rows_in_
         assert "every one of the 2 prompts" in str(info.value)
     else:
         assert "hold no rows" in str(info.value) and "longer" not in str(info.value)
+
+
+def test_rows_with_audio_are_refused_naming_the_column(tokenizer, tmp_path):
+    """data.audio_key (upstream after v0.7): audio inputs are not built, so a split holding audio is refused."""
+    clips = rows(3)
+    clips[1]["audios"] = [{"path": "a.wav"}]
+    clips[0]["audios"], clips[2]["audios"] = [], []
+    path = write_rows(tmp_path / "a.parquet", clips)
+    (problem,) = check_split("data.train_files", [path], data_config(), tokenizer, BUILTIN).problems
+    assert problem.startswith("data.train_files: 1 rows hold audio in column 'audios' (data.audio_key)")
+    # another column name: the files have none, nothing to refuse
+    assert check_split("data.train_files", [path], data_config(audio_key="clips"), tokenizer, BUILTIN).problems == []
+
+
+def test_mm_processor_kwargs_are_refused_unless_empty():
+    from tests.trainer.config.overrides_helpers import refusal_of
+
+    assert "data.mm_processor_kwargs" in refusal_of("+data.mm_processor_kwargs.max_pixels=1024")

@@ -270,10 +270,18 @@ def check_split(key: str, files: Sequence[str], data: Any, tokenizer: Any, needs
         required[needs.reward_fn_key] = "data.reward_fn_key: picks the reward function"
         required["reward_model"] = "{'ground_truth': ...}, read by the reward manager"
     media = [c for c in (getattr(data, "image_key", None), getattr(data, "video_key", None)) if c]
-    read = _read_columns(key, files, list(required) + media, required, report)
+    audio = getattr(data, "audio_key", None)
+    read = _read_columns(key, files, list(required) + media + ([audio] if audio else []), required, report)
     if read is None:
         return report
     table, sizes = read
+    if audio and audio in table.column_names:
+        with_audio = [row for row, value in enumerate(table.column(audio).to_pylist()) if value]
+        if with_audio:
+            report.problems.append(
+                f"{key}: {len(with_audio)} rows hold audio in column {audio!r} (data.audio_key); audio inputs are not "
+                "built here (upstream hands them to an omni model's processor). Drop the column, or point "
+                "data.audio_key at a column the files do not have.")
     names = _RowNames(files, sizes)
     selected = sample_rows(table.num_rows, max_samples, data.shuffle, data.seed)
     if selected is not None:

@@ -241,6 +241,7 @@ HONOURED: dict[str, str] = {
     f"{ARR}.rollout.skip_tokenizer_init": f"{_VLLM}::test_engine_kwargs_map_verl_keys",
     f"{ARR}.rollout.multi_turn.function_tool_path": "tests/workers/rollout/agent_loop/test_function_tool_agent.py::"
                                                     "test_a_model_call_runs_the_function",
+    "data.audio_key": "tests/data/test_data_check.py::test_rows_with_audio_are_refused_naming_the_column",
     "data.function_tool_path": "tests/tools/test_function_tools.py::test_the_dataset_counts_the_function_tools_in_"
                                "the_prompt_it_measures",
     f"{ARR}.rollout.seed": "tests/workers/rollout/test_seeding.py::test_rollout_seed_reaches_the_vllm_engine_and_the_"

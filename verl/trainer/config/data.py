@@ -77,6 +77,14 @@ class DataConfig(MutableConfig):
     image_key: str = "images"
     # the video column (<video> rows, Qwen2-VL / Qwen2.5-VL / Qwen3-VL; docs/vlm.md#videos)
     video_key: str = "videos"
+    # upstream after v0.7: the audio column of an omni model's rows; audio is not built, so a split whose rows hold
+    # audio there is refused by the data check (verl.data.data_check)
+    audio_key: str = "audios"
+    # upstream after v0.7: extra keyword arguments of every multi-modal processor call
+    mm_processor_kwargs: dict[str, Any] = refused(
+        dict_field(), "passing extra keyword arguments to each multi-modal processor call is not built: the image / "
+        "video processor here is configured by the model folder's preprocessor_config.json and data.image_patch_size",
+        "Leave it empty; set the processor's options in the model folder's preprocessor_config.json.")
     # upstream v0.7: images are resized to multiples of image_patch_size * 2 before the processor (verl.data.image_resize);
     # 14: Qwen2-VL / Qwen2.5-VL, 16: Qwen3-VL
     image_patch_size: int = at_least(14, 1)
