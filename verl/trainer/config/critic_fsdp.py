@@ -17,6 +17,7 @@ the worker uses.
 
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Any
 
@@ -28,9 +29,15 @@ NEW, OLD = "critic.fsdp", "critic.model.fsdp_config"
 _MISSING = object()
 
 
-def _shipped_section() -> dict[str, Any]:
-    """The engine section as shipped (the critic's model.fsdp_config in the generated file)."""
+@functools.cache
+def _shipped_raw() -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.load(GENERATED), resolve=False)["critic"]["model"]["fsdp_config"]
+
+
+def _shipped_section() -> dict[str, Any]:
+    """The engine section as shipped (the critic's model.fsdp_config in the generated file), a fresh copy: the file
+    is read once per process, not at every check."""
+    return copy.deepcopy(_shipped_raw())
 
 
 @functools.cache

@@ -88,7 +88,8 @@ V07_REFUSED = ("cudagraph_capture_sizes", "free_cache_engine", "data_parallel_si
                 "limit_images")
 REFUSED_ROLLOUT: dict[str, Any] = {
     **dict(zip(V07_REFUSED, (None, True, 1, 1, None), strict=True)),
-    "pipeline_model_parallel_size": 1, "layered_summon": False, "full_determinism": False, "seed": 42, "multi_stage_wake_up": False, "ignore_eos": False, "temperature": 1.0, "top_k": -1, "top_p": 1.0,
+    "pipeline_model_parallel_size": 1, "layered_summon": False, "full_determinism": False, "seed": 42,
+    "multi_stage_wake_up": False, "ignore_eos": False, "temperature": 1.0, "top_k": -1, "top_p": 1.0,
     "do_sample": True, "n": 1, "quantization": None, "quantization_config_file": None, "mtp": None,
     **{f"disaggregation.{k}": d for k, d in (("enabled", False), ("prefill_replicas", 1), ("decode_replicas", 1),
                                              ("decode_tensor_model_parallel_size", None), ("transfer_backend", "nixl"),
