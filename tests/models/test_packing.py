@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.tiny_model import tiny_llama
-from verl.models.packing import accepts_logits_to_keep, logits_at, pack_sequences, scatter_to_padded
+from verl.models.packing import accepts_logits_to_keep, length_bucket, logits_at, pack_sequences, scatter_to_padded
 from verl.models.varlen_attention import VARLEN_PREFIX, enable_varlen_attention, packed_forward
 
 
@@ -37,6 +37,34 @@ def test_pack_keeps_given_position_ids_and_checks_shapes():
         pack_sequences(ids, mask, torch.zeros(1, 3, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="no real token"):
         pack_sequences(ids, torch.zeros_like(mask))
+
+
+def test_pad_to_multiple_by_hand():
+    """pad_to_length: the row is padded with id 0 up to the multiple, as one more segment counting from 0; the real
+    tokens' ids, positions, segments and token_index are those of the unpadded packing."""
+    ids = torch.tensor([[0, 5, 6, 0], [7, 8, 9, 0]])
+    mask = torch.tensor([[0, 1, 1, 0], [1, 1, 1, 0]])
+    packed = pack_sequences(ids, mask, pad_to_multiple=4)
+    assert packed.input_ids.tolist() == [[5, 6, 7, 8, 9, 0, 0, 0]]
+    assert packed.position_ids.tolist() == [[0, 1, 0, 1, 2, 0, 1, 2]]
+    assert packed.cu_seqlens.tolist() == [0, 2, 5, 8] and packed.max_seqlen == 3 and packed.num_tokens == 8
+    assert packed.token_index.tolist() == pack_sequences(ids, mask).token_index.tolist()
+    assert pack_sequences(ids, mask, pad_to_multiple=5).cu_seqlens.tolist() == [0, 2, 5]  # a multiple already
+    wide = pack_sequences(ids, mask, pad_to_multiple=16)
+    assert wide.num_tokens == 16 and wide.max_seqlen == 11  # the pad segment is the longest
+    axes = torch.tensor([[[9, 0, 1, 9], [9, 2, 3, 9], [9, 4, 5, 9]]])
+    mrope = pack_sequences(ids[:1], mask[:1], axes, pad_to_multiple=3).position_ids
+    assert mrope.tolist() == [[[0, 1, 0]], [[2, 3, 0]], [[4, 5, 0]]]  # every axis of the pad counts from 0
+
+
+def test_length_bucket_is_off_unless_set_and_divides_by_the_sp_size():
+    from types import SimpleNamespace
+
+    assert length_bucket(SimpleNamespace(pad_to_length=False, pad_to_length_bucket=8)) is None
+    assert length_bucket(None) is None
+    assert length_bucket(SimpleNamespace(pad_to_length=True, pad_to_length_bucket=8)) == 8
+    assert length_bucket(SimpleNamespace(pad_to_length=True, pad_to_length_bucket=7), sp_size=2) == 8
+    assert length_bucket(SimpleNamespace(pad_to_length=True, pad_to_length_bucket=1024), sp_size=3) == 1026
 
 
 def test_scatter_to_padded_by_hand_and_grad():

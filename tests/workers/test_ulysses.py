@@ -1,7 +1,7 @@
 """Ulysses sequence parallelism on 2 gloo ranks (one SP group, dp=1) against sp=1 on one process: the same
 log-probs, entropies, values, losses and updated weights, with packed micro-batches of unequal sequences whose
 packed length is odd (so the row is padded to a multiple of sp), grouped-query attention and gradient
-checkpointing on the actor."""
+checkpointing on the actor; and the actor's pad_to_length bucket rounded up to a multiple of sp."""
 
 from __future__ import annotations
 
@@ -112,6 +112,15 @@ def _worker(rank: int, port: int, results) -> None:
         out["actor_params"] = _max_diff(_params(model), _params(ref_model))
         out["actor_metrics"] = {k: (metrics[k], ref_metrics[k]) for k in
                                 ("actor/pg_loss", "actor/entropy", "actor/kl_loss", "actor/grad_norm")}
+        # fsdp_config.pad_to_length: a bucket of 5 becomes 6 at sp=2, so each rank's shard needs no pad of its own
+        bucketed = _shard(copy.deepcopy(base))
+        widths = []
+        bucketed.get_input_embeddings().register_forward_pre_hook(lambda _m, args: widths.append(args[0].shape[-1]))
+        config = actor_config(ulysses_sequence_parallel_size=2, **ACTOR_CFG,
+                              **{"fsdp_config.pad_to_length": True, "fsdp_config.pad_to_length_bucket": 5})
+        bucket_lp, _ = DataParallelPPOActor(config, bucketed).compute_log_prob(data)
+        out["bucket_log_probs"] = (bucket_lp - ref_lp)[mask].abs().max().item()
+        out["bucket_widths"] = widths
         # critic
         cbase = _critic_model()
         cdata = _critic_data()
@@ -135,6 +144,8 @@ def test_sp2_matches_sp1_for_actor_and_critic():
         out = results[rank]
         assert out["log_probs"] < 1e-5 and out["entropy"] < 1e-5, out
         assert out["padding_zero"]
+        assert out["bucket_log_probs"] < 1e-5, out  # 22 and 19 packed tokens padded to 24: 12 per rank
+        assert out["bucket_widths"] == [12, 12], out
         assert out["values"] < 1e-5, out
         assert out["actor_moved"] > 1e-3 and out["critic_moved"] > 1e-3  # the steps really moved the weights
         # one SGD step each: the weights differ by lr * (gradient difference)

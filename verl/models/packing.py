@@ -8,6 +8,11 @@ from the restarting position ids (a block-diagonal mask), or ``verl.models.varle
 
 ``token_index`` maps a padded coordinate (row, column) to its packed position (-1 on padding): the bridge for
 picking which packed positions feed the LM head and for scattering per-token results back to (bs, ...) shape.
+
+Upstream's ``pad_to_length`` / ``pad_to_length_bucket`` (engine keys): the packed row is padded at its end up to the
+next multiple of the bucket, so the model sees a few fixed lengths instead of a new one every micro-batch (static
+shapes for compilers and graph capture). The pad is one more segment of its own, so no real token attends to it and
+every real token's result is unchanged; ``token_index`` never points into it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PackedSequences", "pack_sequences", "scatter_to_padded", "accepts_logits_to_keep", "logits_at",
+__all__ = ["PackedSequences", "pack_sequences", "length_bucket", "scatter_to_padded", "accepts_logits_to_keep", "logits_at",
            "SequenceShard", "shard_for_sequence_parallel"]
 
 
@@ -83,14 +88,26 @@ def shard_for_sequence_parallel(packed: PackedSequences, group) -> SequenceShard
     return SequenceShard(inputs=inputs, start=sp_rank * width, width=width, pad=pad)
 
 
+def length_bucket(engine, sp_size: int = 1) -> int | None:
+    """The multiple a packed row is padded up to under ``engine``'s (an fsdp_config's) ``pad_to_length``; None when it
+    is off. Under Ulysses the bucket is rounded up to a multiple of the SP size, so the shards need no pad of their
+    own (as upstream)."""
+    if not getattr(engine, "pad_to_length", False):
+        return None
+    bucket = int(engine.pad_to_length_bucket)
+    return -(-bucket // sp_size) * sp_size
+
+
 def pack_sequences(input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   position_ids: torch.Tensor | None = None) -> PackedSequences:
+                   position_ids: torch.Tensor | None = None, pad_to_multiple: int | None = None) -> PackedSequences:
     """Pack the real tokens (``attention_mask == 1``) of a (bs, L) batch into one row.
 
     Rows may be left-, right- or both-side padded (RL batches: left-padded prompt + right-padded response).
     ``position_ids`` (bs, L), when given, are kept for the real tokens (they must count from 0 in every row, as
     ``compute_position_id_with_mask`` makes them); else they are ``cumsum(mask) - 1``. A row without real tokens
     contributes no segment. An all-padding batch raises: a forward needs at least one token.
+    ``pad_to_multiple``: pad the row with token id 0 up to a multiple of it, as one more segment whose position ids
+    count from 0 (``length_bucket``).
     """
     if input_ids.shape != attention_mask.shape or input_ids.dim() != 2:
         raise ValueError(f"pack_sequences: input_ids {tuple(input_ids.shape)} and attention_mask "
@@ -115,8 +132,16 @@ def pack_sequences(input_ids: torch.Tensor, attention_mask: torch.Tensor,
     seg_lengths = lengths[lengths > 0]
     cu_seqlens = torch.zeros(seg_lengths.numel() + 1, dtype=torch.int32, device=input_ids.device)
     cu_seqlens[1:] = torch.cumsum(seg_lengths, 0)
-    return PackedSequences(input_ids=input_ids[mask][None], position_ids=packed_positions, cu_seqlens=cu_seqlens,
-                           max_seqlen=int(seg_lengths.max().item()), token_index=token_index)
+    packed_ids, max_seqlen = input_ids[mask][None], int(seg_lengths.max().item())
+    pad = -total % pad_to_multiple if pad_to_multiple else 0
+    if pad:
+        packed_ids = torch.cat([packed_ids, packed_ids.new_zeros(1, pad)], dim=1)
+        pad_positions = torch.arange(pad, dtype=packed_positions.dtype, device=packed_positions.device)
+        packed_positions = torch.cat([packed_positions, pad_positions.expand(*packed_positions.shape[:-1], pad)], -1)
+        cu_seqlens = torch.cat([cu_seqlens, cu_seqlens.new_tensor([total + pad])])
+        max_seqlen = max(max_seqlen, pad)
+    return PackedSequences(input_ids=packed_ids, position_ids=packed_positions, cu_seqlens=cu_seqlens,
+                           max_seqlen=max_seqlen, token_index=token_index)
 
 
 def scatter_to_padded(values: torch.Tensor, where: torch.Tensor) -> torch.Tensor:

@@ -132,10 +132,12 @@ class RewardModelWorker(_FSDPWorkerBase):
         last = last_token_index(attention_mask)
         images = vision_kwargs(micro_batch, getattr(self, "_multi_modal_inputs", None))  # a VLM reward model
         if self.config.model.use_remove_padding:
-            from verl.models.packing import pack_sequences
+            from verl.models.packing import length_bucket, pack_sequences
             from verl.models.varlen_attention import packed_forward
 
-            packed = pack_sequences(micro_batch["input_ids"], attention_mask, micro_batch["position_ids"])
+            # reward_model.model.fsdp_config.pad_to_length: the packed row padded up to a multiple of the bucket
+            packed = pack_sequences(micro_batch["input_ids"], attention_mask, micro_batch["position_ids"],
+                                    length_bucket(self.config.model.fsdp_config))
             with packed_forward():
                 output = self.rm_module(use_cache=False, **packed.model_inputs(), **images)
             positions = packed.token_index[torch.arange(len(last), device=last.device), last]

@@ -33,6 +33,25 @@ def add_later_upstream_keys(honoured: dict[str, str]) -> None:
                  for k in ("enforce_eager", "max_num_batched_tokens", "max_model_len", "max_num_seqs", "load_format",
                            "enable_chunked_prefill", "disable_log_stats", "skip_tokenizer_init")}
 
+    # later upstream's pad_to_length / pad_to_length_bucket: packed rows padded up to a multiple of the bucket
+    _PAD = "tests/workers/actor/test_pad_to_length.py"
+    _PAD_KEYS = "tests/trainer/config/test_pad_to_length_keys.py"
+    for _role in ("actor", "ref"):
+        honoured[f"{ARR}.{_role}.pad_to_length"] = f"{_PAD_KEYS}::test_the_actor_key_reaches_its_engine_and_the_reference"
+        honoured[f"{ARR}.{_role}.fsdp_config.pad_to_length"] = (
+            f"{_PAD_KEYS}::test_the_engine_copy_alone_applies_to_the_role_and_the_reference")
+        honoured[f"{ARR}.{_role}.fsdp_config.pad_to_length_bucket"] = (
+            f"{_PAD}::test_actor_log_probs_and_entropy_are_the_unpadded_ones")
+    for _key in ("pad_to_length", "pad_to_length_bucket"):
+        honoured[f"critic.model.fsdp_config.{_key}"] = f"{_PAD}::test_critic_values_and_update_are_the_unpadded_ones"
+        honoured[f"reward_model.model.fsdp_config.{_key}"] = (
+            "tests/workers/reward_model/test_reward_model_worker.py::test_model_keys_reach_the_worker")
+
+    # upstream's current rollout_skip spelling (verl-project/verl): one setting with dump_step / post_dump_action
+    _SKIP = "tests/trainer/ppo/test_rollout_skip_trainer.py::test_upstreams_current_spelling_max_dump_step_and_action"
+    honoured[f"{ARR}.rollout.skip.max_dump_step"] = _SKIP
+    honoured[f"{ARR}.rollout.skip.action"] = _SKIP
+
     # later upstream's place of the critic's engine: each leaf settled with critic.model.fsdp_config (whose effect tests
     # are above) before typing
     honoured |= {key.replace("critic.model.fsdp_config.", "critic.fsdp.", 1):

@@ -71,6 +71,16 @@ def test_init_reads_the_config_and_wrapping_activates(tmp_path, capsys):
     assert "Successfully patched" in capsys.readouterr().out
 
 
+def test_upstreams_current_constructor_takes_the_group(tmp_path):
+    group = FakeGroup()
+    skip = RolloutSkip(_config(tmp_path, dump_step=2), group)
+    assert not skip.is_active
+    skip.wrap_generate_sequences()
+    assert skip.is_active and skip._rollout_wg is group
+    with pytest.raises(ValueError, match="no rollout worker group"):
+        RolloutSkip(_config(tmp_path, dump_step=2)).wrap_generate_sequences()
+
+
 @pytest.mark.parametrize("compress", [True, False])
 def test_repeat_cycles_through_the_dumped_steps_with_their_prompts(tmp_path, compress):
     skip = RolloutSkip(_config(tmp_path, dump_step=2, post_dump_action="repeat", compress=compress))
@@ -109,7 +119,7 @@ def test_rollout_actions_generate_after_the_dump_steps(tmp_path, action, dumped)
 
 
 def test_generation_without_a_record_is_an_assertion_error(tmp_path):
-    skip = RolloutSkip(_config(tmp_path, dump_step=1))
+    skip = RolloutSkip(_config(tmp_path, dump_step=1, post_dump_action="rollout_with_dump"))
     group = FakeGroup()
     skip.wrap_generate_sequences(group)
     skip.record(_prompts(1))
@@ -131,7 +141,10 @@ def test_typed_sections_work_too(tmp_path):
         actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(n=4, skip={"enable": True, "dump_dir": str(tmp_path)})),
     )
     skip = RolloutSkip(config)
-    assert skip.gbs == 8 and skip.n == 4 and skip.post_dump_action.value == "repeat"
+    assert skip.gbs == 8 and skip.n == 4 and skip.post_dump_action.value == "rollout"  # upstream's action=cache
+    config.actor_rollout_ref.rollout.skip.update(max_dump_step=3, action="repeat_last")  # its current spelling
+    skip = RolloutSkip(config)
+    assert skip.dump_step == 3 and skip.post_dump_action.value == "repeat_last"
 
 
 def test_compress_round_trip_and_dump_files_need_no_pickle(tmp_path):

@@ -91,8 +91,9 @@ def _same(a: DataProto, b: DataProto) -> None:
 
 def test_the_skip_keys_are_in_the_config_with_upstreams_defaults():
     skip = validate_config(load_config(SMALL), check_files=False).actor_rollout_ref.rollout.skip
-    assert (skip.enable, skip.dump_dir, skip.dump_step, skip.post_dump_action, skip.compress) == (
-        False, "/tmp/verl/rollout_dump", 1, "repeat", True)
+    assert (skip.enable, skip.dump_dir, skip.dump_step, skip.compress) == (False, "/tmp/verl/rollout_dump", 1, True)
+    # upstream's current spelling and default: action=cache (generate once the dumped rounds are done)
+    assert (skip.max_dump_step, skip.action, skip.post_dump_action) == (1, "cache", "rollout")
 
 
 def test_disabled_generates_every_step_and_writes_nothing(tmp_path):
@@ -120,7 +121,8 @@ def test_first_run_dumps_and_a_second_run_replays_without_generating(tmp_path):
 
 
 def test_after_dump_step_repeat_cycles_and_rollout_with_dump_generates(tmp_path):
-    config = _config(tmp_path, "trainer.total_training_steps=3", "actor_rollout_ref.rollout.skip.dump_step=1")
+    config = _config(tmp_path, "trainer.total_training_steps=3", "actor_rollout_ref.rollout.skip.dump_step=1",
+                     "actor_rollout_ref.rollout.skip.post_dump_action=repeat")
     trainer, wg = _fit(config, seed=0)
     assert wg.calls == 1  # step 1 generated and dumped; steps 2 and 3 replay it (post_dump_action=repeat)
     _same(trainer.batches[0], trainer.batches[2])
@@ -132,6 +134,39 @@ def test_after_dump_step_repeat_cycles_and_rollout_with_dump_generates(tmp_path)
     trainer, wg = _fit(config, seed=0)
     assert wg.calls == 3
     assert len(list(other.rglob("genstep_*.pt"))) == 3
+
+
+@pytest.mark.parametrize("action", ["cache", "repeat", "repeat_last"])
+def test_upstreams_current_spelling_max_dump_step_and_action(tmp_path, action):
+    """max_dump_step / action (upstream's current rollout_skip): two rounds dumped, then cache generates, repeat
+    cycles through the dumps, repeat_last replays the second."""
+    config = _config(tmp_path, "trainer.total_training_steps=4", "actor_rollout_ref.rollout.skip.max_dump_step=2",
+                     f"actor_rollout_ref.rollout.skip.action={action}")
+    skip = config.actor_rollout_ref.rollout.skip
+    assert skip.dump_step == 2 and skip.post_dump_action == {"cache": "rollout"}.get(action, action)
+    trainer, wg = _fit(config, seed=0)
+    dumps = list(tmp_path.rglob("genstep_*.pt"))
+    assert len(dumps) == 2
+    if action == "cache":
+        assert wg.calls == 4
+    else:
+        assert wg.calls == 2
+        _same(trainer.batches[2], trainer.batches[0 if action == "repeat" else 1])
+        _same(trainer.batches[3], trainer.batches[1])
+
+
+def test_the_two_spellings_are_one_setting(tmp_path):
+    skip = _config(tmp_path, "actor_rollout_ref.rollout.skip.post_dump_action=repeat_last",
+                   "actor_rollout_ref.rollout.skip.dump_step=3").actor_rollout_ref.rollout.skip
+    assert (skip.max_dump_step, skip.action) == (3, "repeat_last")  # the earlier spelling reads back in the current
+    same = _config(tmp_path, "actor_rollout_ref.rollout.skip.post_dump_action=repeat",
+                   "actor_rollout_ref.rollout.skip.action=repeat").actor_rollout_ref.rollout.skip
+    assert same.post_dump_action == "repeat"
+    with pytest.raises(Exception, match="skip.dump_step=2 and skip.max_dump_step=3 are the same setting"):
+        _config(tmp_path, "actor_rollout_ref.rollout.skip.dump_step=2", "actor_rollout_ref.rollout.skip.max_dump_step=3")
+    with pytest.raises(Exception, match="skip.post_dump_action=rollout and skip.action=repeat say different things"):
+        _config(tmp_path, "actor_rollout_ref.rollout.skip.post_dump_action=rollout",
+                "actor_rollout_ref.rollout.skip.action=repeat")
 
 
 def test_validation_and_remax_generate_through_the_worker_group_itself(tmp_path):

@@ -1,9 +1,9 @@
 """RewardModelWorker on 1 and 2 gloo ranks with tiny random reward models, against plain HF scoring each row alone.
 
 One spawn per world size runs every variant (the ranks build several workers on one process group):
-fixed micro-batches of 1 and 4 rows, dynamic token budgets, packed (remove padding), a sequence-classification
-checkpoint, and the re-templating path (the reward model's chat template differs from the policy's) with the
-dataset's messages and with messages recovered from the decoded prompt.
+fixed micro-batches of 1 and 4 rows, dynamic token budgets, packed (remove padding, also padded up to a length
+bucket), a sequence-classification checkpoint, and the re-templating path (the reward model's chat template differs
+from the policy's) with the dataset's messages and with messages recovered from the decoded prompt.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ VARIANTS = {
     "dynamic": ("token", {"use_dynamic_bsz": True, "forward_max_token_len_per_gpu": 130}, True),
     "global_micro": ("token", {"micro_batch_size": 2, "micro_batch_size_per_gpu": None}, True),
     "packed": ("token", {"model.use_remove_padding": True, "micro_batch_size_per_gpu": 3}, True),
+    "packed_bucket": ("token", {"model.use_remove_padding": True, "micro_batch_size_per_gpu": 3,
+                                "model.fsdp_config.pad_to_length": True, "model.fsdp_config.pad_to_length_bucket": 64},
+                      True),
     "sequence_cls": ("sequence", {"micro_batch_size_per_gpu": 2, "model.trust_remote_code": True}, True),
     "retemplate_raw": ("other_template", {"micro_batch_size_per_gpu": 2}, True),
     "retemplate_decoded": ("other_template", {"use_dynamic_bsz": True, "forward_max_token_len_per_gpu": 80}, False),
@@ -80,6 +83,9 @@ def _score_on_ranks(rank: int, world: int, port: int, dirs: dict, tokenizer_dir:
             forwards = []
             real_forward = worker._forward
             worker._forward = lambda micro, _f=real_forward, _seen=forwards: _seen.append(len(micro)) or _f(micro)
+            widths = []  # the sequence length of each forward (packed: the row's)
+            worker.rm_module.get_input_embeddings().register_forward_pre_hook(
+                lambda _m, args, _w=widths: _w.append(args[0].shape[-1]))
             batch = make_batch(raw_chat=raw_chat)
             shard = batch.chunk(world)[rank]  # what DP_COMPUTE_PROTO hands this rank
             out = worker.compute_rm_score(shard)
@@ -87,7 +93,7 @@ def _score_on_ranks(rank: int, world: int, port: int, dirs: dict, tokenizer_dir:
                 "rm_scores": out.batch["rm_scores"], "switch": worker.switches_template, "forwards": forwards,
                 "fsdp2": all(isinstance(m, FSDPModule) for m in [worker.rm_module, *worker.rm_module.model.layers]),
                 "own_fsdp_section": sections == [config.model.fsdp_config], "trust": list(trust),
-                "attn": worker.rm_module.config._attn_implementation,
+                "attn": worker.rm_module.config._attn_implementation, "widths": widths,
                 "external_lib_imported": EXTERNAL_LIB in sys.modules}
     finally:
         dist.destroy_process_group()
@@ -135,7 +141,7 @@ def test_micro_batch_dynamic_bsz_and_whole_batch_agree(scored):
     world, results = scored
     rows = 6 // world
     whole = _gathered(results, "micro4", world)  # 4 rows per rank hold each rank's whole shard (<= 6 rows)
-    for name in ("micro1", "dynamic", "global_micro", "packed"):
+    for name in ("micro1", "dynamic", "global_micro", "packed", "packed_bucket"):
         assert torch.allclose(_gathered(results, name, world), whole, atol=TOL), name
     # the keys decide the forwards: rows per micro-batch, the deprecated global size over the ranks, token budgets
     for rank in range(world):
@@ -157,6 +163,9 @@ def test_model_keys_reach_the_worker(scored):
         assert results[("sequence_cls", rank)]["trust"] == [True]
         assert results[("micro1", rank)]["trust"] == [False]
         assert results[("packed", rank)]["attn"] != results[("micro1", rank)]["attn"]  # varlen attention on
+        # model.fsdp_config.pad_to_length: the packed rows reach the model padded up to multiples of the bucket
+        assert any(n % 64 for n in results[("packed", rank)]["widths"])
+        assert results[("packed_bucket", rank)]["widths"] == [-(-n // 64) * 64 for n in results[("packed", rank)]["widths"]]
         assert results[("micro1", rank)]["external_lib_imported"]  # model.external_lib, imported by the worker
 
 

@@ -19,6 +19,7 @@ from verl.trainer.config.attention_checks import check_attn_implementation
 from verl.trainer.config.engine_kwargs_checks import check_rollout_engine_kwargs
 from verl.trainer.config.hsdp_checks import check_hsdp
 from verl.trainer.config.lora_checks import check_lora
+from verl.trainer.config.pad_to_length_checks import check_pad_to_length
 from verl.trainer.config.ppo_trainer import PPOTrainerConfig
 from verl.trainer.config.prefix_grouper_checks import check_prefix_grouper
 from verl.trainer.config.profiler_checks import check_profiler
@@ -84,6 +85,7 @@ def run_checks(cfg: PPOTrainerConfig) -> list[str]:
     problems += check_hsdp(cfg)
     problems += check_ulysses(cfg)
     problems += check_prefix_grouper(cfg)
+    problems += check_pad_to_length(cfg)
     problems += check_attn_implementation(cfg)
     problems += check_rollout_skip(cfg)
     problems += check_rollout_trace(cfg)
@@ -120,8 +122,8 @@ def check_rollout_skip(cfg: PPOTrainerConfig) -> list[str]:
     skip = cfg.actor_rollout_ref.rollout.skip
     if skip.enable and skip.dump_step == 0 and skip.post_dump_action in ("repeat", "repeat_last"):
         return [f"actor_rollout_ref.rollout.skip.dump_step=0 dumps nothing, so post_dump_action="
-                f"{skip.post_dump_action} has nothing to replay. Set dump_step >= 1, or post_dump_action=rollout "
-                "or rollout_with_dump."]
+                f"{skip.post_dump_action} (action={skip.action}) has nothing to replay. Set dump_step (max_dump_step) "
+                ">= 1, or action=cache (post_dump_action=rollout or rollout_with_dump)."]
     return []
 
 

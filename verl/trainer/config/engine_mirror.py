@@ -1,9 +1,9 @@
 """The `fsdp_config` keys that repeat a role key (upstream's FSDPEngineConfig fields, issue 33): one setting each.
 
 Upstream's engine section carries `ulysses_sequence_parallel_size`, `entropy_from_logits_with_chunking`,
-`entropy_from_logits_chunk_size`, `use_torch_compile`, `entropy_checkpointing` and `forward_only` beside the role keys of the same names (its
-engine-based workers read the engine's, its legacy workers the role's). Here the role key is what the workers read,
-and the engine key is the same setting:
+`entropy_from_logits_chunk_size`, `use_torch_compile`, `entropy_checkpointing`, `pad_to_length` and `forward_only`
+beside the role keys of the same names (its engine-based workers read the engine's, its legacy workers the role's).
+Here the two are one setting:
 
 - both equal: nothing to do;
 - only the `fsdp_config` one changed (the role key at its default): it applies, copied onto the role key;
@@ -27,10 +27,10 @@ from verl.workers.config.engine import FSDPEngineConfig
 
 ARR = "actor_rollout_ref"
 MIRRORED = ("ulysses_sequence_parallel_size", "entropy_from_logits_with_chunking", "entropy_from_logits_chunk_size",
-            "use_torch_compile", "entropy_checkpointing")
+            "use_torch_compile", "entropy_checkpointing", "pad_to_length")
 _ENTROPY_KEYS = ("entropy_from_logits_with_chunking", "entropy_from_logits_chunk_size", "entropy_checkpointing")
 # the reference's yaml makes these follow the actor's (ref.yaml / dp_ref.yaml)
-REF_FOLLOWS_ACTOR = ("ulysses_sequence_parallel_size", "use_torch_compile")
+REF_FOLLOWS_ACTOR = ("ulysses_sequence_parallel_size", "use_torch_compile", "pad_to_length")
 _ENGINE_DEFAULTS = {name: FSDPEngineConfig.__dataclass_fields__[name].default for name in MIRRORED}
 
 

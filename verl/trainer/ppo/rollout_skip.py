@@ -14,7 +14,8 @@ counter counts the generation rounds of this process, from 1 (a resumed run repl
 Steps 1..dump_step load ``<dump_dir>/<experiment>_<project>/GBS<gbs>_N<n>_in<p>_out<r>/genstep_<step>.pt`` when
 it exists and generate and dump it otherwise; later steps follow ``post_dump_action``: ``repeat`` cycles through
 the dumped steps, ``repeat_last`` replays the last one, ``rollout`` generates, ``rollout_with_dump`` generates and
-dumps.
+dumps. Upstream's current spelling, ``max_dump_step`` and ``action`` (``cache`` = ``rollout``, its default;
+``repeat``; ``repeat_last``), is read too (``verl.workers.config.rollout.settle_skip_spellings``).
 
 Unlike upstream, a dump file is not a pickle: it holds the batches in DataProto's safe format
 (``verl.protocol.safe_io``), optionally zlib-compressed, and is read with ``torch.load(weights_only=True)``, so a
@@ -36,6 +37,7 @@ import torch
 from verl.checkpoint.atomic import atomic_torch_save
 from verl.protocol import DataProto
 from verl.protocol.safe_io import from_payload, to_payload
+from verl.workers.config.rollout import settle_skip_spellings
 
 __all__ = ["DataProto", "PostDumpAction", "RolloutSkip", "TrainingRollout", "dataproto_compress",
            "dataproto_decompress", "read_dumped_data", "skip_for_training", "wrap_generate_sequences"]
@@ -124,12 +126,15 @@ class RolloutSkip:
 
     print_mark = "[RolloutSkip()] "
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any, rollout_wg: Any = None) -> None:
+        """``rollout_wg``: upstream's current signature names the group here and wraps it with
+        ``wrap_generate_sequences()``; its earlier one passes it to ``wrap_generate_sequences(rollout_wg)``."""
         rollout = _get(_get(config, "actor_rollout_ref"), "rollout")
         self.rollout_config = rollout
         self.skip_config = _get(rollout, "skip")
         self.is_enable = bool(_get(self.skip_config, "enable", False))
         self._rollout_wg = None
+        self._given_wg = rollout_wg
         if not self.is_enable:
             return
         trainer, data = _get(config, "trainer"), _get(config, "data")
@@ -140,9 +145,13 @@ class RolloutSkip:
         self.prompt_length = _get(data, "max_prompt_length", 0)
         self.response_length = _get(data, "max_response_length", 0)
         self.do_compress = bool(_get(self.skip_config, "compress", True))
-        self.dump_step = max(0, int(_get(self.skip_config, "dump_step", 1)))
-        action = _get(self.skip_config, "post_dump_action", PostDumpAction.REPEAT.value)
-        self.post_dump_action = PostDumpAction(action.value if isinstance(action, PostDumpAction) else action)
+        action = _get(self.skip_config, "post_dump_action")
+        steps, _, action = settle_skip_spellings(int(_get(self.skip_config, "dump_step", 1)),
+                                                 int(_get(self.skip_config, "max_dump_step", 1)),
+                                                 _get(self.skip_config, "action", "cache"),
+                                                 action.value if isinstance(action, PostDumpAction) else action)
+        self.dump_step = max(0, steps)
+        self.post_dump_action = PostDumpAction(action)
         if self.dump_step == 0 and self.post_dump_action in (PostDumpAction.REPEAT, PostDumpAction.REPEAT_LAST):
             raise ValueError("actor_rollout_ref.rollout.skip.dump_step=0 dumps nothing, so post_dump_action="
                              f"{self.post_dump_action.value!r} has nothing to replay; use 'rollout' or "
@@ -182,10 +191,19 @@ class RolloutSkip:
             return
         self._flag_record, self._new_batch = True, new_batch
 
-    def wrap_generate_sequences(self, rollout_wg: Any) -> None:
-        """Patch ``rollout_wg.generate_sequences`` (does nothing when disabled)."""
+    @property
+    def is_active(self) -> bool:  # upstream's current name of is_activate
+        return self.is_activate
+
+    def wrap_generate_sequences(self, rollout_wg: Any = None) -> None:
+        """Patch ``rollout_wg.generate_sequences`` (default: the group given to the constructor); does nothing when
+        disabled."""
         if not self.is_enable:
             return
+        rollout_wg = self._given_wg if rollout_wg is None else rollout_wg
+        if rollout_wg is None:
+            raise ValueError("RolloutSkip.wrap_generate_sequences: no rollout worker group (pass it here or to "
+                             "RolloutSkip(config, rollout_wg))")
         self._rollout_wg = rollout_wg
         rollout_wg.generate_sequences = wrap_generate_sequences(self, rollout_wg)
         print(f"{self.print_mark}Successfully patched `generate_sequences()` of the rollout worker group.",

@@ -32,6 +32,7 @@ from verl.algos.rollout_correction import ROLLOUT_CORRECTION_META_KEY, bypass_mo
 from verl.algos.tis import tis_weights
 from verl.models.packing import (
     accepts_logits_to_keep,
+    length_bucket,
     logits_at,
     pack_sequences,
     scatter_to_padded,
@@ -93,11 +94,16 @@ class DataParallelPPOActor(BasePPOActor):
                              "actor_rollout_ref.model.use_remove_padding=true")
         if self.use_remove_padding:
             enable_varlen_attention(actor_module, sequence_parallel=self.ulysses_group is not None)
+        # fsdp_config.pad_to_length: packed rows padded up to a multiple of the bucket (verl.models.packing)
+        self._length_bucket = length_bucket(getattr(config, "fsdp_config", None), sp_size)
         self._multi_modal_inputs = None  # the batch's per-row pixel_values / image_grid_thw, during one call
         # a VLM's responses never hold vision tokens: the rollout cannot sample them (verl.models.vision)
         self._vision_token_ids = vision_token_ids(getattr(actor_module, "config", None))
         # actor.router_replay.mode R2 / R3: record / replay MoE routing (verl.models.router_replay)
         self._routing = ActorRouting.for_actor(config, actor_module, self.use_remove_padding)
+        if self._length_bucket and self._routing is not None:
+            raise ValueError("pad_to_length does not combine with router_replay (as upstream): the recorded routes "
+                             "cover the real tokens only; set pad_to_length=false")
         self.last_routed_experts: torch.Tensor | None = None  # R2: what the last log-prob pass recorded
         # actor.use_prefix_grouper: one forward per distinct prompt (verl.workers.actor.prefix_grouped)
         self.use_prefix_grouper = enable_prefix_grouping(config, actor_module)
@@ -153,7 +159,8 @@ class DataParallelPPOActor(BasePPOActor):
         responses = micro_batch["responses"]
         response_length = responses.size(-1)
         attention_mask = micro_batch["attention_mask"]
-        packed = pack_sequences(micro_batch["input_ids"], attention_mask, micro_batch["position_ids"])
+        packed = pack_sequences(micro_batch["input_ids"], attention_mask, micro_batch["position_ids"],
+                                self._length_bucket)
         targets = attention_mask[:, -response_length:].bool()
         predictors = packed.token_index[:, -response_length - 1 : -1][targets]
         if bool((predictors < 0).any()):

@@ -196,6 +196,8 @@ class FSDPActorConfig(ActorConfig):
     # upstream after v0.7: the rows per chunk of the chunked entropy (with entropy_from_logits_with_chunking)
     entropy_from_logits_chunk_size: int = at_least(2048, 1)
     entropy_checkpointing: bool = False
+    # upstream after v0.7: packed micro-batches padded up to fsdp_config.pad_to_length_bucket (verl.models.packing)
+    pad_to_length: bool = False
     # the log-prob pass also returns sum_v pi_v^2 per token (algorithm.adv_estimator=optimal_token_baseline)
     calculate_sum_pi_squared: bool = False
     sum_pi_squared_checkpointing: bool = False
@@ -235,6 +237,7 @@ class RefConfig(BaseConfig):
     entropy_from_logits_with_chunking: bool = False
     entropy_from_logits_chunk_size: int = at_least(2048, 1)
     entropy_checkpointing: bool = False
+    pad_to_length: bool = False  # ${actor_rollout_ref.actor.pad_to_length}: as the actor's
     log_prob_micro_batch_size: int | None = at_least(None, 1)  # deprecated global size (verl.trainer.config.deprecated)
     log_prob_micro_batch_size_per_gpu: int | None = at_least(2, 1)
     log_prob_use_dynamic_bsz: bool = False

@@ -121,6 +121,11 @@ class FSDPEngineConfig(BaseConfig):
     entropy_from_logits_chunk_size: int = at_least(2048, 1)  # upstream after v0.7
     use_torch_compile: bool = True
     entropy_checkpointing: bool = False
+    # upstream after v0.7: pad each packed (use_remove_padding) micro-batch up to a multiple of the bucket, so the model
+    # sees a few fixed lengths (verl.models.packing.length_bucket; under Ulysses rounded up to a multiple of the SP
+    # size). The actor's and reference's pad_to_length is the same setting as their role key.
+    pad_to_length: bool = False
+    pad_to_length_bucket: int = at_least(1024, 1)
     forward_only: bool = False
     mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
     # upstream's: the worker seeds torch, numpy and random with it (plus the rank for the actor and the reference)

@@ -114,6 +114,8 @@ class AgentLoopConfig(BaseConfig):
 
 
 SKIP_POST_DUMP_ACTIONS = ("repeat", "repeat_last", "rollout", "rollout_with_dump")
+# upstream's newer spelling (skip.action) of the same choice: cache = generate once the dumped rounds are done
+SKIP_ACTIONS = {"cache": "rollout", "repeat": "repeat", "repeat_last": "repeat_last"}
 
 
 @dataclass
@@ -140,13 +142,47 @@ class SkipConfig(BaseConfig):
     ``dump_step`` generation rounds under ``dump_dir`` and, in this or a later run with the same experiment, project,
     batch size, n and lengths, loads them instead of generating. After ``dump_step`` rounds: ``repeat`` cycles
     through the dumped rounds, ``repeat_last`` replays the last one, ``rollout`` generates, ``rollout_with_dump``
-    generates and dumps. ``compress``: zlib the dump files."""
+    generates and dumps. ``compress``: zlib the dump files.
+
+    Upstream's current spelling is ``max_dump_step`` (the same setting as ``dump_step``) and ``action``: ``cache``
+    (its default: generate once the dumped rounds are done, as ``post_dump_action=rollout``), ``repeat`` or
+    ``repeat_last``. ``post_dump_action`` (upstream's earlier spelling) is null unless given, and then follows
+    ``action``; the one given applies, two that contradict are refused."""
 
     enable: bool = False
     dump_dir: str = "/tmp/verl/rollout_dump"
     dump_step: int = at_least(1, 0)
-    post_dump_action: str = choice("repeat", SKIP_POST_DUMP_ACTIONS)
+    max_dump_step: int = at_least(1, 0)
+    action: str = choice("cache", tuple(SKIP_ACTIONS))
+    post_dump_action: str | None = choice(None, SKIP_POST_DUMP_ACTIONS)
     compress: bool = True
+
+    def __post_init__(self) -> None:
+        steps, action, post = settle_skip_spellings(self.dump_step, self.max_dump_step, self.action,
+                                                    self.post_dump_action)
+        # written once while the section is built: both spellings then read the same
+        for name, value in (("dump_step", steps), ("max_dump_step", steps), ("action", action),
+                            ("post_dump_action", post)):
+            object.__setattr__(self, name, value)
+
+
+def settle_skip_spellings(dump_step: int, max_dump_step: int, action: str,
+                          post_dump_action: str | None) -> tuple[int, str, str]:
+    """(dump steps, action, post_dump_action) from upstream's two spellings of rollout.skip (SkipConfig's docstring):
+    the one changed from its default applies; two that contradict raise ValueError naming both."""
+    if dump_step != max_dump_step and 1 not in (dump_step, max_dump_step):
+        raise ValueError(f"skip.dump_step={dump_step} and skip.max_dump_step={max_dump_step} are the same setting "
+                         "(upstream's earlier and current spelling); give one.")
+    steps = max_dump_step if dump_step == 1 else dump_step
+    implied = SKIP_ACTIONS[action]
+    if post_dump_action is None:
+        return steps, action, implied
+    if action != "cache" and post_dump_action != implied:
+        raise ValueError(f"skip.post_dump_action={post_dump_action} and skip.action={action} say different things "
+                         f"(action is upstream's current spelling of the same choice: action={action} is "
+                         f"post_dump_action={implied}); give one.")
+    current = {v: k for k, v in SKIP_ACTIONS.items()}.get(post_dump_action, action)
+    return steps, current, post_dump_action
 
 
 _PD_REFUSAL = (

@@ -19,7 +19,7 @@ import torch
 from tensordict import TensorDict
 
 from verl import algos as core_algos
-from verl.models.packing import pack_sequences, scatter_to_padded, shard_for_sequence_parallel
+from verl.models.packing import length_bucket, pack_sequences, scatter_to_padded, shard_for_sequence_parallel
 from verl.models.value_head import values_from_output
 from verl.models.varlen_attention import enable_varlen_attention, packed_forward
 from verl.protocol import DataProto
@@ -63,6 +63,8 @@ class DataParallelPPOCritic(BasePPOCritic):
                              "critic.model.use_remove_padding=true")
         if self.use_remove_padding:
             enable_varlen_attention(critic_module, sequence_parallel=self.ulysses_group is not None)
+        # critic.model.fsdp_config.pad_to_length (later upstream's critic.fsdp): verl.models.packing.length_bucket
+        self._length_bucket = length_bucket(getattr(config.model, "fsdp_config", None), sp_size)
         self._multi_modal_inputs = None  # a VLM batch's per-row pixel_values / image_grid_thw, during one call
 
     def _select(self, data: DataProto, keys: list[str]) -> DataProto:
@@ -89,7 +91,8 @@ class DataParallelPPOCritic(BasePPOCritic):
     def _forward_packed(self, micro_batch: TensorDict, response_length: int) -> torch.Tensor:
         """Values read at the packed positions before each real response token; zeros on response padding."""
         attention_mask = micro_batch["attention_mask"]
-        packed = pack_sequences(micro_batch["input_ids"], attention_mask, micro_batch["position_ids"])
+        packed = pack_sequences(micro_batch["input_ids"], attention_mask, micro_batch["position_ids"],
+                                self._length_bucket)
         targets = attention_mask[:, -response_length:].bool()
         predictors = packed.token_index[:, -response_length - 1 : -1][targets]
         if bool((predictors < 0).any()):
