@@ -22,7 +22,8 @@ named by those messages are counted); invalid (not a usable command line, with t
 With `--upstream-config FILE` (upstream's flat `_generated_ppo_trainer.yaml` of the version to judge against,
 fetched by hand), a valid line is also marked *stale* when it sets, without `+`, a key that this upstream config
 does not have either (nor the line's own --config-name yaml): upstream's own Hydra refuses such a line ("Key ... is
-not in struct"). A second figure is then printed over the lines that upstream of that version would run.
+not in struct"), or a value upstream's own code refuses (a reward manager its registry lacks, a tool config file
+without its `tools:` list). A second figure is then printed over the lines that upstream of that version would run.
 """
 
 from __future__ import annotations
@@ -239,17 +240,47 @@ def _typed_section(key: str, upstream_keys: set[str]) -> bool:
     return any(".".join(parts[:i] + ["_target_"]) in upstream_keys for i in range(1, len(parts)))
 
 
-def stale_keys(cmd: CommandLine, upstream: tuple[set[str], set[str]], root: Path) -> list[str]:
-    """The keys the line sets without `+` that neither upstream's config nor the line's own yaml declares, and the
-    keys its own yaml adds inside sections upstream's config classes check."""
-    keys, free = set(upstream[0]), set(upstream[1])
+# upstream's reward-manager registry (verl/workers/reward_manager/__init__.py registers these; any other name stops
+# upstream's trainer with "Unknown reward manager")
+UPSTREAM_REWARD_MANAGERS = {"naive", "prime", "batch", "dapo"}
+REWARD_MANAGER_KEYS = ("reward_model.reward_manager", "reward.reward_manager.name")
+TOOL_CONFIG_KEY = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
+
+
+def stale_values(cmd: CommandLine) -> list[str]:
+    """Values upstream's own code refuses: a reward manager its registry lacks, a tool config without the `tools:`
+    list its tool loader reads (an MCP servers file given in its place, say)."""
+    import yaml
+
     stale = []
+    for override in cmd.overrides:
+        if "=" not in override:
+            continue
+        key, value = _key(override), override.split("=", 1)[1].strip("'\"")
+        if key in REWARD_MANAGER_KEYS and value not in UPSTREAM_REWARD_MANAGERS:
+            stale.append(f"{key}={value} (upstream's reward-manager registry has no {value!r})")
+        elif key == TOOL_CONFIG_KEY and value and os.path.isfile(value):
+            try:
+                loaded = yaml.safe_load(Path(value).read_text())
+            except (OSError, yaml.YAMLError):
+                continue
+            if not (isinstance(loaded, dict) and "tools" in loaded):
+                stale.append(f"{key}={Path(value).name} (upstream's tool loader reads a `tools:` list it lacks)")
+    return stale
+
+
+def stale_keys(cmd: CommandLine, upstream: tuple[set[str], set[str]], root: Path) -> list[str]:
+    """The keys the line sets without `+` that neither upstream's config nor the line's own yaml declares, the
+    keys its own yaml adds inside sections upstream's config classes check, and the values upstream's own code refuses
+    (stale_values)."""
+    keys, free = set(upstream[0]), set(upstream[1])
+    stale = stale_values(cmd)
     path, name = _config_of(cmd.flags)
     if name and name != "ppo_trainer":
         found = [f for folder in ([root / path, root] if path and not os.path.isabs(path) else [root])
                  for f in folder.rglob(f"{name}.yaml")]
         if not found:
-            return []  # another of upstream's own configs (ppo_megatron_trainer, ...): its key set is not at hand
+            return stale  # another of upstream's own configs (ppo_megatron_trainer, ...): its key set is not at hand
         for own in found:
             own_keys, own_free = _yaml_keys(own)
             for key in sorted(own_keys - keys):
