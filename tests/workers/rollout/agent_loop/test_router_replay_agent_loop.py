@@ -144,13 +144,24 @@ def test_pre_ray_check_accepts_r3_with_the_hf_rollout_in_both_modes(moe_folder, 
 
 
 @pytest.mark.parametrize("mode", ["async", "sync"])
-def test_pre_ray_check_refuses_r3_with_vllm_naming_why(moe_folder, mode):
+def test_pre_ray_check_refuses_r3_with_vllm_without_a_cuda_gpu(moe_folder, mode, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     with pytest.raises(ConfigError) as err:
         validate_config(load_config([f"{ARR}.model.path={moe_folder}", *R3_KEYS, f"{ARR}.rollout.name=vllm",
                                      f"{ARR}.rollout.mode={mode}"]), check_files=False)
     text = str(err.value)
-    assert "actor_rollout_ref.rollout.name=vllm" in text and "enable_return_routed_experts is not wired" in text
+    assert "actor_rollout_ref.rollout.name=vllm needs a CUDA GPU" in text and "Model Runner V2" in text
     assert "use actor_rollout_ref.rollout.name=hf" in text
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_pre_ray_check_accepts_r3_with_vllm_on_a_cuda_gpu_with_prefix_caching(moe_folder, mode, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    keys = [f"{ARR}.model.path={moe_folder}", *R3_KEYS, f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.mode={mode}"]
+    cfg = validate_config(load_config(keys), check_files=False)
+    assert cfg.actor_rollout_ref.rollout.enable_prefix_caching  # upstream's default, which vLLM's record needs
+    with pytest.raises(ConfigError, match="vLLM returns routed experts only with prefix caching on"):
+        validate_config(load_config([*keys, f"{ARR}.rollout.enable_prefix_caching=false"]), check_files=False)
 
 
 class _RecordingScript:

@@ -36,6 +36,8 @@ class VLLMBackend:
         self.unordered = 0  # requests submitted without a (row, turn): numbered by arrival
         self.pending: dict[str, EngineRequest] = {}
         self.started: set[str] = set()  # requests that have been through at least one engine step
+        # R3: every finished request reports vLLM's record of its tokens' experts (verl.workers.rollout.vllm.routing)
+        self.record_routing = bool(getattr(getattr(rollout, "config", None), "enable_rollout_routing_replay", False))
 
     def request_seed(self, order: tuple) -> int:
         if len(order) >= 2:
@@ -112,7 +114,13 @@ class VLLMBackend:
     def _output(self, request: EngineRequest, completion: Any, tokens: list[int], log_probs: list[float] | None,
                 reason: str) -> TokenOutput:
         """What a finished request gets (a subclass may report more of vLLM's ``completion``)."""
-        return TokenOutput(tokens, log_probs, reason)
+        experts = None
+        if self.record_routing:
+            from verl.workers.rollout.vllm.routing import engine_record
+
+            experts = engine_record(completion, len(request.prompt_ids) + len(tokens),
+                                    f"agent-loop request {request.request_id}")
+        return TokenOutput(tokens, log_probs, reason, routed_experts=experts)
 
     def fail_all(self, err: BaseException) -> None:
         self.abort_all(RuntimeError(f"the vLLM engine failed: {err!r}"))

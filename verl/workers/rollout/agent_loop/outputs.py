@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from verl.models.router_replay import NOT_ROUTED, RECORD_DTYPE, ROUTED_EXPERTS_KEY
+from verl.models.router_replay import ROUTED_EXPERTS_KEY, place_record, routing_canvas
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask
 from verl.workers.rollout.agent_loop.base import AgentLoopOutput
@@ -41,7 +41,7 @@ def outputs_to_batch(outputs: list[AgentLoopOutput], prompt_length: int, respons
     log_probs = torch.zeros((bs, response_length), dtype=torch.float32)
     rm_scores = torch.zeros((bs, response_length), dtype=torch.float32)
     scored = np.zeros(bs, dtype=bool)
-    routed = _routed_canvas(outputs, prompt_length + response_length)
+    routed = routing_canvas([o.routed_experts for o in outputs], prompt_length + response_length, "agent loop outputs")
     for i, out in enumerate(outputs):
         out.check(f"agent loop output {i}")
         n_prompt = len(out.prompt_ids)
@@ -59,7 +59,7 @@ def outputs_to_batch(outputs: list[AgentLoopOutput], prompt_length: int, respons
             if with_log_probs:
                 log_probs[i, :n] = torch.tensor(out.response_logprobs[:n], dtype=torch.float32)
         if routed is not None and out.routed_experts is not None:
-            _place_routing(routed[i], out.routed_experts, n_prompt, n, prompt_length)
+            place_record(routed[i], out.routed_experts, n_prompt, n, prompt_length)
         if out.reward_score is not None:
             scored[i] = True
             rm_scores[i, max(n - 1, 0)] = float(out.reward_score)
@@ -84,28 +84,6 @@ def outputs_to_batch(outputs: list[AgentLoopOutput], prompt_length: int, respons
     for key in sorted({k for o in outputs for k in o.extra_fields}):
         non_tensors[key] = _column([o.extra_fields.get(key) for o in outputs])
     return DataProto(batch=TensorDict(tensors, batch_size=[bs]), non_tensor_batch=non_tensors)
-
-
-def _routed_canvas(outputs: list[AgentLoopOutput], width: int) -> torch.Tensor | None:
-    """An all-NOT_ROUTED (bs, width, layers, k) tensor when some trajectory carries routed_experts, else None."""
-    shapes = {tuple(o.routed_experts.shape[1:]) for o in outputs if o.routed_experts is not None}
-    if not shapes:
-        return None
-    if len(shapes) > 1:
-        raise ValueError(f"agent loop outputs: routed_experts of different (moe_layers, top_k) shapes {sorted(shapes)} "
-                         "in one batch; every trajectory must be recorded by the same model")
-    return torch.full((len(outputs), width, *shapes.pop()), NOT_ROUTED, dtype=RECORD_DTYPE)
-
-
-def _place_routing(row: torch.Tensor, record: torch.Tensor, n_prompt: int, n_response: int,
-                   prompt_length: int) -> None:
-    """Writes a trajectory's record (its prompt tokens, then its response tokens) at their input_ids columns: the
-    prompt is left-padded to prompt_length, the response starts at prompt_length and keeps n_response tokens."""
-    record = torch.as_tensor(record).to(row.dtype)
-    in_prompt = min(record.size(0), n_prompt)
-    row[prompt_length - n_prompt: prompt_length - n_prompt + in_prompt] = record[:in_prompt]
-    in_response = max(0, min(record.size(0) - n_prompt, n_response))
-    row[prompt_length: prompt_length + in_response] = record[n_prompt: n_prompt + in_response]
 
 
 def _through_last_model_token(mask: list[int]) -> int:

