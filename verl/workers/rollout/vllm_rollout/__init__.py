@@ -156,7 +156,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 - upstream's public name
         if "logprobs" in params:
             log_probs = [_sampled_log_probs(o.outputs[0]) for o in outputs]
         out = responses_to_batch(idx, prompt_mask, responses, log_probs, params["max_tokens"], int(pad_token_id))
-        if self.config.enable_rollout_routing_replay:  # R3: vLLM's record of every token's experts
+        if getattr(self.config, "enable_rollout_routing_replay", False):  # R3: vLLM's record of every token's experts
             out.batch[ROUTED_EXPERTS_KEY] = batch_routing([o.outputs[0] for o in outputs], [len(t) for t in tokens],
                                                           [len(r) for r in responses], idx.size(1),
                                                           params["max_tokens"])
