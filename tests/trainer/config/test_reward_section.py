@@ -36,14 +36,16 @@ PAIRS = [
      ["custom_reward_function.path=/r.py", "custom_reward_function.name=score"]),
     (["reward.reward_manager.name=dapo", "+reward.reward_kwargs.max_resp_len=8"],
      ["reward_model.reward_manager=dapo", "+reward_model.reward_kwargs.max_resp_len=8"]),
+    # with source=importlib, v0.7's name is the class in module.path (its loader's object_name)
     (["reward.reward_manager.source=importlib", "reward.reward_manager.module.path=/m.py",
-      "reward.reward_manager.module.name=Mine"],
+      "reward.reward_manager.name=Mine"],
      ["reward_model.reward_loop_source=importlib", "reward_model.reward_loop_module_path=/m.py",
       "reward_model.reward_loop_class_name=Mine", LOOP]),
-    # v0.7's default class name when the module names none
-    (["reward.reward_manager.source=importlib", "reward.reward_manager.module.path=/m.py"],
+    # module.name only names the imported module: nothing reads it (a note), the class still comes from name
+    (["reward.reward_manager.source=importlib", "reward.reward_manager.module.path=/m.py",
+      "reward.reward_manager.module.name=my_module", "reward.reward_manager.name=Mine"],
      ["reward_model.reward_loop_source=importlib", "reward_model.reward_loop_module_path=/m.py",
-      "reward_model.reward_loop_class_name=custom_reward_manager", LOOP]),
+      "reward_model.reward_loop_class_name=Mine", LOOP]),
     (["reward.reward_model.enable=true", "reward.reward_model.model_path=/rm", "reward.reward_model.nnodes=1",
       "reward.reward_model.n_gpus_per_node=2", "reward.reward_model.enable_resource_pool=true"],
      ["reward_model.enable=true", "reward_model.model.path=/rm", "reward_model.nnodes=1",
@@ -237,13 +239,19 @@ def test_the_command_line_wins_over_the_yamls_reward_section():
     assert writes == {} and "set the same key" in problems[0]
 
 
-def test_a_yaml_importlib_manager_gets_v07s_default_class_name_and_the_loop():
+def test_a_yaml_importlib_manager_names_its_class_with_name_and_turns_the_loop_on():
     values = {"reward_model.use_reward_loop": False}
-    section = {"reward_manager": {"source": "importlib", "module": {"path": "/m.py", "name": "custom_reward_manager"}}}
+    section = {"reward_manager": {"source": "importlib", "name": "Mine",
+                                  "module": {"path": "/m.py", "name": "custom_reward_manager"}}}
     writes, problems = fold_plan({"reward": section}, values.get)
     assert problems == [] and writes == {
         "reward_model.reward_loop_source": "importlib", "reward_model.reward_loop_module_path": "/m.py",
-        "reward_model.use_reward_loop": True, "reward_model.reward_loop_class_name": "custom_reward_manager"}
+        "reward_model.use_reward_loop": True, "reward_model.reward_loop_class_name": "Mine"}
+    # a class given in our spelling too must be the same one
+    values["reward_model.reward_loop_class_name"] = "Other"
+    _, problems = fold_plan({"reward": section}, values.get)
+    assert "reward.reward_manager.name='Mine'" in problems[0] and "name different classes" in problems[0]
+    del values["reward_model.reward_loop_class_name"]
     # the loop switch given as false on the command line is refused with a v0.7 loop key
     writes, problems = fold_plan({"reward": section}, values.get, ["reward_model.use_reward_loop"])
     assert "cannot be given with reward_model.use_reward_loop=false" in problems[0]
@@ -315,3 +323,28 @@ def test_a_loop_only_key_with_the_loop_switched_off_is_refused_naming_it():
     # written, the key implies the loop even at the yaml's value; left unwritten it implies nothing
     assert typed("reward_model.num_workers=8").reward_model.use_reward_loop is True
     assert typed().reward_model.use_reward_loop is False
+
+
+def test_module_name_is_noted_and_name_is_the_importlib_class():
+    """reward.reward_manager.module.name names the imported module (upstream's ModuleConfig.name), which nothing
+    reads: given on the command line or in a yaml it is noted, and the class is still reward.reward_manager.name."""
+    import warnings
+
+    from verl.trainer.config import ConfigWarning
+    from verl.trainer.config.aliases import rewrite_aliases
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConfigWarning)
+        out = rewrite_aliases(["reward.reward_manager.source=importlib", "reward.reward_manager.module.path=/m.py",
+                               "reward.reward_manager.module.name=my_module", "reward.reward_manager.name=Mine"])
+    assert any("module.name='my_module' names the module" in str(w.message) for w in caught)
+    assert "reward_model.reward_loop_class_name=Mine" in out and not any("reward_manager=" in o for o in out)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConfigWarning)
+        writes, problems = fold_plan({"reward": {"reward_manager": {"source": "importlib", "name": "Mine",
+                                                                    "module": {"path": "/m.py", "name": "m"}}}},
+                                     {}.get)
+    assert problems == [] and writes["reward_model.reward_loop_class_name"] == "Mine"
+    assert any("module.name='m' names the module" in str(w.message) for w in caught)
+    # with the registry source, name stays the registry name
+    assert "reward_model.reward_manager=dapo" in rewrite_aliases(["reward.reward_manager.name=dapo"])

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from tests.trainer.config.test_reward_section import compose_user_yaml, typed
 from verl.trainer.config import ConfigError, validate_config
-from verl.trainer.config.reward_section import REFUSED_ROLLOUT, v07_key
+from verl.trainer.config.reward_section import CLASS_NAME, REFUSED_ROLLOUT, v07_key
 from verl.trainer.config.yaml_files import GENERATED, walk_keys
 from verl.utils.config_errors import ConfigWarning
 
@@ -19,7 +19,7 @@ CASES = {
     "workers": {"num_workers": 3, "max_concurrency_per_worker": 2},
     "function": {"custom_reward_function": {"path": "/r.py", "name": "score"}},
     "registered_manager": {"reward_manager": {"name": "dapo"}},
-    "importlib_manager": {"reward_manager": {"source": "importlib", "module": {"path": "/m.py", "name": "Mine"}}},
+    "importlib_manager": {"reward_manager": {"source": "importlib", "name": "Mine", "module": {"path": "/m.py"}}},
     "pool": {"reward_model": {"enable": True, "model_path": "/rm", "enable_resource_pool": True,
                               "n_gpus_per_node": 2, "nnodes": 1}},
     "judge_engine": {"reward_model": {"enable": True, "model_path": "/rm", "rollout": {
@@ -46,8 +46,10 @@ def test_a_leaf_a_user_yaml_sets_sets_our_key_and_the_section_mirrors_it(tmp_pat
     body = OmegaConf.to_yaml({"reward": CASES[case]})
     cfg = compose_user_yaml(tmp_path, body)
     got = validate_config(cfg, check_files=False)
+    importlib = CASES[case].get("reward_manager", {}).get("source") == "importlib"
     for leaf, value in _leaves(CASES[case]).items():
-        ours = v07_key(f"reward.{leaf}")[1]
+        # with source=importlib, name is the class in module.path (upstream's loader reads it as the object name)
+        ours = CLASS_NAME if importlib and leaf == "reward_manager.name" else v07_key(f"reward.{leaf}")[1]
         assert OmegaConf.select(cfg, ours) == value, (leaf, ours)  # the key the run reads
         assert OmegaConf.select(cfg, f"reward.{leaf}") == value, leaf  # the mirror, read from the config
         assert OmegaConf.select(OmegaConf.structured(got.reward.to_dict()), leaf) == value, leaf  # and typed
@@ -58,6 +60,7 @@ def test_every_leaf_v07_declares_has_a_case_or_is_refused_or_fixed():
     """The cases above write every settable leaf of the declared section (so each mirror is shown both ways)."""
     written = {leaf for case in CASES.values() for leaf in _leaves(case)}
     fixed = {"_target_", "reward_manager._target_", "reward_manager.module._target_", "reward_model._target_",
+             "reward_manager.module.name",  # the imported module's name: nothing reads it (a note when given)
              "reward_model.rollout._target_", "sandbox_fusion._target_",
              "reward_model.rollout.tensor_model_parallel_size"}  # 1 only: NO_GENRM_TP
     refused = {f"reward_model.rollout.{k}" for k in REFUSED_ROLLOUT}  # JUDGE_KEY_REFUSALS

@@ -179,6 +179,28 @@ def test_reward_loop_source_importlib_loads_the_named_class(tmp_path, tokenizer)
     assert tensor.sum(-1).tolist() == [float(n) for n in lengths] and extra == {"tokens": lengths}
 
 
+def test_v07s_importlib_spelling_loads_the_class_named_by_reward_manager_name(tmp_path, tokenizer):
+    """reward.reward_manager.{source=importlib, module.path, name}: upstream v0.7's loader takes `name` as the class
+    in the file (its module.name only names the imported module); a command line in that spelling scores with it."""
+    from verl.trainer.config import load_config, validate_config
+    from verl.trainer.config.aliases import rewrite_aliases
+
+    module = tmp_path / "my_manager.py"
+    module.write_text(textwrap.dedent(MY_MANAGER))
+    overrides = rewrite_aliases(["reward.reward_manager.source=importlib", f"reward.reward_manager.module.path={module}",
+                                 "reward.reward_manager.name=LengthManager", "reward.reward_manager.module.name=mine"])
+    typed = validate_config(load_config(overrides), check_files=False)
+    assert typed.reward_model.reward_loop_class_name == "LengthManager" and typed.reward_model.reward_manager == "naive"
+    assert typed.reward.reward_manager.name == "LengthManager"  # v0.7's section reads what its loader would load
+    config = make_config(tmp_path, use_reward_loop=typed.reward_model.use_reward_loop,
+                         reward_loop_source="importlib", reward_loop_module_path=str(module),
+                         reward_loop_class_name=typed.reward_model.reward_loop_class_name)
+    data, lengths = make_batch(tokenizer, SAMPLES)
+    manager = load_reward_manager(config, tokenizer, num_examine=0)
+    assert type(manager.manager).__name__ == "LengthManager"
+    assert compute_reward(data, manager)[0].sum(-1).tolist() == [float(n) for n in lengths]
+
+
 def test_reward_loop_keys_are_checked_before_ray():
     problems = build_config(PPOTrainerConfig, {"reward_model": {"reward_loop_source": "importlib"}}).problems
     from verl.trainer.config.reward import check_reward_model

@@ -81,6 +81,10 @@ def rewrite_aliases(overrides: Sequence[str]) -> list[str]:
             out.append(override)
             continue
         plus, key, value = parts
+        if key == reward_section.MODULE_NAME:  # read by nothing, upstream's loader included: said, and dropped
+            if value.strip().strip("'\"") not in (*_UNSET, reward_section.V07_CLASS_NAME):
+                warnings.warn(reward_section.module_name_note(value) + ".", ConfigWarning, stacklevel=2)
+            continue
         refusal = reward_section.refused_rollout_key(key)
         if refusal is not None:
             problems.append(refusal)
@@ -102,7 +106,7 @@ def rewrite_aliases(overrides: Sequence[str]) -> list[str]:
                             "different values; give it once.")
         seen[key] = (value, written)
         out.append(plus + key + "=" + value)
-    out += _v07_implied(seen, loop_by, problems)
+    out += _v07_implied(seen, loop_by, problems, out)
     if loop_by is None and legacy_loop_by is not None and reward_section.LOOP_SWITCH not in seen:
         warnings.warn(f"{legacy_loop_by} is read by the reward loop only, which upstream runs by default (v0.7 "
                       f"always): {reward_section.LOOP_SWITCH}=true is implied; write it to keep this line quiet.",
@@ -113,9 +117,10 @@ def rewrite_aliases(overrides: Sequence[str]) -> list[str]:
     return out
 
 
-def _v07_implied(seen: dict[str, tuple[str, str]], loop_by: str | None, problems: list[str]) -> list[str]:
-    """What upstream v0.7 implies for its `reward.*` keys: its reward loop (always on there), and its reward-manager
-    class name `custom_reward_manager` when reward.reward_manager.source=importlib names none."""
+def _v07_implied(seen: dict[str, tuple[str, str]], loop_by: str | None, problems: list[str],
+                 out: list[str]) -> list[str]:
+    """What upstream v0.7 implies for its `reward.*` keys: its reward loop (always on there); and with
+    source=importlib, `reward.reward_manager.name` is the class in module.path (rewritten in ``out``)."""
     implied: list[str] = []
     switch = reward_section.LOOP_SWITCH
     if loop_by is not None:
@@ -124,8 +129,14 @@ def _v07_implied(seen: dict[str, tuple[str, str]], loop_by: str | None, problems
         elif seen[switch][0].lower() != "true":
             problems.append(f"{loop_by} is read by the reward loop, which upstream v0.7 always runs; it cannot be "
                             f"given with {seen[switch][1]}={seen[switch][0]}: drop one of them.")
-    source = seen.get("reward_model.reward_loop_source")
-    if source and source[0] == "importlib" and source[1].startswith("reward.") and \
-            reward_section.CLASS_NAME not in seen:
-        implied.append(f"{reward_section.CLASS_NAME}={reward_section.V07_CLASS_NAME}")
+    source, name = seen.get(reward_section.SOURCE_KEY), seen.get(reward_section.REGISTERED_KEY)
+    if source and source[0] == "importlib" and name and name[1] == "reward.reward_manager.name":
+        given = seen.get(reward_section.CLASS_NAME)
+        problem = reward_section.importlib_class_problem(name[0], given[0] if given else None)
+        if problem:
+            problems.append(problem)
+        else:
+            prefix = reward_section.REGISTERED_KEY + "="
+            out[:] = [o for o in out if not o.lstrip("+").startswith(prefix)]
+            implied.append(f"{reward_section.CLASS_NAME}={name[0]}")
     return implied

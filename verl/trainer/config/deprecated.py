@@ -38,9 +38,14 @@ def _per_gpu_default(global_size: Any, default: Any) -> Any:
 
 
 def register_resolvers() -> None:
-    """The yaml's `${verl.per_gpu_default:...}`; called when verl.trainer.config is imported (before Hydra)."""
+    """The yaml's `${verl.per_gpu_default:...}` and `${verl.reward_manager_name:...}`; called when
+    verl.trainer.config is imported (before Hydra)."""
+    from verl.trainer.config.reward_section import REWARD_MANAGER_NAME_RESOLVER, reward_manager_name
+
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, _per_gpu_default)
+    if not OmegaConf.has_resolver(REWARD_MANAGER_NAME_RESOLVER):
+        OmegaConf.register_new_resolver(REWARD_MANAGER_NAME_RESOLVER, reward_manager_name)
 
 
 @dataclass(frozen=True)

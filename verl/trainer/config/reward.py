@@ -60,7 +60,8 @@ def check_reward_loop(cfg: Any) -> list[str]:
     problems: list[str] = []
     if rm.reward_loop_source == "importlib" and not (rm.reward_loop_module_path and rm.reward_loop_class_name):
         problems.append("reward_model.reward_loop_source=importlib needs reward_model.reward_loop_module_path (a "
-                        "python file) and reward_model.reward_loop_class_name (the reward manager class in it).")
+                        "python file) and reward_model.reward_loop_class_name (the reward manager class in it); in "
+                        "upstream v0.7's spelling reward.reward_manager.module.path and reward.reward_manager.name.")
     if not rm.use_reward_loop:
         for key, default in (("num_workers", 8), ("max_concurrency_per_worker", 1)):
             if getattr(rm, key, default) != default:

@@ -40,6 +40,18 @@ MISSING = "???"
 LOOP_SWITCH = "reward_model.use_reward_loop"
 CLASS_NAME = "reward_model.reward_loop_class_name"
 V07_CLASS_NAME = "custom_reward_manager"  # v0.7's reward.reward_manager.module.name default
+# v0.7's name of the module its importlib reward manager file is imported as (ModuleConfig.name): upstream's loader
+# reads the class from `reward.reward_manager.name` and the file by path, so nothing reads it; given, it is noted
+MODULE_NAME = "reward.reward_manager.module.name"
+REGISTERED_KEY = "reward_model.reward_manager"
+SOURCE_KEY = "reward_model.reward_loop_source"
+REWARD_MANAGER_NAME_RESOLVER = "verl.reward_manager_name"
+
+
+def reward_manager_name(source: Any, registered: Any, class_name: Any) -> Any:
+    """What v0.7's reward.reward_manager.name reads: the class in module.path with source=importlib (upstream's
+    loader takes it as the object name), else the registry name (the yaml's `${verl.reward_manager_name:...}`)."""
+    return class_name if source == "importlib" and class_name is not None else registered
 
 _RM = "reward.reward_model"
 _ROLLOUT_SAME = ("name", "dtype", "gpu_memory_utilization", "tensor_model_parallel_size", "prompt_length",
@@ -61,7 +73,6 @@ V07_KEYS: dict[str, tuple[str, Any]] = {
     "reward.reward_manager.source": ("reward_model.reward_loop_source", "register"),
     "reward.reward_manager.name": ("reward_model.reward_manager", "naive"),
     "reward.reward_manager.module.path": ("reward_model.reward_loop_module_path", None),
-    "reward.reward_manager.module.name": (CLASS_NAME, V07_CLASS_NAME),
     f"{_RM}.enable": ("reward_model.enable", False),
     f"{_RM}.enable_resource_pool": ("reward_model.enable_resource_pool", False),
     f"{_RM}.n_gpus_per_node": ("reward_model.n_gpus_per_node", 8),
@@ -199,6 +210,11 @@ def fold_plan(sections: dict[str, Any], current: Any, from_command_line: Iterabl
     kept: list[str] = []
     for section, body in sections.items():
         for key, value in _leaves(section, body):
+            if key == MODULE_NAME:
+                if value not in (None, MISSING, V07_CLASS_NAME):
+                    warnings.warn(f"your yaml's reward section: {module_name_note(value)}.", ConfigWarning,
+                                  stacklevel=2)
+                continue
             matched = v07_key(key)
             refusal = refused_rollout_key(key)
             if refusal is not None:
@@ -238,9 +254,28 @@ def fold_plan(sections: dict[str, Any], current: Any, from_command_line: Iterabl
     if kept:  # a section copied from upstream's yaml carries v0.7's defaults, which are not this schema's
         warnings.warn("your yaml's reward section: " + "; ".join(kept) + ". Set the key to another value (or "
                       "give our key) to change it (docs/reward_loop.md).", ConfigWarning, stacklevel=2)
-    if writes.get("reward_model.reward_loop_source") == "importlib" and current(CLASS_NAME) is None:
-        writes.setdefault(CLASS_NAME, V07_CLASS_NAME)
+    source = writes.get(SOURCE_KEY, current(SOURCE_KEY))
+    if source == "importlib" and REGISTERED_KEY in writes:  # v0.7: name is the class in module.path
+        problem = importlib_class_problem(writes[REGISTERED_KEY], writes.get(CLASS_NAME, current(CLASS_NAME)))
+        if problem:
+            problems.append(problem)
+        else:
+            writes[CLASS_NAME] = writes.pop(REGISTERED_KEY)
     return writes, problems
+
+
+def module_name_note(value: Any) -> str:
+    return (f"{MODULE_NAME}={value!r} names the module the file is imported as; upstream's loader and this build load "
+            "the file by path and take the class from reward.reward_manager.name, so it changes nothing")
+
+
+def importlib_class_problem(name: Any, class_name: Any) -> str | None:
+    """With source=importlib v0.7's reward.reward_manager.name names the class (reward_model.reward_loop_class_name
+    here); None when that agrees with a class name given in our spelling."""
+    if class_name in (None, name):
+        return None
+    return (f"reward.reward_manager.name={name!r} (the class in module.path, as source=importlib reads it) and "
+            f"{CLASS_NAME}={class_name!r} name different classes; give one.")
 
 
 # `_target_` spellings upstream's yamls use in the reward section (v0.7's, then later upstream's): the section is

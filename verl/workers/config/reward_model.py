@@ -56,8 +56,8 @@ class SandboxFusionConfig(MutableConfig):
 
 @dataclass
 class ModuleConfig(MutableConfig):
-    """A python module to load: ``path`` a file (or ``pkg://module``), ``name`` what to take from it. Upstream's
-    verl.trainer.config.config.ModuleConfig (re-exported there)."""
+    """A python module to load: ``path`` a file (or ``pkg://module``), ``name`` the name it is imported as (upstream's
+    ModuleConfig.name; None: a hashed name). Upstream's verl.trainer.config.config.ModuleConfig (re-exported there)."""
 
     path: str | None = None
     name: str | None = None
@@ -65,13 +65,14 @@ class ModuleConfig(MutableConfig):
 
 @dataclass
 class RewardManagerConfig(MutableConfig):
-    """reward.reward_manager (upstream v0.7): the reward loop's manager, registered by ``name`` or loaded from
-    ``module`` (source=importlib). Mirrors reward_model.reward_manager / reward_loop_source / reward_loop_module_path
-    / reward_loop_class_name (verl.workers.config.reward)."""
+    """reward.reward_manager (upstream v0.7): the reward loop's manager, the registry's ``name`` (source=register)
+    or the class ``name`` in ``module.path`` (source=importlib). Mirrors reward_model.reward_manager /
+    reward_loop_class_name, reward_loop_source and reward_loop_module_path (verl.trainer.config.reward_section);
+    ``module.name``, the imported module's name, is read by nothing (v0.7's default, custom_reward_manager)."""
 
     source: str = "register"
     name: str = "naive"
-    module: ModuleConfig = field(default_factory=ModuleConfig)
+    module: ModuleConfig = field(default_factory=lambda: ModuleConfig(name="custom_reward_manager"))
 
 
 @dataclass
